@@ -1,1 +1,23 @@
-//! dwellmq
+//! dwellmq: an embedded, single-node AMQP 0-9-1 broker that does delayed messaging properly.
+//!
+//! Existing RabbitMQ clients connect to it unchanged. Embed it in a Rust program or a test:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), dwellmq::StartError> {
+//! let broker = dwellmq::Broker::start(dwellmq::BrokerConfig::ephemeral()).await?;
+//! println!("connect to {}", broker.amqp_url());
+//! broker.shutdown().await;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, unreachable_pub)]
+
+mod broker;
+mod config;
+mod handle;
+mod server;
+
+pub use broker::delayed::DelayedMessageInfo;
+pub use config::{BrokerConfig, ClockConfig, Limits, UserConfig};
+/// The wire types (field tables, properties) that appear in this crate's API.
+pub use dwellmq_codec as codec;
+pub use handle::{Broker, BrokerHandle, QueueInfo, StartError};

@@ -1,0 +1,58 @@
+//! A published message as the broker holds it: shared by every queue it was routed to.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use dwellmq_codec::{BasicProperties, ShortStr};
+
+/// A message after routing: immutable, shared (`Arc`) by every queue that holds it.
+///
+/// The properties are encoded once at publish time so that every delivery copies a ready-made
+/// header instead of re-encoding it; the body is a slice of the publisher's read buffer.
+#[derive(Debug)]
+pub struct Message {
+    /// The exchange the client published to.
+    pub exchange: ShortStr,
+    /// The routing key the client published with.
+    pub routing_key: ShortStr,
+    /// Decoded properties (headers are read for routing, TTL and delays).
+    pub properties: BasicProperties,
+    /// The same properties, encoded (flags word first) for the content header frame.
+    pub properties_encoded: Bytes,
+    /// The body.
+    pub body: Bytes,
+    /// Dropped with the message: the embedding broker's accounting (e.g. a memory charge).
+    pub guard: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
+}
+
+impl Message {
+    /// Builds a shared message, encoding its properties once.
+    pub fn new(
+        exchange: ShortStr,
+        routing_key: ShortStr,
+        properties: BasicProperties,
+        body: Bytes,
+        guard: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
+    ) -> Arc<Message> {
+        let mut encoded = BytesMut::with_capacity(32);
+        properties.encode(&mut encoded);
+        Arc::new(Message {
+            exchange,
+            routing_key,
+            properties,
+            properties_encoded: encoded.freeze(),
+            body,
+            guard,
+        })
+    }
+
+    /// Whether the publisher asked for persistence (`delivery-mode` 2).
+    pub fn is_persistent(&self) -> bool {
+        self.properties.is_persistent()
+    }
+
+    /// Body size in octets (what `x-max-length-bytes` and memory accounting count).
+    pub fn body_len(&self) -> usize {
+        self.body.len()
+    }
+}

@@ -1,0 +1,15 @@
+//! Routing: the bindings of an exchange and which destinations a message goes to.
+//!
+//! One [`BindingSet`] per exchange, built for its [`RoutingKind`]; the semantics are RabbitMQ's
+//! (`rabbit_exchange_type_direct`, `_fanout`, `_topic`, `_headers`).
+
+mod binding;
+mod binding_set;
+mod destinations;
+mod direct;
+mod headers;
+mod topic;
+
+pub use binding::{Binding, Destination, RoutingKind};
+pub use binding_set::BindingSet;
+pub use headers::validate_headers_binding_args;

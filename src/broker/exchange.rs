@@ -1,0 +1,75 @@
+//! An exchange: its declaration and its bindings.
+
+use dwellmq_codec::{FieldTable, ShortStr};
+use dwellmq_core::routing::{BindingSet, RoutingKind};
+use parking_lot::RwLock;
+
+/// How an exchange routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExchangeKind {
+    /// One of the four standard types.
+    Standard(RoutingKind),
+    /// `x-delayed-message`: holds each message for its `x-delay`, then routes as `inner`.
+    Delayed(RoutingKind),
+}
+
+impl ExchangeKind {
+    /// The type name as declared.
+    pub(crate) fn type_name(&self) -> &'static str {
+        match self {
+            ExchangeKind::Standard(kind) => kind.name(),
+            ExchangeKind::Delayed(_) => "x-delayed-message",
+        }
+    }
+
+    /// The routing behaviour.
+    pub(crate) fn routing(&self) -> RoutingKind {
+        match *self {
+            ExchangeKind::Standard(kind) | ExchangeKind::Delayed(kind) => kind,
+        }
+    }
+}
+
+/// An exchange in a vhost.
+pub(crate) struct Exchange {
+    pub(crate) name: ShortStr,
+    pub(crate) kind: ExchangeKind,
+    pub(crate) durable: bool,
+    pub(crate) auto_delete: bool,
+    pub(crate) internal: bool,
+    pub(crate) arguments: FieldTable,
+    pub(crate) alternate_exchange: Option<ShortStr>,
+    /// Bindings with this exchange as source.
+    pub(crate) bindings: RwLock<BindingSet>,
+}
+
+impl Exchange {
+    pub(crate) fn new(
+        name: ShortStr,
+        kind: ExchangeKind,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: FieldTable,
+    ) -> Self {
+        let alternate_exchange = arguments
+            .get("alternate-exchange")
+            .and_then(|v| v.as_str())
+            .map(ShortStr::from);
+        Exchange {
+            name,
+            kind,
+            durable,
+            auto_delete,
+            internal,
+            arguments,
+            alternate_exchange,
+            bindings: RwLock::new(BindingSet::new(kind.routing())),
+        }
+    }
+
+    /// Whether this is the nameless default exchange.
+    pub(crate) fn is_default(&self) -> bool {
+        self.name.is_empty()
+    }
+}

@@ -1,0 +1,100 @@
+//! The broker's shared state: vhosts with their exchanges and queues, consumers, accounting.
+//!
+//! Everything here is reached from connection tasks through `Arc`s and short locks; there is no
+//! broker-wide task or channel hop on the publish → deliver path.
+
+pub(crate) mod delayed;
+pub(crate) mod delivery;
+pub(crate) mod exchange;
+pub(crate) mod memory;
+pub(crate) mod names;
+pub(crate) mod queue;
+pub(crate) mod timer_task;
+pub(crate) mod vhost;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use dwellmq_timer::{ManualClock, SharedClock, SystemClock};
+use tokio::sync::Notify;
+
+use crate::config::{BrokerConfig, ClockConfig, UserConfig};
+use delayed::DelayedMessages;
+use memory::MemoryMonitor;
+use vhost::VHost;
+
+/// State shared by every connection of one broker.
+pub(crate) struct BrokerState {
+    pub(crate) config: BrokerConfig,
+    vhosts: HashMap<String, Arc<VHost>>,
+    pub(crate) memory: Arc<MemoryMonitor>,
+    pub(crate) clock: SharedClock,
+    pub(crate) manual_clock: Option<Arc<ManualClock>>,
+    /// Messages held by delayed exchanges.
+    pub(crate) delayed: DelayedMessages,
+    /// Wakes the timer task when an earlier deadline appears.
+    pub(crate) timer_wake: Notify,
+    next_connection_id: AtomicU64,
+    pub(crate) open_connections: AtomicUsize,
+    /// Outbound buffers of open connections (for `BrokerHandle::settle`).
+    pub(crate) outbounds: parking_lot::Mutex<Vec<std::sync::Weak<crate::server::outbound::Outbound>>>,
+}
+
+impl BrokerState {
+    pub(crate) fn new(config: BrokerConfig) -> Arc<Self> {
+        let mut vhosts: HashMap<String, Arc<VHost>> = HashMap::new();
+        for name in std::iter::once("/").chain(config.vhosts.iter().map(String::as_str)) {
+            vhosts
+                .entry(name.to_string())
+                .or_insert_with(|| Arc::new(VHost::new(name.into())));
+        }
+        let (clock, manual_clock): (SharedClock, _) = match config.clock {
+            ClockConfig::System => (Arc::new(SystemClock), None),
+            ClockConfig::Manual { start_ms } => {
+                let manual = Arc::new(ManualClock::new(start_ms));
+                (manual.clone(), Some(manual))
+            }
+        };
+        let now = clock.now_ms();
+        Arc::new(BrokerState {
+            delayed: DelayedMessages::new(now),
+            timer_wake: Notify::new(),
+            memory: MemoryMonitor::new(config.limits.memory_high_watermark),
+            config,
+            vhosts,
+            clock,
+            manual_clock,
+            next_connection_id: AtomicU64::new(1),
+            open_connections: AtomicUsize::new(0),
+            outbounds: parking_lot::Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(crate) fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
+        self.vhosts.get(name).cloned()
+    }
+
+    pub(crate) fn user(&self, name: &str) -> Option<&UserConfig> {
+        self.config.users.iter().find(|u| u.name == name)
+    }
+
+    pub(crate) fn next_connection_id(&self) -> u64 {
+        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl BrokerState {
+    /// Holds a message on a delayed exchange until `due_ms`, waking the timer task if needed.
+    pub(crate) fn hold_delayed(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<exchange::Exchange>,
+        message: Arc<dwellmq_core::Message>,
+        due_ms: u64,
+    ) {
+        if self.delayed.hold(vhost, exchange, message, due_ms) {
+            self.timer_wake.notify_one();
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! A virtual host: its exchanges and queues, and the operations on them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dwellmq_codec::{FieldTable, ShortStr};
+use dwellmq_core::routing::{Binding, Destination, RoutingKind};
+use dwellmq_core::{arguments, BrokerError, BrokerResult};
+use parking_lot::RwLock;
+
+use super::delivery::Consumer;
+use super::exchange::{Exchange, ExchangeKind};
+use super::names::server_generated_name;
+use super::queue::{ConnectionId, Queue};
+
+/// The exchanges every vhost starts with, as RabbitMQ predeclares them.
+const PREDECLARED: &[(&str, RoutingKind)] = &[
+    ("", RoutingKind::Direct),
+    ("amq.direct", RoutingKind::Direct),
+    ("amq.fanout", RoutingKind::Fanout),
+    ("amq.topic", RoutingKind::Topic),
+    ("amq.headers", RoutingKind::Headers),
+    ("amq.match", RoutingKind::Headers),
+];
+
+/// What `exchange.declare` asks for.
+pub(crate) struct ExchangeSpec {
+    pub(crate) name: ShortStr,
+    pub(crate) kind: ExchangeKind,
+    pub(crate) passive: bool,
+    pub(crate) durable: bool,
+    pub(crate) auto_delete: bool,
+    pub(crate) internal: bool,
+    pub(crate) arguments: FieldTable,
+}
+
+/// What `queue.declare` asks for.
+pub(crate) struct QueueSpec {
+    pub(crate) name: ShortStr,
+    pub(crate) passive: bool,
+    pub(crate) durable: bool,
+    pub(crate) exclusive: bool,
+    pub(crate) auto_delete: bool,
+    pub(crate) arguments: FieldTable,
+}
+
+/// A deleted queue's leftovers: its message count and the consumers to notify.
+pub(crate) struct DeletedQueue {
+    pub(crate) message_count: usize,
+    pub(crate) consumers: Vec<Arc<Consumer>>,
+    /// Auto-delete exchanges that lost their last binding with the queue.
+    pub(crate) removed_exchanges: Vec<ShortStr>,
+}
+
+/// A virtual host.
+pub(crate) struct VHost {
+    pub(crate) name: ShortStr,
+    exchanges: RwLock<HashMap<ShortStr, Arc<Exchange>>>,
+    queues: RwLock<HashMap<ShortStr, Arc<Queue>>>,
+}
+
+fn bool_text(b: bool) -> &'static str {
+    if b {
+        "true"
+    } else {
+        "false"
+    }
+}
+
+impl VHost {
+    pub(crate) fn new(name: ShortStr) -> Self {
+        let exchanges = PREDECLARED
+            .iter()
+            .map(|&(name, kind)| {
+                let name = ShortStr::from(name);
+                let exchange = Exchange::new(
+                    name.clone(),
+                    ExchangeKind::Standard(kind),
+                    true,
+                    false,
+                    false,
+                    FieldTable::new(),
+                );
+                (name, Arc::new(exchange))
+            })
+            .collect();
+        VHost {
+            name,
+            exchanges: RwLock::new(exchanges),
+            queues: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn no_exchange(&self, name: &str) -> BrokerError {
+        BrokerError::NotFound(format!("no exchange '{}' in vhost '{}'", name, self.name))
+    }
+
+    fn no_queue(&self, name: &str) -> BrokerError {
+        BrokerError::NotFound(format!("no queue '{}' in vhost '{}'", name, self.name))
+    }
+
+    /// The exchange called `name`, or `NOT_FOUND`.
+    pub(crate) fn exchange(&self, name: &str) -> BrokerResult<Arc<Exchange>> {
+        self.exchanges
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| self.no_exchange(name))
+    }
+
+    /// The queue called `name`, or `NOT_FOUND`.
+    pub(crate) fn queue(&self, name: &str) -> BrokerResult<Arc<Queue>> {
+        self.queues
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| self.no_queue(name))
+    }
+
+    /// Every queue (for inspection and connection cleanup).
+    pub(crate) fn queues(&self) -> Vec<Arc<Queue>> {
+        self.queues.read().values().cloned().collect()
+    }
+
+    /// Every exchange.
+    pub(crate) fn exchanges(&self) -> Vec<Arc<Exchange>> {
+        self.exchanges.read().values().cloned().collect()
+    }
+
+    /// `exchange.declare`.
+    pub(crate) fn declare_exchange(&self, d: ExchangeSpec) -> BrokerResult<Arc<Exchange>> {
+        if d.passive {
+            return self.exchange(&d.name);
+        }
+        if d.name.starts_with("amq.") {
+            return Err(BrokerError::AccessRefused(format!(
+                "exchange name '{}' contains reserved prefix 'amq.*'",
+                d.name
+            )));
+        }
+        if d.name.is_empty() {
+            return Err(BrokerError::AccessRefused(
+                "operation not permitted on the default exchange".into(),
+            ));
+        }
+        arguments::parse_alternate_exchange(&d.name, &self.name, &d.arguments)?;
+        let mut exchanges = self.exchanges.write();
+        if let Some(existing) = exchanges.get(&d.name) {
+            self.check_exchange_equivalence(existing, &d)?;
+            return Ok(Arc::clone(existing));
+        }
+        let exchange = Arc::new(Exchange::new(
+            d.name.clone(),
+            d.kind,
+            d.durable,
+            d.auto_delete,
+            d.internal,
+            d.arguments,
+        ));
+        exchanges.insert(d.name, Arc::clone(&exchange));
+        Ok(exchange)
+    }
+
+    fn check_exchange_equivalence(&self, x: &Exchange, d: &ExchangeSpec) -> BrokerResult<()> {
+        let mismatch = |field: &str, received: &str, current: &str| {
+            Err(BrokerError::PreconditionFailed(format!(
+                "inequivalent arg '{field}' for exchange '{}' in vhost '{}': received '{received}' but current is '{current}'",
+                x.name, self.name
+            )))
+        };
+        if x.kind.type_name() != d.kind.type_name() {
+            return mismatch("type", d.kind.type_name(), x.kind.type_name());
+        }
+        if x.kind != d.kind {
+            return mismatch(
+                "x-delayed-type",
+                d.kind.routing().name(),
+                x.kind.routing().name(),
+            );
+        }
+        if x.durable != d.durable {
+            return mismatch("durable", bool_text(d.durable), bool_text(x.durable));
+        }
+        if x.auto_delete != d.auto_delete {
+            return mismatch(
+                "auto_delete",
+                bool_text(d.auto_delete),
+                bool_text(x.auto_delete),
+            );
+        }
+        if x.internal != d.internal {
+            return mismatch("internal", bool_text(d.internal), bool_text(x.internal));
+        }
+        arguments::check_exchange_equivalence(&x.name, &self.name, &x.arguments, &d.arguments)?;
+        Ok(())
+    }
+
+    /// `exchange.delete`. Deleting a missing exchange succeeds, as in RabbitMQ 3.x.
+    /// Returns the exchanges removed (this one, and auto-delete ones it was the last binding of).
+    pub(crate) fn delete_exchange(&self, name: &str, if_unused: bool) -> BrokerResult<Vec<ShortStr>> {
+        if name.is_empty() || name.starts_with("amq.") {
+            return Err(BrokerError::AccessRefused(format!(
+                "operation not permitted on exchange '{}' in vhost '{}'",
+                name, self.name
+            )));
+        }
+        let mut exchanges = self.exchanges.write();
+        let Some(exchange) = exchanges.get(name).cloned() else {
+            return Ok(Vec::new());
+        };
+        if if_unused && !exchange.bindings.read().is_empty() {
+            return Err(BrokerError::PreconditionFailed(format!(
+                "exchange '{}' in vhost '{}' in use",
+                name, self.name
+            )));
+        }
+        exchanges.remove(name);
+        let gone = Destination::Exchange(exchange.name.clone());
+        let mut removed = vec![exchange.name.clone()];
+        for other in exchanges.values() {
+            let mut bindings = other.bindings.write();
+            if bindings.remove_destination(&gone) > 0 && other.auto_delete && bindings.is_empty() {
+                removed.push(other.name.clone());
+            }
+        }
+        for name in &removed[1..] {
+            exchanges.remove(name);
+        }
+        Ok(removed)
+    }
+
+    /// `queue.declare`; returns the queue and whether it was created.
+    pub(crate) fn declare_queue(
+        &self,
+        d: QueueSpec,
+        connection: ConnectionId,
+    ) -> BrokerResult<Arc<Queue>> {
+        if d.passive {
+            let queue = self.queue(&d.name)?;
+            queue.check_exclusive(connection)?;
+            return Ok(queue);
+        }
+        let name = if d.name.is_empty() {
+            ShortStr::from(server_generated_name("amq.gen-"))
+        } else if d.name.starts_with("amq.") {
+            return Err(BrokerError::AccessRefused(format!(
+                "queue name '{}' contains reserved prefix 'amq.*'",
+                d.name
+            )));
+        } else {
+            d.name
+        };
+        let mut queues = self.queues.write();
+        if let Some(existing) = queues.get(&name) {
+            existing.check_exclusive(connection)?;
+            self.check_queue_equivalence(existing, d.durable, d.exclusive, d.auto_delete, &d.arguments)?;
+            return Ok(Arc::clone(existing));
+        }
+        let config = arguments::parse_queue_arguments(
+            &name,
+            &self.name,
+            &d.arguments,
+            d.durable,
+            d.exclusive,
+            d.auto_delete,
+        )?;
+        let queue = Arc::new(Queue::new(
+            name.clone(),
+            self.name.clone(),
+            d.durable,
+            d.exclusive.then_some(connection),
+            d.auto_delete,
+            d.arguments,
+            config,
+        ));
+        queues.insert(name, Arc::clone(&queue));
+        Ok(queue)
+    }
+
+    fn check_queue_equivalence(
+        &self,
+        q: &Queue,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        args: &FieldTable,
+    ) -> BrokerResult<()> {
+        let mismatch = |field: &str, received: bool, current: bool| {
+            Err(BrokerError::PreconditionFailed(format!(
+                "inequivalent arg '{field}' for queue '{}' in vhost '{}': received '{}' but current is '{}'",
+                q.name,
+                self.name,
+                bool_text(received),
+                bool_text(current)
+            )))
+        };
+        if q.durable != durable {
+            return mismatch("durable", durable, q.durable);
+        }
+        if q.exclusive_owner.is_some() != exclusive {
+            return Err(BrokerError::ResourceLocked(format!(
+                "cannot obtain exclusive access to locked queue '{}' in vhost '{}'. It could be \
+                 originally declared on another connection or the exclusive property value does \
+                 not match that of the original declaration.",
+                q.name, self.name
+            )));
+        }
+        if q.auto_delete != auto_delete {
+            return mismatch("auto_delete", auto_delete, q.auto_delete);
+        }
+        arguments::check_queue_equivalence(&q.name, &self.name, &q.arguments, args)
+    }
+
+    /// `queue.delete` (and auto-delete, exclusive cleanup, `x-expires`).
+    pub(crate) fn delete_queue(
+        &self,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+        connection: Option<ConnectionId>,
+    ) -> BrokerResult<DeletedQueue> {
+        let Some(queue) = self.queues.read().get(name).cloned() else {
+            return Ok(DeletedQueue {
+                message_count: 0,
+                consumers: Vec::new(),
+                removed_exchanges: Vec::new(),
+            });
+        };
+        if let Some(connection) = connection {
+            queue.check_exclusive(connection)?;
+        }
+        if if_unused && queue.consumer_count() > 0 {
+            return Err(BrokerError::PreconditionFailed(format!(
+                "queue '{}' in vhost '{}' in use",
+                name, self.name
+            )));
+        }
+        if if_empty && queue.message_count() > 0 {
+            return Err(BrokerError::PreconditionFailed(format!(
+                "queue '{}' in vhost '{}' is not empty",
+                name, self.name
+            )));
+        }
+        self.queues.write().remove(name);
+        let (message_count, consumers) = queue.mark_deleted();
+        let gone = Destination::Queue(queue.name.clone());
+        let mut exchanges = self.exchanges.write();
+        let mut orphaned = Vec::new();
+        for exchange in exchanges.values() {
+            let mut bindings = exchange.bindings.write();
+            if bindings.remove_destination(&gone) > 0 && exchange.auto_delete && bindings.is_empty() {
+                orphaned.push(exchange.name.clone());
+            }
+        }
+        for name in &orphaned {
+            exchanges.remove(name);
+        }
+        Ok(DeletedQueue {
+            message_count,
+            consumers,
+            removed_exchanges: orphaned,
+        })
+    }
+
+    /// `queue.bind` / `exchange.bind`.
+    pub(crate) fn bind(&self, binding: Binding) -> BrokerResult<()> {
+        let source = self.exchange(&binding.source)?;
+        self.check_destination(&binding.destination)?;
+        if source.is_default() {
+            return Err(BrokerError::AccessRefused(format!(
+                "operation not permitted on the default exchange"
+            )));
+        }
+        if source.kind.routing() == RoutingKind::Headers {
+            dwellmq_core::routing::validate_headers_binding_args(&binding.arguments)?;
+        }
+        source.bindings.write().add(binding);
+        Ok(())
+    }
+
+    /// `queue.unbind` / `exchange.unbind`. A missing binding is not an error, as in RabbitMQ.
+    /// Returns the source exchange if it was auto-delete and has just been removed.
+    pub(crate) fn unbind(&self, binding: &Binding) -> BrokerResult<Vec<ShortStr>> {
+        let source = self.exchange(&binding.source)?;
+        self.check_destination(&binding.destination)?;
+        if source.is_default() {
+            return Err(BrokerError::AccessRefused(format!(
+                "operation not permitted on the default exchange"
+            )));
+        }
+        let now_empty = {
+            let mut bindings = source.bindings.write();
+            bindings.remove(binding) && bindings.is_empty()
+        };
+        if now_empty && source.auto_delete {
+            self.exchanges.write().remove(&source.name);
+            return Ok(vec![source.name.clone()]);
+        }
+        Ok(Vec::new())
+    }
+
+    fn check_destination(&self, destination: &Destination) -> BrokerResult<()> {
+        match destination {
+            Destination::Queue(q) => self.queue(q).map(drop),
+            Destination::Exchange(x) => self.exchange(x).map(drop),
+        }
+    }
+
+    /// Routes a message published to `exchange`, following exchange-to-exchange bindings and
+    /// alternate exchanges. Appends each target queue once to `out`; `scratch` is reused.
+    pub(crate) fn route(
+        &self,
+        exchange: &Arc<Exchange>,
+        routing_key: &str,
+        headers: Option<&FieldTable>,
+        scratch: &mut Vec<Destination>,
+        out: &mut Vec<Arc<Queue>>,
+    ) {
+        let queues = self.queues.read();
+        if exchange.is_default() {
+            if let Some(q) = queues.get(routing_key) {
+                out.push(Arc::clone(q));
+            }
+            return;
+        }
+        let exchanges = self.exchanges.read();
+        let mut visited: Vec<ShortStr> = Vec::new();
+        let mut root = Some(Arc::clone(exchange));
+        // An unroutable message goes to the root's alternate exchange, then to that one's.
+        while let Some(start) = root.take() {
+            let mut pending = vec![start.clone()];
+            while let Some(current) = pending.pop() {
+                if visited.contains(&current.name) {
+                    continue;
+                }
+                visited.push(current.name.clone());
+                scratch.clear();
+                current.bindings.read().route(routing_key, headers, scratch);
+                for destination in scratch.drain(..) {
+                    match destination {
+                        Destination::Queue(name) => {
+                            if let Some(q) = queues.get(&name) {
+                                if !out.iter().any(|o| Arc::ptr_eq(o, q)) {
+                                    out.push(Arc::clone(q));
+                                }
+                            }
+                        }
+                        Destination::Exchange(name) => {
+                            if let Some(x) = exchanges.get(&name) {
+                                pending.push(Arc::clone(x));
+                            }
+                        }
+                    }
+                }
+            }
+            if out.is_empty() {
+                root = start
+                    .alternate_exchange
+                    .as_ref()
+                    .and_then(|ae| exchanges.get(ae))
+                    .filter(|ae| !visited.contains(&ae.name))
+                    .cloned();
+            }
+        }
+    }
+}

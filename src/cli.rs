@@ -1,0 +1,280 @@
+//! Command-line flags, environment variables and the TOML config file of the `dwellmq` binary.
+//!
+//! Precedence: built-in defaults < `--config FILE` < environment < flags.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use dwellmq::{BrokerConfig, UserConfig};
+
+pub(crate) const USAGE: &str = "\
+dwellmq: an AMQP 0-9-1 broker that does delayed messaging properly
+
+USAGE: dwellmq [OPTIONS]
+
+OPTIONS:
+  --listen ADDR      address to listen on, repeatable (default: 127.0.0.1:5672 and [::1]:5672;
+                     port 0 picks a free port)              env: DWELLMQ_LISTEN (comma-separated)
+  --data-dir DIR     where durable state lives (default ./dwellmq-data)  env: DWELLMQ_DATA_DIR
+  --in-memory        keep everything in memory, write nothing to disk     env: DWELLMQ_IN_MEMORY=1
+  --config FILE      TOML configuration file (listen, data_dir, in_memory, log_level, vhosts,
+                     [[users]], [limits])                                env: DWELLMQ_CONFIG
+  --log-level LEVEL  error|warn|info|debug|trace or a tracing filter      env: DWELLMQ_LOG
+  -h, --help         print this help
+  -V, --version      print the version
+
+The first line on stdout is the AMQP URL the broker listens on.";
+
+/// What the binary was asked to do.
+pub(crate) enum Command {
+    Run(Box<Settings>),
+    Help,
+    Version,
+}
+
+/// A resolved configuration plus the log filter.
+pub(crate) struct Settings {
+    pub(crate) config: BrokerConfig,
+    pub(crate) log_level: String,
+}
+
+#[derive(Default)]
+struct Flags {
+    listen: Vec<String>,
+    data_dir: Option<String>,
+    in_memory: bool,
+    config: Option<String>,
+    log_level: Option<String>,
+}
+
+/// Parses `args` (without the program name) with `env` as the environment lookup.
+pub(crate) fn parse(
+    args: impl IntoIterator<Item = String>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Command, String> {
+    let mut flags = Flags::default();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |flag: &str| {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match name.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "-V" | "--version" => return Ok(Command::Version),
+            "--listen" => flags.listen.push(value("--listen")?),
+            "--data-dir" => flags.data_dir = Some(value("--data-dir")?),
+            "--in-memory" => flags.in_memory = true,
+            "--config" => flags.config = Some(value("--config")?),
+            "--log-level" => flags.log_level = Some(value("--log-level")?),
+            other => return Err(format!("unknown option '{other}' (see --help)")),
+        }
+    }
+
+    let mut config = BrokerConfig::default();
+    let mut log_level = "info".to_string();
+    if let Some(path) = flags.config.clone().or_else(|| env("DWELLMQ_CONFIG")) {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read config file {path}: {e}"))?;
+        apply_file(&mut config, &mut log_level, &text).map_err(|e| format!("{path}: {e}"))?;
+    }
+    if let Some(listen) = env("DWELLMQ_LISTEN") {
+        config.listen = parse_addrs(listen.split(',').map(str::trim))?;
+    }
+    if let Some(dir) = env("DWELLMQ_DATA_DIR") {
+        config.data_dir = Some(PathBuf::from(dir));
+    }
+    if env("DWELLMQ_IN_MEMORY").is_some_and(|v| v == "1" || v == "true") {
+        config.data_dir = None;
+    }
+    if let Some(level) = env("DWELLMQ_LOG") {
+        log_level = level;
+    }
+    if !flags.listen.is_empty() {
+        config.listen = parse_addrs(flags.listen.iter().map(String::as_str))?;
+    }
+    if let Some(dir) = flags.data_dir {
+        config.data_dir = Some(PathBuf::from(dir));
+    }
+    if flags.in_memory {
+        config.data_dir = None;
+    }
+    if let Some(level) = flags.log_level {
+        log_level = level;
+    }
+    Ok(Command::Run(Box::new(Settings { config, log_level })))
+}
+
+fn parse_addrs<'a>(addrs: impl Iterator<Item = &'a str>) -> Result<Vec<SocketAddr>, String> {
+    addrs
+        .map(|a| {
+            a.parse::<SocketAddr>()
+                .map_err(|_| format!("invalid listen address '{a}' (expected e.g. 127.0.0.1:5672 or [::1]:5672)"))
+        })
+        .collect()
+}
+
+fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> Result<(), String> {
+    let table: toml::Table = text.parse().map_err(|e| format!("{e}"))?;
+    for (key, value) in &table {
+        match key.as_str() {
+            "listen" => {
+                let list = string_list(value, "listen")?;
+                config.listen = parse_addrs(list.iter().map(String::as_str))?;
+            }
+            "data_dir" => config.data_dir = Some(PathBuf::from(string(value, "data_dir")?)),
+            "in_memory" => {
+                if value.as_bool().ok_or("in_memory must be true or false")? {
+                    config.data_dir = None;
+                }
+            }
+            "log_level" => *log_level = string(value, "log_level")?,
+            "vhosts" => config.vhosts = string_list(value, "vhosts")?,
+            "users" => {
+                let users = value.as_array().ok_or("users must be an array of tables")?;
+                config.users = users.iter().map(user).collect::<Result<_, _>>()?;
+            }
+            "limits" => {
+                let limits = value.as_table().ok_or("limits must be a table")?;
+                for (name, v) in limits {
+                    let n = v
+                        .as_integer()
+                        .and_then(|n| u64::try_from(n).ok())
+                        .ok_or_else(|| format!("limits.{name} must be a non-negative integer"))?;
+                    let l = &mut config.limits;
+                    let narrow = |max: u64| {
+                        if n <= max {
+                            Ok(n)
+                        } else {
+                            Err(format!("limits.{name} must be at most {max}"))
+                        }
+                    };
+                    match name.as_str() {
+                        "frame_max" => l.frame_max = narrow(u32::MAX.into())? as u32,
+                        "channel_max" => l.channel_max = narrow(u16::MAX.into())? as u16,
+                        "heartbeat" => l.heartbeat_secs = narrow(u16::MAX.into())? as u16,
+                        "max_connections" => l.max_connections = n as usize,
+                        "max_message_size" => l.max_message_size = n,
+                        "memory_high_watermark" => l.memory_high_watermark = n,
+                        other => return Err(format!("unknown setting limits.{other}")),
+                    }
+                }
+            }
+            other => return Err(format!("unknown setting '{other}'")),
+        }
+    }
+    Ok(())
+}
+
+fn string(value: &toml::Value, name: &str) -> Result<String, String> {
+    value
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{name} must be a string"))
+}
+
+fn string_list(value: &toml::Value, name: &str) -> Result<Vec<String>, String> {
+    value
+        .as_array()
+        .ok_or_else(|| format!("{name} must be an array of strings"))?
+        .iter()
+        .map(|v| string(v, name))
+        .collect()
+}
+
+fn user(value: &toml::Value) -> Result<UserConfig, String> {
+    let t = value.as_table().ok_or("each [[users]] entry must be a table")?;
+    let field = |k: &str| t.get(k).map(|v| string(v, &format!("users.{k}")));
+    Ok(UserConfig {
+        name: field("name").ok_or("users.name is required")??,
+        password: field("password").ok_or("users.password is required")??,
+        vhosts: match t.get("vhosts") {
+            Some(v) => string_list(v, "users.vhosts")?,
+            None => vec!["*".into()],
+        },
+        loopback_only: t
+            .get("loopback_only")
+            .map(|v| v.as_bool().ok_or("users.loopback_only must be true or false"))
+            .transpose()?
+            .unwrap_or(false),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str], env: &[(&str, &str)]) -> Result<Settings, String> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        match parse(args.iter().map(|s| s.to_string()), |k| {
+            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })? {
+            Command::Run(s) => Ok(*s),
+            _ => Err("not run".into()),
+        }
+    }
+
+    #[test]
+    fn defaults_listen_on_both_loopbacks() {
+        let s = run(&[], &[]).unwrap();
+        assert_eq!(s.config.listen.len(), 2);
+        assert!(s.config.listen.iter().any(|a| a.is_ipv6()));
+        assert_eq!(s.config.data_dir, Some(PathBuf::from("./dwellmq-data")));
+    }
+
+    #[test]
+    fn flags_beat_environment() {
+        let s = run(
+            &["--listen", "127.0.0.1:0", "--listen=[::1]:0", "--in-memory"],
+            &[("DWELLMQ_LISTEN", "127.0.0.1:9999"), ("DWELLMQ_DATA_DIR", "/tmp/x")],
+        )
+        .unwrap();
+        assert_eq!(s.config.listen.len(), 2);
+        assert_eq!(s.config.listen[0].port(), 0);
+        assert_eq!(s.config.data_dir, None);
+    }
+
+    #[test]
+    fn bad_input_is_explained() {
+        assert!(run(&["--listen", "nope"], &[]).unwrap_err().contains("invalid listen address"));
+        assert!(run(&["--frobnicate"], &[]).unwrap_err().contains("unknown option"));
+        assert!(run(&["--listen"], &[]).unwrap_err().contains("needs a value"));
+    }
+
+    #[test]
+    fn config_file_settings_apply() {
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(
+            &mut config,
+            &mut level,
+            r#"
+            listen = ["127.0.0.1:0"]
+            in_memory = true
+            log_level = "debug"
+            vhosts = ["/", "staging"]
+            [[users]]
+            name = "app"
+            password = "secret"
+            [limits]
+            channel_max = 16
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.data_dir, None);
+        assert_eq!(level, "debug");
+        assert_eq!(config.users[0].name, "app");
+        assert!(!config.users[0].loopback_only);
+        assert_eq!(config.limits.channel_max, 16);
+        assert!(apply_file(&mut config, &mut level, "[limits]\nchannel_max = 70000").is_err());
+    }
+}

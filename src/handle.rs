@@ -1,0 +1,266 @@
+//! `Broker::start` and the handle an embedder keeps.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use dwellmq_timer::Clock;
+
+use crate::broker::delayed::DelayedMessageInfo;
+use crate::broker::BrokerState;
+use crate::config::BrokerConfig;
+use crate::server::accept_loop;
+
+/// Why the broker could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// No listen address was configured.
+    #[error("no listen address configured")]
+    NoListenAddress,
+    /// No configured address could be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address that failed.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Entry point for embedding.
+pub struct Broker;
+
+impl Broker {
+    /// Starts a broker inside the current tokio runtime and returns once it listens.
+    ///
+    /// Port 0 binds a free port; [`BrokerHandle::local_addr`] tells which. When several
+    /// addresses are configured (the default listens on IPv4 and IPv6 loopback), addresses
+    /// that cannot be bound are skipped with a warning as long as one succeeds.
+    pub async fn start(config: BrokerConfig) -> Result<BrokerHandle, StartError> {
+        if config.listen.is_empty() {
+            return Err(StartError::NoListenAddress);
+        }
+        let mut listeners = Vec::new();
+        let mut first_error = None;
+        for &addr in &config.listen {
+            match TcpListener::bind(addr).await {
+                Ok(listener) => listeners.push(listener),
+                Err(source) => {
+                    tracing::warn!(%addr, error = %source, "cannot listen");
+                    first_error.get_or_insert(StartError::Bind { addr, source });
+                }
+            }
+        }
+        if listeners.is_empty() {
+            return Err(first_error.unwrap_or(StartError::NoListenAddress));
+        }
+        let addrs: Vec<SocketAddr> = listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
+        let state = BrokerState::new(config);
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks: Vec<JoinHandle<()>> = listeners
+            .into_iter()
+            .map(|l| tokio::spawn(accept_loop(Arc::clone(&state), l, shutdown_rx.clone())))
+            .collect();
+        if state.manual_clock.is_none() {
+            tasks.push(tokio::spawn(crate::broker::timer_task::run(
+                Arc::clone(&state),
+                shutdown_rx.clone(),
+            )));
+        }
+        for addr in &addrs {
+            tracing::info!(%addr, "listening");
+        }
+        Ok(BrokerHandle {
+            state,
+            addrs,
+            shutdown,
+            tasks,
+        })
+    }
+}
+
+/// A running broker. Dropping the handle does not stop it; call [`BrokerHandle::shutdown`].
+pub struct BrokerHandle {
+    state: Arc<BrokerState>,
+    addrs: Vec<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// A snapshot of one queue, for tests and operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// Queue name.
+    pub name: String,
+    /// Ready messages.
+    pub messages: usize,
+    /// Attached consumers.
+    pub consumers: usize,
+}
+
+impl BrokerHandle {
+    /// The first address the broker listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    /// Every address the broker listens on.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// `amqp://host:port` for the first listen address (IPv6 hosts in brackets).
+    pub fn amqp_url(&self) -> String {
+        format!("amqp://{}", self.local_addr())
+    }
+
+    /// Queue snapshot in `vhost`, or `None` if the queue does not exist.
+    pub fn queue_info(&self, vhost: &str, queue: &str) -> Option<QueueInfo> {
+        let queue = self.state.vhost(vhost)?.queue(queue).ok()?;
+        Some(QueueInfo {
+            name: queue.name.to_string(),
+            messages: queue.message_count(),
+            consumers: queue.consumer_count(),
+        })
+    }
+
+    /// Names of the queues in `vhost`, sorted.
+    pub fn queue_names(&self, vhost: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .state
+            .vhost(vhost)
+            .map(|v| v.queues().iter().map(|q| q.name.to_string()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Names of the exchanges in `vhost`, sorted (the default exchange is `""`).
+    pub fn exchange_names(&self, vhost: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .state
+            .vhost(vhost)
+            .map(|v| v.exchanges().iter().map(|x| x.name.to_string()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Connections currently open.
+    pub fn connection_count(&self) -> usize {
+        self.state
+            .open_connections
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Bytes of message bodies held (what the memory watermark compares).
+    pub fn memory_used(&self) -> i64 {
+        self.state.memory.used()
+    }
+
+    /// The broker's current time, milliseconds since the Unix epoch.
+    pub fn now_ms(&self) -> u64 {
+        self.state.clock.now_ms()
+    }
+
+    /// Moves a manual clock forward by `by` and releases every delayed message now due, in
+    /// due order, before returning (their deliveries are queued to the consumers' sockets).
+    /// Returns how many were released. Panics if the broker runs on the system clock: that is
+    /// a programming error in the test, not a runtime condition.
+    pub fn advance(&self, by: Duration) -> usize {
+        let clock = self.manual_clock();
+        clock.advance(by);
+        self.state.delayed.release_due(clock.now_ms())
+    }
+
+    /// Sets a manual clock to `now_ms` (never backwards) and releases what is due, like
+    /// [`BrokerHandle::advance`].
+    pub fn set_now(&self, now_ms: u64) -> usize {
+        let clock = self.manual_clock();
+        clock.set_now(now_ms);
+        self.state.delayed.release_due(clock.now_ms())
+    }
+
+    fn manual_clock(&self) -> &dwellmq_timer::ManualClock {
+        self.state
+            .manual_clock
+            .as_deref()
+            .expect("advance/set_now need BrokerConfig::with_manual_clock")
+    }
+
+    /// Waits until every delivery queued so far has been written to its consumer's socket.
+    pub async fn settle(&self) {
+        for _ in 0..10_000 {
+            let idle = self
+                .state
+                .outbounds
+                .lock()
+                .iter()
+                .filter_map(|o| o.upgrade())
+                .all(|o| o.is_idle());
+            if idle {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Messages held by the delayed exchange `exchange` in `vhost`.
+    pub fn delayed_count(&self, vhost: &str, exchange: &str) -> usize {
+        self.state.delayed.stats(vhost, exchange).0
+    }
+
+    /// Body bytes held by the delayed exchange.
+    pub fn delayed_bytes(&self, vhost: &str, exchange: &str) -> u64 {
+        self.state.delayed.stats(vhost, exchange).1
+    }
+
+    /// Messages held by all delayed exchanges.
+    pub fn delayed_total(&self) -> usize {
+        self.state.delayed.len()
+    }
+
+    /// The held messages of a delayed exchange in due order (at most `limit`).
+    pub fn delayed_messages(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        limit: usize,
+    ) -> Vec<DelayedMessageInfo> {
+        self.state.delayed.list(vhost, exchange, limit)
+    }
+
+    /// Cancels one held message by id; false if it is unknown or already released.
+    pub fn cancel_delayed(&self, id: u64) -> bool {
+        self.state.delayed.cancel(id)
+    }
+
+    /// Drops every message held by a delayed exchange; returns how many.
+    pub fn purge_delayed(&self, vhost: &str, exchange: &str) -> usize {
+        self.state
+            .delayed
+            .purge_exchange(&vhost.into(), &exchange.into())
+    }
+
+    /// Held messages that found no route when released (dropped), since start.
+    pub fn delayed_unroutable(&self) -> u64 {
+        self.state.delayed.unroutable()
+    }
+
+    /// Stops accepting, closes every connection with `CONNECTION_FORCED`, and waits (up to
+    /// a few seconds per connection for `close-ok`) until all are gone.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}

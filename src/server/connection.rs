@@ -1,0 +1,433 @@
+//! One client connection: negotiation, the frame loop, heartbeats, blocking and teardown.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use dwellmq_codec::methods::{ChannelClose, ConnectionBlocked, ConnectionClose};
+use dwellmq_codec::{decode_frame, Frame, FramePayload, Method, ShortStr};
+use dwellmq_core::BrokerError;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::channel::{Channel, ConnContext};
+use super::frames::{Fault, FaultOrExit};
+use super::handshake::{negotiate, ClientCapabilities, Negotiated};
+use super::outbound::{run_writer, Outbound};
+use crate::broker::delivery::DeliveryChannel;
+use crate::broker::queue::ConnectionId;
+use crate::broker::vhost::VHost;
+use crate::broker::BrokerState;
+
+/// RabbitMQ's `handshake_timeout`: a peer must finish negotiating within this.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for `close-ok` after sending `connection.close`.
+const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(3);
+
+enum ChannelSlot {
+    Open(Box<Channel>),
+    /// We sent `channel.close` and wait for `close-ok`; other frames are dropped.
+    Closing,
+}
+
+/// The per-connection state the frame loop works on.
+struct Connection {
+    id: ConnectionId,
+    state: Arc<BrokerState>,
+    vhost: Arc<VHost>,
+    outbound: Arc<Outbound>,
+    frame_max: u32,
+    channel_max: u16,
+    capabilities: ClientCapabilities,
+    channels: HashMap<u16, ChannelSlot>,
+    exclusive_queues: Vec<ShortStr>,
+    /// Only connections that publish are blocked by the memory alarm, as in RabbitMQ.
+    has_published: bool,
+    sent_blocked: bool,
+}
+
+/// What the frame loop should do next.
+enum Flow {
+    Continue,
+    /// The client closed the connection and we answered `close-ok`.
+    Closed,
+}
+
+/// Serves one accepted socket until it closes.
+pub(crate) async fn serve(
+    state: Arc<BrokerState>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+) {
+    let id = state.next_connection_id();
+    let span = tracing::info_span!("conn", id, %peer);
+    async move {
+        let _ = stream.set_nodelay(true);
+        let (mut reader, writer) = stream.into_split();
+        let outbound = Arc::new(Outbound::new());
+        let writer_task = tokio::spawn(run_writer(Arc::clone(&outbound), writer));
+        {
+            let mut outbounds = state.outbounds.lock();
+            outbounds.retain(|o| o.strong_count() > 0);
+            outbounds.push(Arc::downgrade(&outbound));
+        }
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+
+        let negotiated = tokio::time::timeout(
+            HANDSHAKE_TIMEOUT,
+            negotiate(&state, &mut reader, &mut buf, &outbound, peer),
+        )
+        .await;
+        match negotiated {
+            Ok(Ok(Some(n))) => {
+                tracing::info!(user = %n.user, vhost = %n.vhost.name, "connection open");
+                run(id, &state, n, reader, buf, &outbound, shutdown).await;
+            }
+            Ok(Ok(None)) | Ok(Err(FaultOrExit::Exit)) => {}
+            Ok(Err(FaultOrExit::Fault(fault))) => {
+                tracing::warn!(error = %fault.error, "negotiation failed");
+                send_connection_close(&outbound, &fault);
+            }
+            Err(_) => tracing::warn!("handshake timed out"),
+        }
+        outbound.close();
+        let _ = writer_task.await;
+        tracing::debug!("connection closed");
+    }
+    .instrument(span)
+    .await
+}
+
+fn send_connection_close(outbound: &Outbound, fault: &Fault) {
+    outbound.send_method(
+        0,
+        &Method::ConnectionClose(ConnectionClose {
+            reply_code: fault.error.reply_code(),
+            reply_text: ShortStr::from(fault.error.reply_text()),
+            class_id: fault.class_id,
+            method_id: fault.method_id,
+        }),
+    );
+}
+
+async fn run(
+    id: ConnectionId,
+    state: &Arc<BrokerState>,
+    negotiated: Negotiated,
+    mut reader: tokio::net::tcp::OwnedReadHalf,
+    mut buf: BytesMut,
+    outbound: &Arc<Outbound>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut conn = Connection {
+        id,
+        state: Arc::clone(state),
+        vhost: negotiated.vhost,
+        outbound: Arc::clone(outbound),
+        frame_max: negotiated.frame_max,
+        channel_max: negotiated.channel_max,
+        capabilities: negotiated.capabilities,
+        channels: HashMap::new(),
+        exclusive_queues: Vec::new(),
+        has_published: false,
+        sent_blocked: false,
+    };
+    let heartbeat = Duration::from_secs(u64::from(negotiated.heartbeat_secs));
+    let mut ticker = tokio::time::interval(if heartbeat.is_zero() {
+        Duration::from_secs(3600)
+    } else {
+        heartbeat / 2
+    });
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_read = Instant::now();
+    let mut memory_alarm = state.memory.subscribe();
+
+    let outcome: Result<(), FaultOrExit> = loop {
+        let blocked = *memory_alarm.borrow() && conn.has_published;
+        conn.update_blocked(blocked);
+        tokio::select! {
+            read = reader.read_buf(&mut buf), if !blocked => match read {
+                Ok(0) | Err(_) => break Err(FaultOrExit::Exit),
+                Ok(_) => {
+                    last_read = Instant::now();
+                    match conn.process(&mut buf) {
+                        Ok(Flow::Continue) => {}
+                        Ok(Flow::Closed) => break Ok(()),
+                        Err(fault) => break Err(FaultOrExit::Fault(fault)),
+                    }
+                    if buf.capacity() - buf.len() < 4096 {
+                        buf.reserve(64 * 1024);
+                    }
+                }
+            },
+            _ = ticker.tick(), if !heartbeat.is_zero() => {
+                if last_read.elapsed() > heartbeat * 2 {
+                    tracing::warn!(timeout = ?heartbeat, "missed heartbeats from client, closing");
+                    break Err(FaultOrExit::Exit);
+                }
+                outbound.with(|sink| sink.heartbeat());
+            }
+            _ = memory_alarm.changed() => {}
+            _ = outbound.writable() => conn.on_writable(),
+            _ = shutdown.changed() => {
+                break Err(FaultOrExit::Fault(Fault::new(
+                    BrokerError::ConnectionForced("broker forced connection closure with reason 'shutdown'".into()),
+                    0,
+                    0,
+                )));
+            }
+        }
+    };
+    if let Err(FaultOrExit::Fault(fault)) = &outcome {
+        tracing::warn!(error = %fault.error, "closing connection");
+        send_connection_close(outbound, fault);
+        await_close_ok(&mut reader, &mut buf, conn.frame_max).await;
+    }
+    conn.teardown();
+}
+
+/// After sending `connection.close`, discard frames until `close-ok` (or the peer's own
+/// `close`) arrives, the socket ends, or the timeout passes.
+async fn await_close_ok(
+    reader: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut BytesMut,
+    frame_max: u32,
+) {
+    let wait = async {
+        loop {
+            while let Ok(Some(frame)) = decode_frame(buf, frame_max) {
+                if matches!(
+                    frame.payload,
+                    FramePayload::Method(Method::ConnectionCloseOk | Method::ConnectionClose(_))
+                ) {
+                    return;
+                }
+            }
+            match reader.read_buf(buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_OK_TIMEOUT, wait).await;
+}
+
+impl Connection {
+    fn context(&mut self) -> (ConnContext<'_>, &mut HashMap<u16, ChannelSlot>) {
+        (
+            ConnContext {
+                id: self.id,
+                state: &self.state,
+                vhost: &self.vhost,
+                outbound: &self.outbound,
+                exclusive_queues: &mut self.exclusive_queues,
+                consumer_cancel_notify: self.capabilities.consumer_cancel_notify,
+            },
+            &mut self.channels,
+        )
+    }
+
+    /// Handles every complete frame in `buf`, then sends the confirms they produced.
+    fn process(&mut self, buf: &mut BytesMut) -> Result<Flow, Fault> {
+        let result = loop {
+            match decode_frame(buf, self.frame_max) {
+                Ok(Some(frame)) => match self.on_frame(frame) {
+                    Ok(Flow::Continue) => {}
+                    other => break other,
+                },
+                Ok(None) => break Ok(Flow::Continue),
+                Err(e) => break Err(Fault::from(e)),
+            }
+        };
+        for slot in self.channels.values_mut() {
+            if let ChannelSlot::Open(channel) = slot {
+                channel.flush_confirms(&self.outbound);
+            }
+        }
+        result
+    }
+
+    fn on_frame(&mut self, frame: Frame) -> Result<Flow, Fault> {
+        if frame.channel == 0 {
+            return self.on_connection_frame(frame.payload);
+        }
+        let id = frame.channel;
+        if matches!(frame.payload, FramePayload::Heartbeat) {
+            return Err(Fault::new(
+                BrokerError::FrameError("heartbeat frame on a non-zero channel".into()),
+                0,
+                0,
+            ));
+        }
+        let (class_id, method_id) = match &frame.payload {
+            FramePayload::Method(m) => (m.class_id(), m.method_id()),
+            _ => (60, 40),
+        };
+        let channel_max = self.channel_max;
+        let frame_max = self.frame_max;
+        if matches!(frame.payload, FramePayload::Method(Method::BasicPublish(_))) {
+            self.has_published = true;
+        }
+        let (mut cx, channels) = self.context();
+        let slot = channels.get_mut(&id);
+        match (slot, frame.payload) {
+            (None, FramePayload::Method(Method::ChannelOpen)) => {
+                if id > channel_max {
+                    return Err(Fault::new(
+                        BrokerError::NotAllowed(format!(
+                            "channel id {id} is above the negotiated channel_max ({channel_max})"
+                        )),
+                        20,
+                        10,
+                    ));
+                }
+                let delivery = Arc::new(DeliveryChannel::new(
+                    id,
+                    Arc::clone(cx.outbound),
+                    frame_max,
+                ));
+                channels.insert(id, ChannelSlot::Open(Box::new(Channel::new(delivery))));
+                cx.outbound.send_method(id, &Method::ChannelOpenOk);
+                Ok(Flow::Continue)
+            }
+            (None, _) => Err(Fault::new(
+                BrokerError::ChannelError("expected 'channel.open'".into()),
+                class_id,
+                method_id,
+            )),
+            (Some(ChannelSlot::Closing), FramePayload::Method(Method::ChannelCloseOk)) => {
+                channels.remove(&id);
+                Ok(Flow::Continue)
+            }
+            (Some(ChannelSlot::Closing), FramePayload::Method(Method::ChannelClose(_))) => {
+                cx.outbound.send_method(id, &Method::ChannelCloseOk);
+                Ok(Flow::Continue)
+            }
+            (Some(ChannelSlot::Closing), _) => Ok(Flow::Continue),
+            (Some(ChannelSlot::Open(_)), FramePayload::Method(Method::ChannelOpen)) => {
+                Err(Fault::new(
+                    BrokerError::ChannelError("second 'channel.open' seen".into()),
+                    20,
+                    10,
+                ))
+            }
+            (Some(ChannelSlot::Open(channel)), FramePayload::Method(Method::ChannelClose(_))) => {
+                channel.close(&mut cx);
+                cx.outbound.send_method(id, &Method::ChannelCloseOk);
+                channels.remove(&id);
+                Ok(Flow::Continue)
+            }
+            (Some(ChannelSlot::Open(_)), FramePayload::Method(Method::ChannelCloseOk)) => {
+                Ok(Flow::Continue)
+            }
+            (Some(ChannelSlot::Open(channel)), payload) => {
+                let result = match payload {
+                    FramePayload::Method(method) => channel.on_method(&mut cx, method),
+                    FramePayload::Header(header) => channel.on_header(&mut cx, header),
+                    FramePayload::Body(body) => channel.on_body(&mut cx, body),
+                    FramePayload::Heartbeat => Ok(()),
+                };
+                match result {
+                    Ok(()) => Ok(Flow::Continue),
+                    Err(error) if error.is_connection_error() => {
+                        Err(Fault::new(error, class_id, method_id))
+                    }
+                    Err(error) => {
+                        tracing::debug!(channel = id, %error, "channel error");
+                        channel.close(&mut cx);
+                        cx.outbound.send_method(
+                            id,
+                            &Method::ChannelClose(ChannelClose {
+                                reply_code: error.reply_code(),
+                                reply_text: ShortStr::from(error.reply_text()),
+                                class_id,
+                                method_id,
+                            }),
+                        );
+                        channels.insert(id, ChannelSlot::Closing);
+                        Ok(Flow::Continue)
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_connection_frame(&mut self, payload: FramePayload) -> Result<Flow, Fault> {
+        match payload {
+            FramePayload::Heartbeat => Ok(Flow::Continue),
+            FramePayload::Method(Method::ConnectionClose(close)) => {
+                tracing::debug!(code = close.reply_code, text = %close.reply_text, "client closed the connection");
+                self.outbound.send_method(0, &Method::ConnectionCloseOk);
+                Ok(Flow::Closed)
+            }
+            FramePayload::Method(Method::ConnectionCloseOk) => Ok(Flow::Closed),
+            FramePayload::Method(Method::ConnectionUpdateSecret(_)) => {
+                self.outbound
+                    .send_method(0, &Method::ConnectionUpdateSecretOk);
+                Ok(Flow::Continue)
+            }
+            FramePayload::Method(Method::ConnectionBlocked(_) | Method::ConnectionUnblocked) => {
+                Ok(Flow::Continue)
+            }
+            FramePayload::Method(m) => Err(Fault::new(
+                BrokerError::CommandInvalid(format!("unexpected method {} on channel 0", m.name())),
+                m.class_id(),
+                m.method_id(),
+            )),
+            FramePayload::Header(_) | FramePayload::Body(_) => Err(Fault::new(
+                BrokerError::UnexpectedFrame("content frame on channel 0".into()),
+                0,
+                0,
+            )),
+        }
+    }
+
+    /// Sends `connection.blocked` / `unblocked` as the memory alarm changes.
+    fn update_blocked(&mut self, blocked: bool) {
+        if blocked == self.sent_blocked {
+            return;
+        }
+        self.sent_blocked = blocked;
+        if !self.capabilities.connection_blocked {
+            return;
+        }
+        let method = if blocked {
+            Method::ConnectionBlocked(ConnectionBlocked {
+                reason: ShortStr::from_static("low on memory"),
+            })
+        } else {
+            Method::ConnectionUnblocked
+        };
+        self.outbound.send_method(0, &method);
+    }
+
+    fn on_writable(&mut self) {
+        for slot in self.channels.values() {
+            if let ChannelSlot::Open(channel) = slot {
+                channel.on_writable();
+            }
+        }
+    }
+
+    /// Closes every channel (requeueing unacked messages) and deletes exclusive queues.
+    fn teardown(&mut self) {
+        let (mut cx, channels) = self.context();
+        for (_, slot) in channels.drain() {
+            if let ChannelSlot::Open(mut channel) = slot {
+                channel.close(&mut cx);
+            }
+        }
+        for name in std::mem::take(cx.exclusive_queues) {
+            if let Ok(deleted) = cx.vhost.delete_queue(&name, false, false, None) {
+                super::channel::notify_cancelled(&deleted.consumers);
+                cx.forget_exchanges(&deleted.removed_exchanges);
+            }
+        }
+    }
+}

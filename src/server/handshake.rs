@@ -1,0 +1,309 @@
+//! Connection negotiation: protocol header, start/start-ok (authentication), tune, open.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use dwellmq_codec::methods::{ConnectionStart, ConnectionTune};
+use dwellmq_codec::{
+    constants::{FRAME_MIN_SIZE, PROTOCOL_HEADER},
+    decode_protocol_header, FieldTable, FieldValue, Method, ProtocolHeader,
+};
+use dwellmq_core::BrokerError;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::frames::{read_frame, Fault, FaultOrExit};
+use super::outbound::Outbound;
+use crate::broker::vhost::VHost;
+use crate::broker::BrokerState;
+
+/// What the client negotiated.
+pub(crate) struct Negotiated {
+    pub(crate) user: String,
+    pub(crate) vhost: Arc<VHost>,
+    pub(crate) frame_max: u32,
+    pub(crate) channel_max: u16,
+    pub(crate) heartbeat_secs: u16,
+    pub(crate) capabilities: ClientCapabilities,
+}
+
+/// Extensions the client announced in `client-properties.capabilities`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ClientCapabilities {
+    pub(crate) consumer_cancel_notify: bool,
+    pub(crate) connection_blocked: bool,
+}
+
+/// Runs the handshake up to `connection.open-ok`.
+///
+/// `Ok(None)`: the peer spoke another protocol (our header has been queued) or left.
+pub(crate) async fn negotiate<R: AsyncRead + Unpin>(
+    state: &Arc<BrokerState>,
+    reader: &mut R,
+    buf: &mut BytesMut,
+    outbound: &Outbound,
+    peer: SocketAddr,
+) -> Result<Option<Negotiated>, FaultOrExit> {
+    let header = loop {
+        if let Some(header) = decode_protocol_header(buf) {
+            break header;
+        }
+        if reader.read_buf(buf).await.map_err(|_| FaultOrExit::Exit)? == 0 {
+            return Ok(None);
+        }
+    };
+    if let ProtocolHeader::Other(raw) = header {
+        tracing::debug!(?raw, "unsupported protocol header; answering with ours");
+        outbound.with(|sink| sink.raw(PROTOCOL_HEADER));
+        return Ok(None);
+    }
+    let limits = &state.config.limits;
+    outbound.send_method(0, &Method::ConnectionStart(server_start()));
+
+    let start_ok = match read_frame(reader, buf, limits.frame_max).await? {
+        Method::ConnectionStartOk(m) => m,
+        other => return Err(unexpected(&other)),
+    };
+    let capabilities = client_capabilities(&start_ok.client_properties);
+    let user = authenticate(state, &start_ok.mechanism, &start_ok.response, peer)?;
+
+    outbound.send_method(
+        0,
+        &Method::ConnectionTune(ConnectionTune {
+            channel_max: limits.channel_max,
+            frame_max: limits.frame_max,
+            heartbeat: limits.heartbeat_secs,
+        }),
+    );
+    let tune_ok = match read_frame(reader, buf, limits.frame_max).await? {
+        Method::ConnectionTuneOk(m) => m,
+        other => return Err(unexpected(&other)),
+    };
+    let frame_max = negotiate_limit(tune_ok.frame_max, limits.frame_max);
+    if frame_max < FRAME_MIN_SIZE {
+        return Err(Fault::new(
+            BrokerError::NotAllowed(format!(
+                "frame_max={} < {} min size",
+                tune_ok.frame_max, FRAME_MIN_SIZE
+            )),
+            10,
+            31,
+        )
+        .into());
+    }
+    let channel_max = negotiate_limit(
+        u32::from(tune_ok.channel_max),
+        u32::from(limits.channel_max),
+    ) as u16;
+
+    let open = match read_frame(reader, buf, frame_max).await? {
+        Method::ConnectionOpen(m) => m,
+        other => return Err(unexpected(&other)),
+    };
+    let vhost_name = open.virtual_host.as_str();
+    let allowed = state.user(&user).is_some_and(|u| u.may_open(vhost_name));
+    let vhost = match state.vhost(vhost_name) {
+        Some(vhost) if allowed => vhost,
+        Some(_) => {
+            return Err(Fault::new(
+                BrokerError::NotAllowed(format!(
+                    "access to vhost '{vhost_name}' refused for user '{user}'"
+                )),
+                10,
+                40,
+            )
+            .into())
+        }
+        None => {
+            return Err(Fault::new(
+                BrokerError::NotAllowed(format!("vhost {vhost_name} not found")),
+                10,
+                40,
+            )
+            .into())
+        }
+    };
+    outbound.send_method(0, &Method::ConnectionOpenOk);
+    Ok(Some(Negotiated {
+        user,
+        vhost,
+        frame_max,
+        channel_max,
+        heartbeat_secs: tune_ok.heartbeat,
+        capabilities,
+    }))
+}
+
+/// The smaller non-zero value (0 means "no limit" on either side).
+fn negotiate_limit(client: u32, server: u32) -> u32 {
+    match (client, server) {
+        (0, s) => s,
+        (c, 0) => c,
+        (c, s) => c.min(s),
+    }
+}
+
+fn unexpected(method: &Method) -> FaultOrExit {
+    Fault::new(
+        BrokerError::CommandInvalid(format!(
+            "expected a connection negotiation method, got {}",
+            method.name()
+        )),
+        method.class_id(),
+        method.method_id(),
+    )
+    .into()
+}
+
+fn server_start() -> ConnectionStart {
+    let capabilities: FieldTable = [
+        ("publisher_confirms", true),
+        ("exchange_exchange_bindings", true),
+        ("basic.nack", true),
+        ("consumer_cancel_notify", true),
+        ("connection.blocked", true),
+        ("authentication_failure_close", true),
+        ("per_consumer_qos", true),
+    ]
+    .into_iter()
+    .collect();
+    let mut properties = FieldTable::new();
+    properties.insert("capabilities", FieldValue::Table(capabilities));
+    properties.insert("product", "dwellmq");
+    properties.insert("version", env!("CARGO_PKG_VERSION"));
+    properties.insert("platform", "Rust");
+    properties.insert("cluster_name", "dwellmq");
+    properties.insert(
+        "information",
+        "An embedded AMQP 0-9-1 broker that does delayed messaging properly",
+    );
+    ConnectionStart {
+        version_major: 0,
+        version_minor: 9,
+        server_properties: properties,
+        mechanisms: Bytes::from_static(b"PLAIN AMQPLAIN"),
+        locales: Bytes::from_static(b"en_US"),
+    }
+}
+
+fn client_capabilities(properties: &FieldTable) -> ClientCapabilities {
+    let Some(FieldValue::Table(caps)) = properties.get("capabilities") else {
+        return ClientCapabilities::default();
+    };
+    let flag = |name: &str| matches!(caps.get(name), Some(FieldValue::Bool(true)));
+    ClientCapabilities {
+        consumer_cancel_notify: flag("consumer_cancel_notify"),
+        connection_blocked: flag("connection.blocked"),
+    }
+}
+
+/// Checks the credentials; returns the user name.
+fn authenticate(
+    state: &BrokerState,
+    mechanism: &str,
+    response: &[u8],
+    peer: SocketAddr,
+) -> Result<String, FaultOrExit> {
+    let refused = |text: String| -> FaultOrExit {
+        Fault::new(BrokerError::AccessRefused(text), 10, 11).into()
+    };
+    let credentials = match mechanism {
+        "PLAIN" => parse_plain(response),
+        "AMQPLAIN" => parse_amqplain(response),
+        other => {
+            return Err(refused(format!(
+                "unsupported authentication mechanism '{other}'"
+            )))
+        }
+    };
+    let login_refused = || {
+        refused(format!(
+            "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
+        ))
+    };
+    let Some((name, password)) = credentials else {
+        return Err(login_refused());
+    };
+    let Some(user) = state.user(&name) else {
+        tracing::warn!(user = %name, %peer, "login refused: unknown user");
+        return Err(login_refused());
+    };
+    if user.password != password {
+        tracing::warn!(user = %name, %peer, "login refused: invalid credentials");
+        return Err(login_refused());
+    }
+    if user.loopback_only && !peer.ip().is_loopback() {
+        tracing::warn!(user = %name, %peer, "login refused: user may only connect via localhost");
+        return Err(refused(format!(
+            "Login was refused using authentication mechanism {mechanism}. User '{name}' can only connect via localhost"
+        )));
+    }
+    Ok(name)
+}
+
+/// PLAIN: `[authzid] NUL authcid NUL password`.
+fn parse_plain(response: &[u8]) -> Option<(String, String)> {
+    let mut parts = response.split(|&b| b == 0);
+    let _authzid = parts.next()?;
+    let user = std::str::from_utf8(parts.next()?).ok()?;
+    let password = std::str::from_utf8(parts.next()?).ok()?;
+    Some((user.to_string(), password.to_string()))
+}
+
+/// AMQPLAIN: a field table without its length prefix, holding LOGIN and PASSWORD.
+fn parse_amqplain(response: &[u8]) -> Option<(String, String)> {
+    let mut i = response;
+    let (mut login, mut password) = (None, None);
+    while !i.is_empty() {
+        let key_len = usize::from(*i.first()?);
+        let key = i.get(1..1 + key_len)?;
+        i = &i[1 + key_len..];
+        if *i.first()? != b'S' {
+            return None;
+        }
+        let len = u32::from_be_bytes(i.get(1..5)?.try_into().ok()?) as usize;
+        let value = std::str::from_utf8(i.get(5..5 + len)?).ok()?.to_string();
+        i = &i[5 + len..];
+        match key {
+            b"LOGIN" => login = Some(value),
+            b"PASSWORD" => password = Some(value),
+            _ => {}
+        }
+    }
+    Some((login?, password?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_with_and_without_authzid() {
+        assert_eq!(
+            parse_plain(b"\0guest\0secret"),
+            Some(("guest".into(), "secret".into()))
+        );
+        assert_eq!(
+            parse_plain(b"admin\0guest\0secret"),
+            Some(("guest".into(), "secret".into()))
+        );
+        assert_eq!(parse_plain(b"guest"), None);
+    }
+
+    #[test]
+    fn amqplain_table_without_length_prefix() {
+        let response = b"\x05LOGINS\x00\x00\x00\x05guest\x08PASSWORDS\x00\x00\x00\x02pw";
+        assert_eq!(
+            parse_amqplain(response),
+            Some(("guest".into(), "pw".into()))
+        );
+        assert_eq!(parse_amqplain(b"\x05LOGINS\x00\x00\x00\x09guest"), None);
+    }
+
+    #[test]
+    fn limits_take_the_smaller_non_zero_value() {
+        assert_eq!(negotiate_limit(0, 2047), 2047);
+        assert_eq!(negotiate_limit(100, 2047), 100);
+        assert_eq!(negotiate_limit(100, 0), 100);
+    }
+}

@@ -1,0 +1,99 @@
+//! Shared helpers for the integration tests: an in-memory broker on an ephemeral port and a
+//! real AMQP client (lapin) connected to it.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use dwellmq::{Broker, BrokerConfig, BrokerHandle};
+use futures_lite::StreamExt;
+use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection, ConnectionProperties, Consumer};
+
+/// 2026-01-01T00:00:00Z: where manual clocks start, so due times are easy to read.
+pub const T0_MS: u64 = 1_767_225_600_000;
+
+/// A broker plus one connection to it.
+pub struct TestBroker {
+    pub broker: BrokerHandle,
+    pub connection: Connection,
+}
+
+/// Starts an in-memory broker on an ephemeral port (system clock) and connects to it.
+pub async fn start() -> TestBroker {
+    start_with(BrokerConfig::ephemeral()).await
+}
+
+/// Starts an in-memory broker with a manual clock at [`T0_MS`] and connects to it.
+pub async fn start_manual() -> TestBroker {
+    start_with(BrokerConfig::ephemeral().with_manual_clock(T0_MS)).await
+}
+
+pub async fn start_with(config: BrokerConfig) -> TestBroker {
+    let broker = Broker::start(config).await.expect("broker starts");
+    let connection = connect(&broker).await;
+    TestBroker { broker, connection }
+}
+
+/// A new client connection to `broker`.
+pub async fn connect(broker: &BrokerHandle) -> Connection {
+    Connection::connect(
+        &format!("{}/%2f", broker.amqp_url()),
+        ConnectionProperties::default(),
+    )
+    .await
+    .expect("client connects")
+}
+
+impl TestBroker {
+    pub async fn channel(&self) -> Channel {
+        self.connection.create_channel().await.expect("channel opens")
+    }
+}
+
+/// Declares a non-durable queue with default options.
+pub async fn declare_queue(channel: &Channel, name: &str) {
+    channel
+        .queue_declare(name.into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .expect("queue declared");
+}
+
+/// Starts an auto-ack consumer on `queue`.
+pub async fn consume_no_ack(channel: &Channel, queue: &str) -> Consumer {
+    channel
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume starts")
+}
+
+/// The next delivery, failing the test if none arrives within 5 s (a hang guard, not a
+/// timing assertion).
+pub async fn next_delivery(consumer: &mut Consumer) -> lapin::message::Delivery {
+    tokio::time::timeout(Duration::from_secs(5), consumer.next())
+        .await
+        .expect("a delivery arrives")
+        .expect("consumer still open")
+        .expect("delivery ok")
+}
+
+/// The body of the next delivery as text.
+pub async fn next_body(consumer: &mut Consumer) -> String {
+    String::from_utf8(next_delivery(consumer).await.data).expect("utf-8 body")
+}
+
+/// The AMQP reply code and text of a channel or connection error.
+pub fn amqp_error(error: &lapin::Error) -> (u16, String) {
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(e) => (e.get_id(), e.get_message().to_string()),
+        other => panic!("expected an AMQP protocol error, got {other:?}"),
+    }
+}

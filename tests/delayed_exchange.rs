@@ -1,0 +1,407 @@
+//! `x-delayed-message` exchanges through a real client, driven by the manual clock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, ExchangeKind};
+
+async fn delayed_exchange(ch: &Channel, name: &str, inner: &str) {
+    let mut args = FieldTable::default();
+    args.insert("x-delayed-type".into(), AMQPValue::LongString(inner.into()));
+    ch.exchange_declare(
+        name.into(),
+        ExchangeKind::Custom("x-delayed-message".into()),
+        ExchangeDeclareOptions::default(),
+        args,
+    )
+    .await
+    .unwrap();
+}
+
+fn delay_headers(value: AMQPValue) -> FieldTable {
+    let mut headers = FieldTable::default();
+    headers.insert("x-delay".into(), value);
+    headers
+}
+
+async fn publish_delayed(ch: &Channel, exchange: &str, key: &str, body: &str, delay: Option<AMQPValue>) {
+    let mut props = BasicProperties::default();
+    if let Some(d) = delay {
+        props = props.with_headers(delay_headers(d));
+    }
+    ch.basic_publish(
+        exchange.into(),
+        key.into(),
+        BasicPublishOptions::default(),
+        body.as_bytes(),
+        props,
+    )
+    .await
+    .unwrap();
+}
+
+/// A synchronous round trip on `ch`: everything published before it has been handled.
+async fn sync(ch: &Channel) {
+    ch.exchange_declare(
+        "amq.direct".into(),
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+}
+
+async fn setup(t: &TestBroker, inner: &str) -> Channel {
+    let ch = t.channel().await;
+    delayed_exchange(&ch, "delayed", inner).await;
+    declare_queue(&ch, "out").await;
+    ch.queue_bind(
+        "out".into(),
+        "delayed".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch
+}
+
+fn ready(t: &TestBroker) -> usize {
+    t.broker.queue_info("/", "out").unwrap().messages
+}
+
+#[tokio::test]
+async fn shorter_delay_published_later_arrives_first() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    publish_delayed(&ch, "delayed", "k", "three", Some(AMQPValue::LongInt(3000))).await;
+    publish_delayed(&ch, "delayed", "k", "one", Some(AMQPValue::LongInt(1000))).await;
+    sync(&ch).await;
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 2);
+    assert_eq!(ready(&t), 0);
+    let mut consumer = consume_no_ack(&ch, "out").await;
+    assert_eq!(t.broker.advance(Duration::from_millis(999)), 0);
+    assert_eq!(t.broker.advance(Duration::from_millis(1)), 1);
+    let first = next_delivery(&mut consumer).await;
+    assert_eq!(first.data, b"one");
+    let headers = first.properties.headers().clone().unwrap();
+    assert_eq!(
+        headers.inner().get(&ShortString::from("x-delay")),
+        Some(&AMQPValue::LongLongInt(-1000))
+    );
+    assert_eq!(t.broker.advance(Duration::from_secs(2)), 1);
+    assert_eq!(next_body(&mut consumer).await, "three");
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
+}
+
+#[tokio::test]
+async fn same_millisecond_releases_in_publish_order() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    for i in 0..20 {
+        publish_delayed(&ch, "delayed", "k", &i.to_string(), Some(AMQPValue::LongInt(500))).await;
+    }
+    sync(&ch).await;
+    let mut consumer = consume_no_ack(&ch, "out").await;
+    assert_eq!(t.broker.advance(Duration::from_millis(500)), 20);
+    for i in 0..20 {
+        assert_eq!(next_body(&mut consumer).await, i.to_string());
+    }
+}
+
+#[tokio::test]
+async fn a_24_hour_reminder_runs_in_milliseconds() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    publish_delayed(&ch, "delayed", "k", "reminder", Some(AMQPValue::LongLongInt(86_400_000))).await;
+    sync(&ch).await;
+    t.broker.advance(Duration::from_secs(86_399));
+    assert_eq!(ready(&t), 0);
+    t.broker.advance(Duration::from_secs(1));
+    assert_eq!(ready(&t), 1);
+}
+
+#[tokio::test]
+async fn delays_beyond_u32_millis_are_honoured() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    let sixty_days = 60 * 86_400_000i64;
+    publish_delayed(&ch, "delayed", "k", "later", Some(AMQPValue::LongLongInt(sixty_days))).await;
+    sync(&ch).await;
+    assert_eq!(ready(&t), 0, "not delivered at once, unlike the plugin");
+    let listed = t.broker.delayed_messages("/", "delayed", 10);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].due_ms, T0_MS + sixty_days as u64);
+    t.broker.set_now(T0_MS + sixty_days as u64);
+    assert_eq!(ready(&t), 1);
+}
+
+#[tokio::test]
+async fn missing_zero_or_negative_delay_routes_immediately() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    publish_delayed(&ch, "delayed", "k", "none", None).await;
+    publish_delayed(&ch, "delayed", "k", "zero", Some(AMQPValue::LongInt(0))).await;
+    publish_delayed(&ch, "delayed", "k", "negative", Some(AMQPValue::LongInt(-5))).await;
+    publish_delayed(&ch, "delayed", "k", "bool", Some(AMQPValue::Boolean(true))).await;
+    sync(&ch).await;
+    assert_eq!(ready(&t), 4);
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
+}
+
+#[tokio::test]
+async fn string_and_float_delays_are_read_like_the_plugin() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    publish_delayed(&ch, "delayed", "k", "str", Some(AMQPValue::LongString("+2000".into()))).await;
+    publish_delayed(&ch, "delayed", "k", "float", Some(AMQPValue::Double(1500.9))).await;
+    sync(&ch).await;
+    let due: Vec<u64> = t
+        .broker
+        .delayed_messages("/", "delayed", 10)
+        .iter()
+        .map(|m| m.due_ms - T0_MS)
+        .collect();
+    assert_eq!(due, [1500, 2000]);
+}
+
+#[tokio::test]
+async fn a_non_numeric_delay_string_is_a_406_channel_error() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    publish_delayed(&ch, "delayed", "k", "bad", Some(AMQPValue::LongString("soon".into()))).await;
+    let err = ch
+        .queue_declare("x".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .unwrap_err();
+    let (code, text) = amqp_error(&err);
+    assert_eq!(code, 406);
+    assert!(text.contains("x-delay"), "{text}");
+    // The connection is fine.
+    let ch = t.channel().await;
+    sync(&ch).await;
+}
+
+#[tokio::test]
+async fn each_delayed_type_routes_like_its_base_type() {
+    let t = start_manual().await;
+    let ch = t.channel().await;
+    for (exchange, kind, key) in [
+        ("d-direct", "direct", "k"),
+        ("d-topic", "topic", "a.*"),
+        ("d-fanout", "fanout", "ignored"),
+    ] {
+        delayed_exchange(&ch, exchange, kind).await;
+        declare_queue(&ch, exchange).await;
+        ch.queue_bind(
+            exchange.into(),
+            exchange.into(),
+            key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        publish_delayed(&ch, exchange, "k", "m", Some(AMQPValue::LongInt(10))).await;
+        publish_delayed(&ch, exchange, "a.b", "m", Some(AMQPValue::LongInt(10))).await;
+    }
+    delayed_exchange(&ch, "d-headers", "headers").await;
+    declare_queue(&ch, "d-headers").await;
+    let mut match_args = FieldTable::default();
+    match_args.insert("kind".into(), AMQPValue::LongString("invoice".into()));
+    ch.queue_bind(
+        "d-headers".into(),
+        "d-headers".into(),
+        "".into(),
+        QueueBindOptions::default(),
+        match_args,
+    )
+    .await
+    .unwrap();
+    let mut headers = delay_headers(AMQPValue::LongInt(10));
+    headers.insert("kind".into(), AMQPValue::LongString("invoice".into()));
+    ch.basic_publish(
+        "d-headers".into(),
+        "".into(),
+        BasicPublishOptions::default(),
+        b"h",
+        BasicProperties::default().with_headers(headers),
+    )
+    .await
+    .unwrap();
+    sync(&ch).await;
+    t.broker.advance(Duration::from_millis(10));
+    let depth = |q: &str| t.broker.queue_info("/", q).unwrap().messages;
+    assert_eq!(depth("d-direct"), 1);
+    assert_eq!(depth("d-topic"), 1);
+    assert_eq!(depth("d-fanout"), 2);
+    assert_eq!(depth("d-headers"), 1);
+}
+
+#[tokio::test]
+async fn bad_declarations_get_the_plugins_errors() {
+    let t = start_manual().await;
+    let cases = [
+        (None, "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must be an existing exchange type"),
+        (Some("x-delayed-message"), "PRECONDITION_FAILED - Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'"),
+        (Some("nonsense"), "PRECONDITION_FAILED - unknown exchange type 'nonsense'"),
+    ];
+    for (inner, expected) in cases {
+        let ch = t.channel().await;
+        let mut args = FieldTable::default();
+        if let Some(inner) = inner {
+            args.insert("x-delayed-type".into(), AMQPValue::LongString(inner.into()));
+        }
+        let err = ch
+            .exchange_declare(
+                "bad".into(),
+                ExchangeKind::Custom("x-delayed-message".into()),
+                ExchangeDeclareOptions::default(),
+                args,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(amqp_error(&err), (406, expected.to_string()));
+    }
+}
+
+#[tokio::test]
+async fn mandatory_is_checked_at_publish_not_at_release() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    ch.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let unroutable = ch
+        .basic_publish(
+            "delayed".into(),
+            "nobody".into(),
+            BasicPublishOptions {
+                mandatory: true,
+                ..Default::default()
+            },
+            b"x",
+            BasicProperties::default().with_headers(delay_headers(AMQPValue::LongInt(1000))),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(unroutable.take_message().is_some(), "returned at once");
+    let routable = ch
+        .basic_publish(
+            "delayed".into(),
+            "k".into(),
+            BasicPublishOptions {
+                mandatory: true,
+                ..Default::default()
+            },
+            b"y",
+            BasicProperties::default().with_headers(delay_headers(AMQPValue::LongInt(1000))),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(routable.is_ack());
+    assert!(routable.take_message().is_none(), "no bogus 312 for a routable delayed message");
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 1);
+}
+
+#[tokio::test]
+async fn exchange_to_exchange_binding_from_a_delayed_exchange() {
+    let t = start_manual().await;
+    let ch = t.channel().await;
+    delayed_exchange(&ch, "delayed", "topic").await;
+    ch.exchange_declare(
+        "fan".into(),
+        ExchangeKind::Fanout,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.exchange_bind(
+        "fan".into(),
+        "delayed".into(),
+        "jobs.#".into(),
+        ExchangeBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    declare_queue(&ch, "via").await;
+    ch.queue_bind("via".into(), "fan".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    publish_delayed(&ch, "delayed", "jobs.email", "m", Some(AMQPValue::LongInt(250))).await;
+    sync(&ch).await;
+    assert_eq!(t.broker.queue_info("/", "via").unwrap().messages, 0);
+    t.broker.advance(Duration::from_millis(250));
+    assert_eq!(t.broker.queue_info("/", "via").unwrap().messages, 1);
+}
+
+#[tokio::test]
+async fn target_queue_deleted_before_release_drops_the_message() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    publish_delayed(&ch, "delayed", "k", "m", Some(AMQPValue::LongInt(100))).await;
+    sync(&ch).await;
+    ch.queue_delete("out".into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(t.broker.advance(Duration::from_millis(100)), 1);
+    assert_eq!(t.broker.delayed_unroutable(), 1);
+    assert!(t.broker.queue_info("/", "out").is_none());
+}
+
+#[tokio::test]
+async fn deleting_a_delayed_exchange_drops_what_it_holds() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    publish_delayed(&ch, "delayed", "k", "m", Some(AMQPValue::LongInt(100))).await;
+    sync(&ch).await;
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 1);
+    ch.exchange_delete("delayed".into(), ExchangeDeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
+    // A new exchange of the same name does not inherit the old messages.
+    delayed_exchange(&ch, "delayed", "direct").await;
+    ch.queue_bind("out".into(), "delayed".into(), "k".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    assert_eq!(t.broker.advance(Duration::from_millis(100)), 0);
+    assert_eq!(ready(&t), 0);
+}
+
+#[tokio::test]
+async fn list_cancel_and_purge_held_messages() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    for (body, delay) in [("a", 300), ("b", 100), ("c", 200)] {
+        publish_delayed(&ch, "delayed", "k", body, Some(AMQPValue::LongInt(delay))).await;
+    }
+    sync(&ch).await;
+    let held = t.broker.delayed_messages("/", "delayed", 10);
+    let order: Vec<u64> = held.iter().map(|m| m.due_ms - T0_MS).collect();
+    assert_eq!(order, [100, 200, 300]);
+    assert_eq!(held[0].routing_key, "k");
+    assert_eq!(held[0].body_size, 1);
+    assert_eq!(t.broker.delayed_bytes("/", "delayed"), 3);
+    assert!(t.broker.cancel_delayed(held[0].id));
+    assert!(!t.broker.cancel_delayed(held[0].id), "already cancelled");
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 2);
+    t.broker.advance(Duration::from_millis(200));
+    assert_eq!(ready(&t), 1, "only c: b was cancelled");
+    assert_eq!(t.broker.purge_delayed("/", "delayed"), 1);
+    t.broker.advance(Duration::from_millis(1000));
+    assert_eq!(ready(&t), 1);
+}

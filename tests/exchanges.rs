@@ -1,0 +1,228 @@
+//! Exchange types, exchange-to-exchange bindings, alternate exchanges, auto-delete.
+
+mod common;
+
+use common::*;
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, ExchangeKind};
+
+async fn exchange(ch: &Channel, name: &str, kind: ExchangeKind, args: FieldTable) {
+    ch.exchange_declare(name.into(), kind, ExchangeDeclareOptions::default(), args)
+        .await
+        .unwrap();
+}
+
+async fn bind(ch: &Channel, queue: &str, exchange: &str, key: &str, args: FieldTable) {
+    ch.queue_bind(
+        queue.into(),
+        exchange.into(),
+        key.into(),
+        QueueBindOptions::default(),
+        args,
+    )
+    .await
+    .unwrap();
+}
+
+async fn publish(ch: &Channel, exchange: &str, key: &str, body: &str, headers: Option<FieldTable>) {
+    let mut props = BasicProperties::default();
+    if let Some(h) = headers {
+        props = props.with_headers(h);
+    }
+    ch.basic_publish(
+        exchange.into(),
+        key.into(),
+        BasicPublishOptions::default(),
+        body.as_bytes(),
+        props,
+    )
+    .await
+    .unwrap();
+}
+
+/// Ready message count once everything published so far has been routed.
+async fn depth(t: &TestBroker, ch: &Channel, queue: &str) -> usize {
+    // A synchronous round trip orders us after every earlier publish on this channel.
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    t.broker.queue_info("/", queue).unwrap().messages
+}
+
+#[tokio::test]
+async fn topic_patterns_route_as_rabbitmq() {
+    let t = start().await;
+    let ch = t.channel().await;
+    exchange(&ch, "logs", ExchangeKind::Topic, FieldTable::default()).await;
+    for (q, pattern) in [("star", "app.*.error"), ("hash", "app.#"), ("exact", "app.web.error")] {
+        declare_queue(&ch, q).await;
+        bind(&ch, q, "logs", pattern, FieldTable::default()).await;
+    }
+    publish(&ch, "logs", "app.web.error", "1", None).await;
+    publish(&ch, "logs", "app.db.pool.error", "2", None).await;
+    publish(&ch, "logs", "app", "3", None).await;
+    publish(&ch, "logs", "other.web.error", "4", None).await;
+    assert_eq!(depth(&t, &ch, "star").await, 1);
+    assert_eq!(depth(&t, &ch, "hash").await, 3);
+    assert_eq!(depth(&t, &ch, "exact").await, 1);
+}
+
+#[tokio::test]
+async fn fanout_and_direct_and_predeclared_exchanges() {
+    let t = start().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "f1").await;
+    declare_queue(&ch, "f2").await;
+    bind(&ch, "f1", "amq.fanout", "", FieldTable::default()).await;
+    bind(&ch, "f2", "amq.fanout", "ignored", FieldTable::default()).await;
+    bind(&ch, "f1", "amq.direct", "k1", FieldTable::default()).await;
+    publish(&ch, "amq.fanout", "whatever", "x", None).await;
+    publish(&ch, "amq.direct", "k1", "y", None).await;
+    publish(&ch, "amq.direct", "k2", "z", None).await;
+    assert_eq!(depth(&t, &ch, "f1").await, 2);
+    assert_eq!(depth(&t, &ch, "f2").await, 1);
+}
+
+#[tokio::test]
+async fn headers_exchange_all_and_any() {
+    let t = start().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "all").await;
+    declare_queue(&ch, "any").await;
+    let mut all = FieldTable::default();
+    all.insert("x-match".into(), AMQPValue::LongString("all".into()));
+    all.insert("format".into(), AMQPValue::LongString("pdf".into()));
+    all.insert("type".into(), AMQPValue::LongString("report".into()));
+    let mut any = all.clone();
+    any.insert("x-match".into(), AMQPValue::LongString("any".into()));
+    bind(&ch, "all", "amq.headers", "", all).await;
+    bind(&ch, "any", "amq.headers", "", any).await;
+    let mut both = FieldTable::default();
+    both.insert("format".into(), AMQPValue::LongString("pdf".into()));
+    both.insert("type".into(), AMQPValue::LongString("report".into()));
+    let mut one = FieldTable::default();
+    one.insert("format".into(), AMQPValue::LongString("pdf".into()));
+    publish(&ch, "amq.headers", "", "both", Some(both)).await;
+    publish(&ch, "amq.headers", "", "one", Some(one)).await;
+    assert_eq!(depth(&t, &ch, "all").await, 1);
+    assert_eq!(depth(&t, &ch, "any").await, 2);
+}
+
+#[tokio::test]
+async fn exchange_to_exchange_bindings_forward_messages() {
+    let t = start().await;
+    let ch = t.channel().await;
+    exchange(&ch, "front", ExchangeKind::Topic, FieldTable::default()).await;
+    exchange(&ch, "back", ExchangeKind::Fanout, FieldTable::default()).await;
+    ch.exchange_bind(
+        "back".into(),
+        "front".into(),
+        "orders.*".into(),
+        ExchangeBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    declare_queue(&ch, "e2e").await;
+    bind(&ch, "e2e", "back", "", FieldTable::default()).await;
+    publish(&ch, "front", "orders.new", "yes", None).await;
+    publish(&ch, "front", "users.new", "no", None).await;
+    assert_eq!(depth(&t, &ch, "e2e").await, 1);
+    ch.exchange_unbind(
+        "back".into(),
+        "front".into(),
+        "orders.*".into(),
+        ExchangeUnbindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    publish(&ch, "front", "orders.new", "no longer", None).await;
+    assert_eq!(depth(&t, &ch, "e2e").await, 1);
+}
+
+#[tokio::test]
+async fn unroutable_messages_go_to_the_alternate_exchange() {
+    let t = start().await;
+    let ch = t.channel().await;
+    exchange(&ch, "ae", ExchangeKind::Fanout, FieldTable::default()).await;
+    declare_queue(&ch, "unrouted").await;
+    bind(&ch, "unrouted", "ae", "", FieldTable::default()).await;
+    let mut args = FieldTable::default();
+    args.insert("alternate-exchange".into(), AMQPValue::LongString("ae".into()));
+    exchange(&ch, "main", ExchangeKind::Direct, args).await;
+    declare_queue(&ch, "routed").await;
+    bind(&ch, "routed", "main", "known", FieldTable::default()).await;
+    publish(&ch, "main", "known", "a", None).await;
+    publish(&ch, "main", "unknown", "b", None).await;
+    assert_eq!(depth(&t, &ch, "routed").await, 1);
+    assert_eq!(depth(&t, &ch, "unrouted").await, 1);
+}
+
+#[tokio::test]
+async fn exchange_delete_if_unused_and_auto_delete() {
+    let t = start().await;
+    let ch = t.channel().await;
+    exchange(&ch, "used", ExchangeKind::Direct, FieldTable::default()).await;
+    declare_queue(&ch, "uq").await;
+    bind(&ch, "uq", "used", "k", FieldTable::default()).await;
+    let err = ch
+        .exchange_delete(
+            "used".into(),
+            ExchangeDeleteOptions {
+                if_unused: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        amqp_error(&err),
+        (406, "PRECONDITION_FAILED - exchange 'used' in vhost '/' in use".into())
+    );
+    let ch = t.channel().await;
+    ch.exchange_declare(
+        "temp".into(),
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions {
+            auto_delete: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    bind(&ch, "uq", "temp", "k", FieldTable::default()).await;
+    assert!(t.broker.exchange_names("/").contains(&"temp".to_string()));
+    ch.queue_unbind("uq".into(), "temp".into(), "k".into(), FieldTable::default())
+        .await
+        .unwrap();
+    assert!(!t.broker.exchange_names("/").contains(&"temp".to_string()));
+}
+
+#[tokio::test]
+async fn unknown_exchange_type_closes_the_connection_with_503() {
+    let t = start().await;
+    let ch = t.channel().await;
+    let err = ch
+        .exchange_declare(
+            "weird".into(),
+            ExchangeKind::Custom("x-unknown".into()),
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        amqp_error(&err),
+        (503, "COMMAND_INVALID - unknown exchange type 'x-unknown'".into())
+    );
+}
