@@ -185,6 +185,19 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_string_parses_or_fails_cleanly(s in "\\PC{0,24}|[+-]?[0-9]{0,30}[a-z.]{0,3}") {
+            match parse_expiration(&s) {
+                Ok(v) => {
+                    proptest::prop_assert!(v <= MAX_TTL_MS);
+                    proptest::prop_assert_eq!(Some(v as i64), erl_to_integer(&s).and_then(|i| i.to_i64()));
+                }
+                Err(e) => proptest::prop_assert_eq!(e.reply_code(), 406),
+            }
+        }
+    }
+
     #[test]
     fn erl_integer_bounds() {
         let i = erl_to_integer("-9223372036854775808").unwrap();

@@ -209,6 +209,26 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_or_float_parse_or_fail_cleanly(
+            b in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+            f in proptest::num::f64::ANY,
+            d in (proptest::num::u8::ANY, proptest::num::u32::ANY),
+        ) {
+            for v in [
+                FieldValue::Bytes(Bytes::from(b.clone())),
+                FieldValue::F64(f),
+                FieldValue::Decimal { scale: d.0, value: d.1 },
+            ] {
+                match delay(v) {
+                    Ok(ms) => proptest::prop_assert!(ms <= MAX_DELAY_MS),
+                    Err(e) => proptest::prop_assert_eq!(e.reply_code(), 406),
+                }
+            }
+        }
+    }
+
     #[test]
     fn above_the_ceiling_is_refused() {
         let over = MAX_DELAY_MS + 1;
