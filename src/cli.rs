@@ -33,6 +33,7 @@ pub(crate) enum Command {
 }
 
 /// A resolved configuration plus the log filter.
+#[derive(Debug)]
 pub(crate) struct Settings {
     pub(crate) config: BrokerConfig,
     pub(crate) log_level: String,
@@ -114,8 +115,9 @@ pub(crate) fn parse(
 fn parse_addrs<'a>(addrs: impl Iterator<Item = &'a str>) -> Result<Vec<SocketAddr>, String> {
     addrs
         .map(|a| {
-            a.parse::<SocketAddr>()
-                .map_err(|_| format!("invalid listen address '{a}' (expected e.g. 127.0.0.1:5672 or [::1]:5672)"))
+            a.parse::<SocketAddr>().map_err(|_| {
+                format!("invalid listen address '{a}' (expected e.g. 127.0.0.1:5672 or [::1]:5672)")
+            })
         })
         .collect()
 }
@@ -189,7 +191,9 @@ fn string_list(value: &toml::Value, name: &str) -> Result<Vec<String>, String> {
 }
 
 fn user(value: &toml::Value) -> Result<UserConfig, String> {
-    let t = value.as_table().ok_or("each [[users]] entry must be a table")?;
+    let t = value
+        .as_table()
+        .ok_or("each [[users]] entry must be a table")?;
     let field = |k: &str| t.get(k).map(|v| string(v, &format!("users.{k}")));
     Ok(UserConfig {
         name: field("name").ok_or("users.name is required")??,
@@ -200,7 +204,10 @@ fn user(value: &toml::Value) -> Result<UserConfig, String> {
         },
         loopback_only: t
             .get("loopback_only")
-            .map(|v| v.as_bool().ok_or("users.loopback_only must be true or false"))
+            .map(|v| {
+                v.as_bool()
+                    .ok_or("users.loopback_only must be true or false")
+            })
             .transpose()?
             .unwrap_or(false),
     })
@@ -235,7 +242,10 @@ mod tests {
     fn flags_beat_environment() {
         let s = run(
             &["--listen", "127.0.0.1:0", "--listen=[::1]:0", "--in-memory"],
-            &[("DWELLMQ_LISTEN", "127.0.0.1:9999"), ("DWELLMQ_DATA_DIR", "/tmp/x")],
+            &[
+                ("DWELLMQ_LISTEN", "127.0.0.1:9999"),
+                ("DWELLMQ_DATA_DIR", "/tmp/x"),
+            ],
         )
         .unwrap();
         assert_eq!(s.config.listen.len(), 2);
@@ -245,9 +255,15 @@ mod tests {
 
     #[test]
     fn bad_input_is_explained() {
-        assert!(run(&["--listen", "nope"], &[]).unwrap_err().contains("invalid listen address"));
-        assert!(run(&["--frobnicate"], &[]).unwrap_err().contains("unknown option"));
-        assert!(run(&["--listen"], &[]).unwrap_err().contains("needs a value"));
+        assert!(run(&["--listen", "nope"], &[])
+            .unwrap_err()
+            .contains("invalid listen address"));
+        assert!(run(&["--frobnicate"], &[])
+            .unwrap_err()
+            .contains("unknown option"));
+        assert!(run(&["--listen"], &[])
+            .unwrap_err()
+            .contains("needs a value"));
     }
 
     #[test]

@@ -26,7 +26,11 @@ async fn publish_then_consume_through_the_default_exchange() {
     assert_eq!(delivery.data, b"hello");
     assert_eq!(delivery.routing_key.as_str(), "q1");
     assert_eq!(
-        delivery.properties.content_type().as_ref().map(|c| c.as_str()),
+        delivery
+            .properties
+            .content_type()
+            .as_ref()
+            .map(|c| c.as_str()),
         Some("text/plain")
     );
     assert!(!delivery.redelivered);
@@ -80,7 +84,11 @@ async fn basic_get_returns_messages_then_empty() {
         .unwrap()
         .expect("a message");
     assert_eq!(second.delivery.data, b"b");
-    second.delivery.ack(BasicAckOptions::default()).await.unwrap();
+    second
+        .delivery
+        .ack(BasicAckOptions::default())
+        .await
+        .unwrap();
     assert!(ch
         .basic_get("g".into(), BasicGetOptions { no_ack: true })
         .await

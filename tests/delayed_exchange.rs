@@ -28,7 +28,13 @@ fn delay_headers(value: AMQPValue) -> FieldTable {
     headers
 }
 
-async fn publish_delayed(ch: &Channel, exchange: &str, key: &str, body: &str, delay: Option<AMQPValue>) {
+async fn publish_delayed(
+    ch: &Channel,
+    exchange: &str,
+    key: &str,
+    body: &str,
+    delay: Option<AMQPValue>,
+) {
     let mut props = BasicProperties::default();
     if let Some(d) = delay {
         props = props.with_headers(delay_headers(d));
@@ -108,7 +114,14 @@ async fn same_millisecond_releases_in_publish_order() {
     let t = start_manual().await;
     let ch = setup(&t, "direct").await;
     for i in 0..20 {
-        publish_delayed(&ch, "delayed", "k", &i.to_string(), Some(AMQPValue::LongInt(500))).await;
+        publish_delayed(
+            &ch,
+            "delayed",
+            "k",
+            &i.to_string(),
+            Some(AMQPValue::LongInt(500)),
+        )
+        .await;
     }
     sync(&ch).await;
     let mut consumer = consume_no_ack(&ch, "out").await;
@@ -122,7 +135,14 @@ async fn same_millisecond_releases_in_publish_order() {
 async fn a_24_hour_reminder_runs_in_milliseconds() {
     let t = start_manual().await;
     let ch = setup(&t, "direct").await;
-    publish_delayed(&ch, "delayed", "k", "reminder", Some(AMQPValue::LongLongInt(86_400_000))).await;
+    publish_delayed(
+        &ch,
+        "delayed",
+        "k",
+        "reminder",
+        Some(AMQPValue::LongLongInt(86_400_000)),
+    )
+    .await;
     sync(&ch).await;
     t.broker.advance(Duration::from_secs(86_399));
     assert_eq!(ready(&t), 0);
@@ -135,7 +155,14 @@ async fn delays_beyond_u32_millis_are_honoured() {
     let t = start_manual().await;
     let ch = setup(&t, "direct").await;
     let sixty_days = 60 * 86_400_000i64;
-    publish_delayed(&ch, "delayed", "k", "later", Some(AMQPValue::LongLongInt(sixty_days))).await;
+    publish_delayed(
+        &ch,
+        "delayed",
+        "k",
+        "later",
+        Some(AMQPValue::LongLongInt(sixty_days)),
+    )
+    .await;
     sync(&ch).await;
     assert_eq!(ready(&t), 0, "not delivered at once, unlike the plugin");
     let listed = t.broker.delayed_messages("/", "delayed", 10);
@@ -151,7 +178,14 @@ async fn missing_zero_or_negative_delay_routes_immediately() {
     let ch = setup(&t, "direct").await;
     publish_delayed(&ch, "delayed", "k", "none", None).await;
     publish_delayed(&ch, "delayed", "k", "zero", Some(AMQPValue::LongInt(0))).await;
-    publish_delayed(&ch, "delayed", "k", "negative", Some(AMQPValue::LongInt(-5))).await;
+    publish_delayed(
+        &ch,
+        "delayed",
+        "k",
+        "negative",
+        Some(AMQPValue::LongInt(-5)),
+    )
+    .await;
     publish_delayed(&ch, "delayed", "k", "bool", Some(AMQPValue::Boolean(true))).await;
     sync(&ch).await;
     assert_eq!(ready(&t), 4);
@@ -162,8 +196,22 @@ async fn missing_zero_or_negative_delay_routes_immediately() {
 async fn string_and_float_delays_are_read_like_the_plugin() {
     let t = start_manual().await;
     let ch = setup(&t, "direct").await;
-    publish_delayed(&ch, "delayed", "k", "str", Some(AMQPValue::LongString("+2000".into()))).await;
-    publish_delayed(&ch, "delayed", "k", "float", Some(AMQPValue::Double(1500.9))).await;
+    publish_delayed(
+        &ch,
+        "delayed",
+        "k",
+        "str",
+        Some(AMQPValue::LongString("+2000".into())),
+    )
+    .await;
+    publish_delayed(
+        &ch,
+        "delayed",
+        "k",
+        "float",
+        Some(AMQPValue::Double(1500.9)),
+    )
+    .await;
     sync(&ch).await;
     let due: Vec<u64> = t
         .broker
@@ -178,9 +226,20 @@ async fn string_and_float_delays_are_read_like_the_plugin() {
 async fn a_non_numeric_delay_string_is_a_406_channel_error() {
     let t = start_manual().await;
     let ch = setup(&t, "direct").await;
-    publish_delayed(&ch, "delayed", "k", "bad", Some(AMQPValue::LongString("soon".into()))).await;
+    publish_delayed(
+        &ch,
+        "delayed",
+        "k",
+        "bad",
+        Some(AMQPValue::LongString("soon".into())),
+    )
+    .await;
     let err = ch
-        .queue_declare("x".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .queue_declare(
+            "x".into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap_err();
     let (code, text) = amqp_error(&err);
@@ -278,7 +337,9 @@ async fn bad_declarations_get_the_plugins_errors() {
 async fn mandatory_is_checked_at_publish_not_at_release() {
     let t = start_manual().await;
     let ch = setup(&t, "direct").await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
     let unroutable = ch
         .basic_publish(
             "delayed".into(),
@@ -311,7 +372,10 @@ async fn mandatory_is_checked_at_publish_not_at_release() {
         .await
         .unwrap();
     assert!(routable.is_ack());
-    assert!(routable.take_message().is_none(), "no bogus 312 for a routable delayed message");
+    assert!(
+        routable.take_message().is_none(),
+        "no bogus 312 for a routable delayed message"
+    );
     assert_eq!(t.broker.delayed_count("/", "delayed"), 1);
 }
 
@@ -338,10 +402,23 @@ async fn exchange_to_exchange_binding_from_a_delayed_exchange() {
     .await
     .unwrap();
     declare_queue(&ch, "via").await;
-    ch.queue_bind("via".into(), "fan".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
-    publish_delayed(&ch, "delayed", "jobs.email", "m", Some(AMQPValue::LongInt(250))).await;
+    ch.queue_bind(
+        "via".into(),
+        "fan".into(),
+        "".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    publish_delayed(
+        &ch,
+        "delayed",
+        "jobs.email",
+        "m",
+        Some(AMQPValue::LongInt(250)),
+    )
+    .await;
     sync(&ch).await;
     assert_eq!(t.broker.queue_info("/", "via").unwrap().messages, 0);
     t.broker.advance(Duration::from_millis(250));
@@ -375,9 +452,15 @@ async fn deleting_a_delayed_exchange_drops_what_it_holds() {
     assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
     // A new exchange of the same name does not inherit the old messages.
     delayed_exchange(&ch, "delayed", "direct").await;
-    ch.queue_bind("out".into(), "delayed".into(), "k".into(), QueueBindOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
+    ch.queue_bind(
+        "out".into(),
+        "delayed".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(t.broker.advance(Duration::from_millis(100)), 0);
     assert_eq!(ready(&t), 0);
 }

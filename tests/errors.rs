@@ -47,12 +47,19 @@ async fn publish_to_missing_exchange_is_404() {
     .unwrap();
     // The error arrives asynchronously; the next synchronous call on the channel sees it.
     let err = ch
-        .queue_declare("after".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .queue_declare(
+            "after".into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap_err();
     assert_eq!(
         amqp_error(&err),
-        (404, "NOT_FOUND - no exchange 'no-such-x' in vhost '/'".into())
+        (
+            404,
+            "NOT_FOUND - no exchange 'no-such-x' in vhost '/'".into()
+        )
     );
 }
 
@@ -146,7 +153,11 @@ async fn reserved_amq_names_are_refused_with_403() {
     );
     let ch = t.channel().await;
     let err = ch
-        .queue_declare("amq.q".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .queue_declare(
+            "amq.q".into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap_err();
     assert_eq!(
@@ -164,7 +175,11 @@ async fn acking_an_unknown_delivery_tag_is_406() {
     let ch = t.channel().await;
     ch.basic_ack(42, BasicAckOptions::default()).await.unwrap();
     let err = ch
-        .queue_declare("z".into(), QueueDeclareOptions::default(), FieldTable::default())
+        .queue_declare(
+            "z".into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap_err();
     assert_eq!(
@@ -201,7 +216,9 @@ async fn exclusive_queue_is_locked_to_its_connection_and_deleted_with_it() {
     let (code, text) = amqp_error(&err);
     assert_eq!(code, 405);
     assert!(
-        text.starts_with("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'mine' in vhost '/'"),
+        text.starts_with(
+            "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'mine' in vhost '/'"
+        ),
         "{text}"
     );
     t.connection.close(200, "bye".into()).await.unwrap();
@@ -246,7 +263,10 @@ async fn queue_delete_if_empty_and_if_unused_refuse_with_406() {
         .unwrap_err();
     assert_eq!(
         amqp_error(&err),
-        (406, "PRECONDITION_FAILED - queue 'busy' in vhost '/' is not empty".into())
+        (
+            406,
+            "PRECONDITION_FAILED - queue 'busy' in vhost '/' is not empty".into()
+        )
     );
     let ch = t.channel().await;
     let _consumer = consume_no_ack(&ch, "busy").await;
@@ -263,20 +283,28 @@ async fn queue_delete_if_empty_and_if_unused_refuse_with_406() {
         .unwrap_err();
     assert_eq!(
         amqp_error(&err),
-        (406, "PRECONDITION_FAILED - queue 'busy' in vhost '/' in use".into())
+        (
+            406,
+            "PRECONDITION_FAILED - queue 'busy' in vhost '/' in use".into()
+        )
     );
 }
 
 #[tokio::test]
 async fn wrong_password_is_refused_with_403() {
     let t = start().await;
-    let url = t.broker.amqp_url().replace("amqp://", "amqp://guest:wrong@");
+    let url = t
+        .broker
+        .amqp_url()
+        .replace("amqp://", "amqp://guest:wrong@");
     let err = lapin::Connection::connect(&format!("{url}/%2f"), Default::default())
         .await
-        .err()
-        .expect("login refused");
+        .expect_err("login refused");
     let text = format!("{err:?}");
-    assert!(text.contains("ACCESS_REFUSED") || text.contains("403"), "{text}");
+    assert!(
+        text.contains("ACCESS_REFUSED") || text.contains("403"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -287,8 +315,10 @@ async fn unknown_vhost_is_refused_with_530() {
         Default::default(),
     )
     .await
-    .err()
-    .expect("vhost refused");
+    .expect_err("vhost refused");
     let text = format!("{err:?}");
-    assert!(text.contains("NOT_ALLOWED") || text.contains("530"), "{text}");
+    assert!(
+        text.contains("NOT_ALLOWED") || text.contains("530"),
+        "{text}"
+    );
 }

@@ -62,7 +62,11 @@ async fn topic_patterns_route_as_rabbitmq() {
     let t = start().await;
     let ch = t.channel().await;
     exchange(&ch, "logs", ExchangeKind::Topic, FieldTable::default()).await;
-    for (q, pattern) in [("star", "app.*.error"), ("hash", "app.#"), ("exact", "app.web.error")] {
+    for (q, pattern) in [
+        ("star", "app.*.error"),
+        ("hash", "app.#"),
+        ("exact", "app.web.error"),
+    ] {
         declare_queue(&ch, q).await;
         bind(&ch, q, "logs", pattern, FieldTable::default()).await;
     }
@@ -157,7 +161,10 @@ async fn unroutable_messages_go_to_the_alternate_exchange() {
     declare_queue(&ch, "unrouted").await;
     bind(&ch, "unrouted", "ae", "", FieldTable::default()).await;
     let mut args = FieldTable::default();
-    args.insert("alternate-exchange".into(), AMQPValue::LongString("ae".into()));
+    args.insert(
+        "alternate-exchange".into(),
+        AMQPValue::LongString("ae".into()),
+    );
     exchange(&ch, "main", ExchangeKind::Direct, args).await;
     declare_queue(&ch, "routed").await;
     bind(&ch, "routed", "main", "known", FieldTable::default()).await;
@@ -186,7 +193,10 @@ async fn exchange_delete_if_unused_and_auto_delete() {
         .unwrap_err();
     assert_eq!(
         amqp_error(&err),
-        (406, "PRECONDITION_FAILED - exchange 'used' in vhost '/' in use".into())
+        (
+            406,
+            "PRECONDITION_FAILED - exchange 'used' in vhost '/' in use".into()
+        )
     );
     let ch = t.channel().await;
     ch.exchange_declare(
@@ -202,9 +212,14 @@ async fn exchange_delete_if_unused_and_auto_delete() {
     .unwrap();
     bind(&ch, "uq", "temp", "k", FieldTable::default()).await;
     assert!(t.broker.exchange_names("/").contains(&"temp".to_string()));
-    ch.queue_unbind("uq".into(), "temp".into(), "k".into(), FieldTable::default())
-        .await
-        .unwrap();
+    ch.queue_unbind(
+        "uq".into(),
+        "temp".into(),
+        "k".into(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
     assert!(!t.broker.exchange_names("/").contains(&"temp".to_string()));
 }
 
@@ -223,6 +238,9 @@ async fn unknown_exchange_type_closes_the_connection_with_503() {
         .unwrap_err();
     assert_eq!(
         amqp_error(&err),
-        (503, "COMMAND_INVALID - unknown exchange type 'x-unknown'".into())
+        (
+            503,
+            "COMMAND_INVALID - unknown exchange type 'x-unknown'".into()
+        )
     );
 }

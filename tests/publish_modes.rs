@@ -4,15 +4,17 @@ mod common;
 
 use common::*;
 use lapin::options::*;
-use lapin::Confirmation;
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
+use lapin::Confirmation;
 
 #[tokio::test]
 async fn confirms_ack_every_publish() {
     let t = start().await;
     let ch = t.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
     declare_queue(&ch, "cq").await;
     let mut confirms = Vec::new();
     for i in 0..100 {
@@ -38,7 +40,9 @@ async fn confirms_ack_every_publish() {
 async fn mandatory_unroutable_message_is_returned_with_312_then_acked() {
     let t = start().await;
     let ch = t.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
     let confirm = ch
         .basic_publish(
             "amq.direct".into(),
@@ -106,13 +110,19 @@ async fn tx_and_confirm_modes_exclude_each_other() {
         .unwrap_err();
     assert_eq!(
         amqp_error(&err),
-        (406, "PRECONDITION_FAILED - cannot switch from tx to confirm mode".into())
+        (
+            406,
+            "PRECONDITION_FAILED - cannot switch from tx to confirm mode".into()
+        )
     );
     let ch = t.channel().await;
     let err = ch.tx_commit().await.unwrap_err();
     assert_eq!(
         amqp_error(&err),
-        (406, "PRECONDITION_FAILED - channel is not transactional".into())
+        (
+            406,
+            "PRECONDITION_FAILED - channel is not transactional".into()
+        )
     );
 }
 
@@ -138,5 +148,8 @@ async fn deleting_a_queue_cancels_its_consumers() {
     let end = tokio::time::timeout(std::time::Duration::from_secs(5), consumer.next())
         .await
         .expect("the consumer is cancelled");
-    assert!(end.is_none(), "stream ends when the server cancels the consumer");
+    assert!(
+        end.is_none(),
+        "stream ends when the server cancels the consumer"
+    );
 }

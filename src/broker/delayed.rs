@@ -153,7 +153,10 @@ impl DelayedMessages {
             }
         }
         if unroutable > 0 {
-            tracing::debug!(unroutable, "delayed messages found no route at release and were dropped");
+            tracing::debug!(
+                unroutable,
+                "delayed messages found no route at release and were dropped"
+            );
             self.inner.lock().unroutable += unroutable;
         }
         count
@@ -196,7 +199,12 @@ impl DelayedMessages {
     }
 
     /// Held messages of an exchange in due order, at most `limit`.
-    pub(crate) fn list(&self, vhost: &str, exchange: &str, limit: usize) -> Vec<DelayedMessageInfo> {
+    pub(crate) fn list(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        limit: usize,
+    ) -> Vec<DelayedMessageInfo> {
         let inner = self.inner.lock();
         let Some(index) = inner
             .exchanges

@@ -86,13 +86,17 @@ impl DeliveryChannel {
         entry: QueueEntry,
     ) -> Result<(), QueueEntry> {
         if !self.flow_active.load(Ordering::Relaxed)
-            || self.closed.load(Ordering::Relaxed)
             || !consumer.has_credit()
             || self.outbound.is_congested()
         {
             return Err(entry);
         }
         let mut ledger = self.ledger.lock();
+        // Checked under the ledger lock: once `close` has taken the ledger, nothing more may
+        // enter it, or that message would never be requeued.
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(entry);
+        }
         let global = self.global_prefetch.load(Ordering::Relaxed);
         if !consumer.no_ack && global != 0 && ledger.unacked.len() as u32 >= global {
             return Err(entry);
@@ -196,8 +200,10 @@ impl DeliveryChannel {
         out.extend(self.ledger.lock().unacked.drain(..));
     }
 
-    /// Marks the channel closed: queues stop delivering to it.
-    pub(crate) fn mark_closed(&self) {
+    /// Marks the channel closed (queues stop delivering to it) and takes every unacked message.
+    pub(crate) fn close(&self, out: &mut Vec<Unacked>) {
+        let mut ledger = self.ledger.lock();
         self.closed.store(true, Ordering::Relaxed);
+        out.extend(ledger.unacked.drain(..));
     }
 }

@@ -26,7 +26,11 @@ impl MemoryMonitor {
         let bytes = bytes as i64;
         let used = self.used.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if used > self.high_watermark && !*self.blocked.borrow() {
-            tracing::warn!(used, high_watermark = self.high_watermark, "memory alarm set: blocking publishers");
+            tracing::warn!(
+                used,
+                high_watermark = self.high_watermark,
+                "memory alarm set: blocking publishers"
+            );
             self.blocked.send_replace(true);
         }
         MemoryCharge {

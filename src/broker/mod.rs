@@ -38,7 +38,8 @@ pub(crate) struct BrokerState {
     next_connection_id: AtomicU64,
     pub(crate) open_connections: AtomicUsize,
     /// Outbound buffers of open connections (for `BrokerHandle::settle`).
-    pub(crate) outbounds: parking_lot::Mutex<Vec<std::sync::Weak<crate::server::outbound::Outbound>>>,
+    pub(crate) outbounds:
+        parking_lot::Mutex<Vec<std::sync::Weak<crate::server::outbound::Outbound>>>,
 }
 
 impl BrokerState {

@@ -178,7 +178,11 @@ impl Queue {
     }
 
     /// Removes the consumer `tag` of `channel`.
-    pub(crate) fn remove_consumer(&self, channel: &DeliveryChannel, tag: &ShortStr) -> ConsumerRemoved {
+    pub(crate) fn remove_consumer(
+        &self,
+        channel: &DeliveryChannel,
+        tag: &ShortStr,
+    ) -> ConsumerRemoved {
         let mut inner = self.inner.lock();
         let before = inner.consumers.len();
         inner

@@ -19,7 +19,7 @@ pub(crate) async fn run(state: Arc<BrokerState>, mut shutdown: watch::Receiver<b
                 state.delayed.release_due(now);
                 continue;
             }
-            Some(due) => Some(Duration::from_millis(due - now)),
+            Some(due) => Some(until_wall_ms(due)),
             None => None,
         };
         let sleep = async {
@@ -34,4 +34,15 @@ pub(crate) async fn run(state: Arc<BrokerState>, mut shutdown: watch::Receiver<b
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// Time from now until the wall-clock millisecond `due_ms` starts, at microsecond precision.
+///
+/// The clock reports whole milliseconds; sleeping `due - now` of those would wake up to a
+/// millisecond late on top of the runtime timer's own rounding.
+fn until_wall_ms(due_ms: u64) -> Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Duration::from_millis(due_ms).saturating_sub(now)
 }

@@ -197,10 +197,19 @@ impl VHost {
 
     /// `exchange.delete`. Deleting a missing exchange succeeds, as in RabbitMQ 3.x.
     /// Returns the exchanges removed (this one, and auto-delete ones it was the last binding of).
-    pub(crate) fn delete_exchange(&self, name: &str, if_unused: bool) -> BrokerResult<Vec<ShortStr>> {
-        if name.is_empty() || name.starts_with("amq.") {
+    pub(crate) fn delete_exchange(
+        &self,
+        name: &str,
+        if_unused: bool,
+    ) -> BrokerResult<Vec<ShortStr>> {
+        if name.is_empty() {
+            return Err(BrokerError::AccessRefused(
+                "operation not permitted on the default exchange".into(),
+            ));
+        }
+        if name.starts_with("amq.") {
             return Err(BrokerError::AccessRefused(format!(
-                "operation not permitted on exchange '{}' in vhost '{}'",
+                "deletion of system exchange '{}' in vhost '{}' not allowed",
                 name, self.name
             )));
         }
@@ -253,7 +262,13 @@ impl VHost {
         let mut queues = self.queues.write();
         if let Some(existing) = queues.get(&name) {
             existing.check_exclusive(connection)?;
-            self.check_queue_equivalence(existing, d.durable, d.exclusive, d.auto_delete, &d.arguments)?;
+            self.check_queue_equivalence(
+                existing,
+                d.durable,
+                d.exclusive,
+                d.auto_delete,
+                &d.arguments,
+            )?;
             return Ok(Arc::clone(existing));
         }
         let config = arguments::parse_queue_arguments(
@@ -337,7 +352,7 @@ impl VHost {
         }
         if if_empty && queue.message_count() > 0 {
             return Err(BrokerError::PreconditionFailed(format!(
-                "queue '{}' in vhost '{}' is not empty",
+                "queue '{}' in vhost '{}' not empty",
                 name, self.name
             )));
         }
@@ -348,7 +363,8 @@ impl VHost {
         let mut orphaned = Vec::new();
         for exchange in exchanges.values() {
             let mut bindings = exchange.bindings.write();
-            if bindings.remove_destination(&gone) > 0 && exchange.auto_delete && bindings.is_empty() {
+            if bindings.remove_destination(&gone) > 0 && exchange.auto_delete && bindings.is_empty()
+            {
                 orphaned.push(exchange.name.clone());
             }
         }
@@ -364,13 +380,7 @@ impl VHost {
 
     /// `queue.bind` / `exchange.bind`.
     pub(crate) fn bind(&self, binding: Binding) -> BrokerResult<()> {
-        let source = self.exchange(&binding.source)?;
-        self.check_destination(&binding.destination)?;
-        if source.is_default() {
-            return Err(BrokerError::AccessRefused(format!(
-                "operation not permitted on the default exchange"
-            )));
-        }
+        let source = self.binding_source(&binding)?;
         if source.kind.routing() == RoutingKind::Headers {
             dwellmq_core::routing::validate_headers_binding_args(&binding.arguments)?;
         }
@@ -381,13 +391,7 @@ impl VHost {
     /// `queue.unbind` / `exchange.unbind`. A missing binding is not an error, as in RabbitMQ.
     /// Returns the source exchange if it was auto-delete and has just been removed.
     pub(crate) fn unbind(&self, binding: &Binding) -> BrokerResult<Vec<ShortStr>> {
-        let source = self.exchange(&binding.source)?;
-        self.check_destination(&binding.destination)?;
-        if source.is_default() {
-            return Err(BrokerError::AccessRefused(format!(
-                "operation not permitted on the default exchange"
-            )));
-        }
+        let source = self.binding_source(binding)?;
         let now_empty = {
             let mut bindings = source.bindings.write();
             bindings.remove(binding) && bindings.is_empty()
@@ -397,6 +401,18 @@ impl VHost {
             return Ok(vec![source.name.clone()]);
         }
         Ok(Vec::new())
+    }
+
+    /// The source exchange of a binding, once both ends exist and the source may be bound.
+    fn binding_source(&self, binding: &Binding) -> BrokerResult<Arc<Exchange>> {
+        let source = self.exchange(&binding.source)?;
+        self.check_destination(&binding.destination)?;
+        if source.is_default() {
+            return Err(BrokerError::AccessRefused(
+                "operation not permitted on the default exchange".into(),
+            ));
+        }
+        Ok(source)
     }
 
     fn check_destination(&self, destination: &Destination) -> BrokerResult<()> {

@@ -21,6 +21,8 @@ use crate::server::outbound::Outbound;
 /// What a channel needs from its connection while handling a method.
 pub(crate) struct ConnContext<'a> {
     pub(crate) id: ConnectionId,
+    /// The authenticated user.
+    pub(crate) user: &'a str,
     pub(crate) state: &'a Arc<BrokerState>,
     pub(crate) vhost: &'a Arc<VHost>,
     pub(crate) outbound: &'a Arc<Outbound>,
@@ -100,8 +102,15 @@ struct Publication {
 
 /// An ack-family operation buffered by a transaction.
 enum Settlement {
-    Ack { tag: u64, multiple: bool },
-    Reject { tag: u64, multiple: bool, requeue: bool },
+    Ack {
+        tag: u64,
+        multiple: bool,
+    },
+    Reject {
+        tag: u64,
+        multiple: bool,
+        requeue: bool,
+    },
 }
 
 /// How the channel treats publishes.
@@ -109,7 +118,11 @@ enum PublishMode {
     Plain,
     /// Publisher confirms: `next_tag` numbers publishes; `acked_to` is confirmed but not yet
     /// sent (sent as one `multiple` ack per read batch).
-    Confirm { next_tag: u64, acked_to: u64, sent_to: u64 },
+    Confirm {
+        next_tag: u64,
+        acked_to: u64,
+        sent_to: u64,
+    },
     /// `tx.select`: publishes and settlements wait for `tx.commit`.
     Transactional {
         publishes: Vec<Publication>,
@@ -206,8 +219,7 @@ impl Channel {
         };
         let Some(header) = &pending.header else {
             return Err(unexpected_frame(
-                "expected content header for class 60, got non content header frame instead"
-                    .into(),
+                "expected content header for class 60, got non content header frame instead".into(),
             ));
         };
         let expected = header.body_size;
@@ -225,7 +237,11 @@ impl Channel {
     }
 
     /// Handles a method frame for this (open) channel.
-    pub(crate) fn on_method(&mut self, cx: &mut ConnContext<'_>, method: Method) -> BrokerResult<()> {
+    pub(crate) fn on_method(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        method: Method,
+    ) -> BrokerResult<()> {
         if self.pending.is_some() {
             return Err(unexpected_frame(format!(
                 "expected content header for class 60, got non content header frame instead ({})",
@@ -235,7 +251,10 @@ impl Channel {
         match method {
             Method::ChannelFlow(m) => {
                 self.delivery.flow_active.store(m.active, Ordering::Relaxed);
-                self.reply(cx, Method::ChannelFlowOk(ChannelFlowOk { active: m.active }));
+                self.reply(
+                    cx,
+                    Method::ChannelFlowOk(ChannelFlowOk { active: m.active }),
+                );
                 if m.active {
                     self.drain_consumed_queues();
                 }
@@ -481,7 +500,11 @@ impl Channel {
         Ok(queue)
     }
 
-    fn exchange_declare(&mut self, cx: &mut ConnContext<'_>, m: ExchangeDeclare) -> BrokerResult<()> {
+    fn exchange_declare(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        m: ExchangeDeclare,
+    ) -> BrokerResult<()> {
         let kind = if m.passive {
             ExchangeKind::Standard(dwellmq_core::routing::RoutingKind::Direct)
         } else {
@@ -697,6 +720,14 @@ impl Channel {
             )));
         }
         let mut properties = header.properties;
+        if let Some(user_id) = &properties.user_id {
+            if user_id.as_str() != cx.user {
+                return Err(BrokerError::PreconditionFailed(format!(
+                    "user_id property set to '{user_id}' but authenticated user was '{}'",
+                    cx.user
+                )));
+            }
+        }
         if let Some(expiration) = &properties.expiration {
             arguments::parse_expiration(expiration)?;
         }
@@ -787,9 +818,8 @@ impl Channel {
                 routing_key: publication.routing_key.clone(),
             }),
         );
-        cx.outbound.with(|sink| {
-            sink.content(self.id(), &publication.message, self.delivery.frame_max)
-        });
+        cx.outbound
+            .with(|sink| sink.content(self.id(), &publication.message, self.delivery.frame_max));
     }
 
     /// Sends the confirms gathered since the last call as one `basic.ack` with `multiple`.
@@ -814,13 +844,15 @@ impl Channel {
 
     /// Tears the channel down: consumers go, unacked messages return to their queues.
     pub(crate) fn close(&mut self, cx: &mut ConnContext<'_>) {
-        self.delivery.mark_closed();
         self.pending = None;
+        let mut unacked = std::mem::take(&mut self.settle_scratch);
+        self.delivery.close(&mut unacked);
+        self.return_to_queues(&mut unacked, true);
+        self.settle_scratch = unacked;
         let tags: Vec<ShortStr> = self.consumers.keys().cloned().collect();
         for tag in tags {
             self.cancel_consumer(cx, &tag);
         }
-        self.requeue_all_unacked();
     }
 }
 

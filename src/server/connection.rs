@@ -19,6 +19,7 @@ use super::channel::{Channel, ConnContext};
 use super::frames::{Fault, FaultOrExit};
 use super::handshake::{negotiate, ClientCapabilities, Negotiated};
 use super::outbound::{run_writer, Outbound};
+use super::shutdown_requested;
 use crate::broker::delivery::DeliveryChannel;
 use crate::broker::queue::ConnectionId;
 use crate::broker::vhost::VHost;
@@ -38,6 +39,7 @@ enum ChannelSlot {
 /// The per-connection state the frame loop works on.
 struct Connection {
     id: ConnectionId,
+    user: String,
     state: Arc<BrokerState>,
     vhost: Arc<VHost>,
     outbound: Arc<Outbound>,
@@ -79,11 +81,19 @@ pub(crate) async fn serve(
         }
         let mut buf = BytesMut::with_capacity(64 * 1024);
 
-        let negotiated = tokio::time::timeout(
-            HANDSHAKE_TIMEOUT,
-            negotiate(&state, &mut reader, &mut buf, &outbound, peer),
-        )
-        .await;
+        let mut shutdown = shutdown;
+        // A peer still negotiating when the broker shuts down is dropped (as RabbitMQ does):
+        // it must not hold up `BrokerHandle::shutdown` until the handshake timeout.
+        let negotiated = tokio::select! {
+            negotiated = tokio::time::timeout(
+                HANDSHAKE_TIMEOUT,
+                negotiate(&state, &mut reader, &mut buf, &outbound, peer),
+            ) => negotiated,
+            _ = shutdown_requested(&mut shutdown) => {
+                tracing::debug!("broker shutting down during the handshake");
+                Ok(Ok(None))
+            }
+        };
         match negotiated {
             Ok(Ok(Some(n))) => {
                 tracing::info!(user = %n.user, vhost = %n.vhost.name, "connection open");
@@ -127,6 +137,7 @@ async fn run(
 ) {
     let mut conn = Connection {
         id,
+        user: negotiated.user,
         state: Arc::clone(state),
         vhost: negotiated.vhost,
         outbound: Arc::clone(outbound),
@@ -151,6 +162,11 @@ async fn run(
     let outcome: Result<(), FaultOrExit> = loop {
         let blocked = *memory_alarm.borrow() && conn.has_published;
         conn.update_blocked(blocked);
+        if blocked {
+            // Nothing is read while blocked, so the client's heartbeats cannot be seen:
+            // heartbeat monitoring pauses (as in RabbitMQ) instead of killing the connection.
+            last_read = Instant::now();
+        }
         tokio::select! {
             read = reader.read_buf(&mut buf), if !blocked => match read {
                 Ok(0) | Err(_) => break Err(FaultOrExit::Exit),
@@ -175,7 +191,7 @@ async fn run(
             }
             _ = memory_alarm.changed() => {}
             _ = outbound.writable() => conn.on_writable(),
-            _ = shutdown.changed() => {
+            _ = shutdown_requested(&mut shutdown) => {
                 break Err(FaultOrExit::Fault(Fault::new(
                     BrokerError::ConnectionForced("broker forced connection closure with reason 'shutdown'".into()),
                     0,
@@ -201,13 +217,22 @@ async fn await_close_ok(
 ) {
     let wait = async {
         loop {
-            while let Ok(Some(frame)) = decode_frame(buf, frame_max) {
-                if matches!(
-                    frame.payload,
-                    FramePayload::Method(Method::ConnectionCloseOk | Method::ConnectionClose(_))
-                ) {
-                    return;
+            match decode_frame(buf, frame_max) {
+                Ok(Some(frame)) => {
+                    if matches!(
+                        frame.payload,
+                        FramePayload::Method(
+                            Method::ConnectionCloseOk | Method::ConnectionClose(_)
+                        )
+                    ) {
+                        return;
+                    }
+                    continue;
                 }
+                Ok(None) => {}
+                // After a framing error the buffer holds the bad frame and would fail again
+                // forever: drop it, so that the `close-ok` the client sends next is seen.
+                Err(_) => buf.clear(),
             }
             match reader.read_buf(buf).await {
                 Ok(0) | Err(_) => return,
@@ -223,6 +248,7 @@ impl Connection {
         (
             ConnContext {
                 id: self.id,
+                user: &self.user,
                 state: &self.state,
                 vhost: &self.vhost,
                 outbound: &self.outbound,
@@ -287,11 +313,8 @@ impl Connection {
                         10,
                     ));
                 }
-                let delivery = Arc::new(DeliveryChannel::new(
-                    id,
-                    Arc::clone(cx.outbound),
-                    frame_max,
-                ));
+                let delivery =
+                    Arc::new(DeliveryChannel::new(id, Arc::clone(cx.outbound), frame_max));
                 channels.insert(id, ChannelSlot::Open(Box::new(Channel::new(delivery))));
                 cx.outbound.send_method(id, &Method::ChannelOpenOk);
                 Ok(Flow::Continue)
@@ -375,8 +398,9 @@ impl Connection {
             FramePayload::Method(Method::ConnectionBlocked(_) | Method::ConnectionUnblocked) => {
                 Ok(Flow::Continue)
             }
+            // RabbitMQ's answer to any other method on channel 0 once the connection is open.
             FramePayload::Method(m) => Err(Fault::new(
-                BrokerError::CommandInvalid(format!("unexpected method {} on channel 0", m.name())),
+                BrokerError::ChannelError("unexpected method in connection state running".into()),
                 m.class_id(),
                 m.method_id(),
             )),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use dwellmq_codec::methods::{ConnectionStart, ConnectionTune};
 use dwellmq_codec::{
-    constants::{FRAME_MIN_SIZE, PROTOCOL_HEADER},
+    constants::{FRAME_MIN_SIZE, FRAME_OVERHEAD, PROTOCOL_HEADER},
     decode_protocol_header, FieldTable, FieldValue, Method, ProtocolHeader,
 };
 use dwellmq_core::BrokerError;
@@ -16,6 +16,11 @@ use super::frames::{read_frame, Fault, FaultOrExit};
 use super::outbound::Outbound;
 use crate::broker::vhost::VHost;
 use crate::broker::BrokerState;
+use crate::config::Limits;
+
+/// The AMQP 0-9 protocol header. RabbitMQ serves it as 0-9-1 (the two differ in nothing a
+/// client notices), and so does dwellmq.
+const AMQP_0_9_HEADER: [u8; 8] = *b"AMQP\x01\x01\x00\x09";
 
 /// What the client negotiated.
 pub(crate) struct Negotiated {
@@ -52,17 +57,25 @@ pub(crate) async fn negotiate<R: AsyncRead + Unpin>(
             return Ok(None);
         }
     };
-    if let ProtocolHeader::Other(raw) = header {
-        tracing::debug!(?raw, "unsupported protocol header; answering with ours");
-        outbound.with(|sink| sink.raw(PROTOCOL_HEADER));
-        return Ok(None);
+    match header {
+        ProtocolHeader::Amqp091 => {}
+        ProtocolHeader::Other(AMQP_0_9_HEADER) => {
+            tracing::debug!("AMQP 0-9 protocol header; speaking 0-9-1");
+        }
+        ProtocolHeader::Other(raw) => {
+            tracing::debug!(?raw, "unsupported protocol header; answering with ours");
+            outbound.with(|sink| sink.raw(PROTOCOL_HEADER));
+            return Ok(None);
+        }
     }
     let limits = &state.config.limits;
+    // Before tuning, frames are held to what the server will offer.
+    let offered_frame_max = effective_frame_max(limits.frame_max, limits);
     outbound.send_method(0, &Method::ConnectionStart(server_start()));
 
-    let start_ok = match read_frame(reader, buf, limits.frame_max).await? {
+    let start_ok = match read_frame(reader, buf, offered_frame_max).await? {
         Method::ConnectionStartOk(m) => m,
-        other => return Err(unexpected(&other)),
+        other => return unexpected(outbound, &other),
     };
     let capabilities = client_capabilities(&start_ok.client_properties);
     let user = authenticate(state, &start_ok.mechanism, &start_ok.response, peer)?;
@@ -75,30 +88,35 @@ pub(crate) async fn negotiate<R: AsyncRead + Unpin>(
             heartbeat: limits.heartbeat_secs,
         }),
     );
-    let tune_ok = match read_frame(reader, buf, limits.frame_max).await? {
+    let tune_ok = match read_frame(reader, buf, offered_frame_max).await? {
         Method::ConnectionTuneOk(m) => m,
-        other => return Err(unexpected(&other)),
+        other => return unexpected(outbound, &other),
     };
     let frame_max = negotiate_limit(tune_ok.frame_max, limits.frame_max);
-    if frame_max < FRAME_MIN_SIZE {
+    if frame_max != 0 && frame_max < FRAME_MIN_SIZE {
+        // RabbitMQ's text, and like RabbitMQ the fault names `connection.tune`.
         return Err(Fault::new(
             BrokerError::NotAllowed(format!(
-                "frame_max={} < {} min size",
-                tune_ok.frame_max, FRAME_MIN_SIZE
+                "negotiated frame_max = {frame_max} is lower than the minimum allowed value ({FRAME_MIN_SIZE})"
             )),
             10,
-            31,
+            30,
         )
         .into());
     }
-    let channel_max = negotiate_limit(
+    let frame_max = effective_frame_max(frame_max, limits);
+    // 0 on both sides means "no limit": every channel number is usable.
+    let channel_max = match negotiate_limit(
         u32::from(tune_ok.channel_max),
         u32::from(limits.channel_max),
-    ) as u16;
+    ) {
+        0 => u16::MAX,
+        n => n as u16,
+    };
 
     let open = match read_frame(reader, buf, frame_max).await? {
         Method::ConnectionOpen(m) => m,
-        other => return Err(unexpected(&other)),
+        other => return unexpected(outbound, &other),
     };
     let vhost_name = open.virtual_host.as_str();
     let allowed = state.user(&user).is_some_and(|u| u.may_open(vhost_name));
@@ -143,8 +161,30 @@ fn negotiate_limit(client: u32, server: u32) -> u32 {
     }
 }
 
-fn unexpected(method: &Method) -> FaultOrExit {
-    Fault::new(
+/// The frame size in force for a negotiated (or offered) `frame_max`: 0 means "no limit" in
+/// AMQP, which is bounded here by the largest message accepted, so that a peer announcing a
+/// huge frame cannot make the broker buffer more than one message's worth for it.
+fn effective_frame_max(frame_max: u32, limits: &Limits) -> u32 {
+    if frame_max != 0 {
+        return frame_max;
+    }
+    let largest = limits
+        .max_message_size
+        .saturating_add(FRAME_OVERHEAD as u64);
+    u32::try_from(largest)
+        .unwrap_or(u32::MAX)
+        .max(FRAME_MIN_SIZE)
+}
+
+/// A method out of the negotiation sequence. The client's own `connection.close` is answered
+/// with `close-ok` (it is giving up, e.g. on the offered mechanisms); anything else is refused.
+fn unexpected(outbound: &Outbound, method: &Method) -> Result<Option<Negotiated>, FaultOrExit> {
+    if let Method::ConnectionClose(close) = method {
+        tracing::debug!(code = close.reply_code, text = %close.reply_text, "client closed during the handshake");
+        outbound.send_method(0, &Method::ConnectionCloseOk);
+        return Ok(None);
+    }
+    Err(Fault::new(
         BrokerError::CommandInvalid(format!(
             "expected a connection negotiation method, got {}",
             method.name()
@@ -152,7 +192,7 @@ fn unexpected(method: &Method) -> FaultOrExit {
         method.class_id(),
         method.method_id(),
     )
-    .into()
+    .into())
 }
 
 fn server_start() -> ConnectionStart {
@@ -305,5 +345,43 @@ mod tests {
         assert_eq!(negotiate_limit(0, 2047), 2047);
         assert_eq!(negotiate_limit(100, 2047), 100);
         assert_eq!(negotiate_limit(100, 0), 100);
+        assert_eq!(negotiate_limit(0, 0), 0);
+    }
+
+    #[test]
+    fn frame_max_zero_is_bounded_by_the_largest_message() {
+        let limits = Limits::default();
+        assert_eq!(effective_frame_max(131_072, &limits), 131_072);
+        assert_eq!(
+            effective_frame_max(0, &limits),
+            (128 << 20) + FRAME_OVERHEAD as u32
+        );
+        let tiny = Limits {
+            max_message_size: 10,
+            ..Limits::default()
+        };
+        assert_eq!(effective_frame_max(0, &tiny), FRAME_MIN_SIZE);
+        let huge = Limits {
+            max_message_size: u64::MAX,
+            ..Limits::default()
+        };
+        assert_eq!(effective_frame_max(0, &huge), u32::MAX);
+    }
+
+    #[test]
+    fn loopback_only_users_are_refused_from_other_addresses() {
+        let state = BrokerState::new(crate::config::BrokerConfig::ephemeral());
+        let remote: SocketAddr = "192.0.2.7:40000".parse().unwrap();
+        let local: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        assert_eq!(
+            authenticate(&state, "PLAIN", b"\0guest\0guest", local).ok(),
+            Some("guest".to_string())
+        );
+        match authenticate(&state, "PLAIN", b"\0guest\0guest", remote) {
+            Err(FaultOrExit::Fault(fault)) => {
+                assert_eq!(fault.error.reply_code(), 403);
+            }
+            other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+        }
     }
 }

@@ -46,8 +46,18 @@ pub(crate) async fn accept_loop(
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = shutdown.changed() => break,
+            _ = shutdown_requested(&mut shutdown) => break,
         }
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// Resolves once `BrokerHandle::shutdown` has been called (at once if it already was).
+///
+/// Never resolves when the handle was dropped without calling it: dropping the handle does
+/// not stop the broker (a bare `changed()` would fail at once then, and stop everything).
+pub(crate) async fn shutdown_requested(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|&stop| stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }

@@ -136,7 +136,8 @@ impl Outbound {
     /// Whether nothing is waiting to be written.
     pub(crate) fn is_idle(&self) -> bool {
         let pending = self.pending.lock();
-        pending.closed || (pending.tail.is_empty() && pending.segments.is_empty() && !pending.writing)
+        pending.closed
+            || (pending.tail.is_empty() && pending.segments.is_empty() && !pending.writing)
     }
 
     /// Stops accepting frames; the writer finishes what is queued and exits.

@@ -2,6 +2,8 @@
 //! real AMQP client (lapin) connected to it.
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::time::Duration;
 
 use dwellmq::{Broker, BrokerConfig, BrokerHandle};
@@ -47,14 +49,21 @@ pub async fn connect(broker: &BrokerHandle) -> Connection {
 
 impl TestBroker {
     pub async fn channel(&self) -> Channel {
-        self.connection.create_channel().await.expect("channel opens")
+        self.connection
+            .create_channel()
+            .await
+            .expect("channel opens")
     }
 }
 
 /// Declares a non-durable queue with default options.
 pub async fn declare_queue(channel: &Channel, name: &str) {
     channel
-        .queue_declare(name.into(), QueueDeclareOptions::default(), FieldTable::default())
+        .queue_declare(
+            name.into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .expect("queue declared");
 }

@@ -75,8 +75,20 @@ impl BrokerError {
     }
 
     /// The full reply text as RabbitMQ writes it, e.g. `NOT_FOUND - no queue 'q' in vhost '/'`.
+    ///
+    /// A reply text is a short string: like RabbitMQ, a text over 255 octets keeps its first
+    /// 252 octets (at a character boundary) followed by `...`.
     pub fn reply_text(&self) -> String {
-        self.to_string()
+        let mut text = self.to_string();
+        if text.len() > 255 {
+            let mut end = 252;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            text.push_str("...");
+        }
+        text
     }
 
     /// Whether the error closes the connection rather than just the channel.
@@ -87,3 +99,24 @@ impl BrokerError {
 
 /// Shorthand for results carrying a [`BrokerError`].
 pub type BrokerResult<T> = Result<T, BrokerError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_reply_texts_are_cut_like_rabbitmq() {
+        let text = BrokerError::NotFound(format!("no queue '{}' in vhost '/'", "q".repeat(300)))
+            .reply_text();
+        assert_eq!(text.len(), 255);
+        assert!(text.starts_with("NOT_FOUND - no queue 'qqq"));
+        assert!(text.ends_with("qq..."));
+    }
+
+    #[test]
+    fn hard_and_soft_errors() {
+        assert!(!BrokerError::NotFound(String::new()).is_connection_error());
+        assert!(BrokerError::CommandInvalid(String::new()).is_connection_error());
+        assert_eq!(BrokerError::ResourceLocked(String::new()).reply_code(), 405);
+    }
+}

@@ -1,0 +1,223 @@
+//! Delayed-message benchmark: schedule N messages with delays uniform over [min, max] through an
+//! `x-delayed-message` exchange with publisher confirms, then measure release lateness.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+use dwellmq_codec::methods::*;
+use dwellmq_codec::{
+    encode_body, encode_header_raw, encode_method, BasicProperties, FieldTable, FieldValue,
+    FramePayload, Method, ShortStr,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::raw_client::{Error, RawClient};
+use crate::stats::{drain_frames, percentiles};
+use crate::Options;
+
+fn wall_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A small deterministic generator (xorshift) so runs are repeatable.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+pub(crate) async fn run(options: &Options) -> Result<(), Error> {
+    let addr = options.string("addr", "127.0.0.1:5672");
+    let messages: u64 = options.get("messages", 100_000)?;
+    let min_delay: u64 = options.get("min-delay-ms", 1_000)?;
+    let max_delay: u64 = options.get("max-delay-ms", 10_000)?;
+    let window: u64 = options.get("window", 5_000)?;
+    let pid: Option<u32> = options.get("pid", 0u32).ok().filter(|&p| p != 0);
+    let tag = std::process::id();
+    let exchange = format!("load-delayed-{tag}");
+    let queue = format!("load-delayed-q-{tag}");
+
+    let mut consumer = RawClient::connect(&addr).await?;
+    let mut args = FieldTable::new();
+    args.insert("x-delayed-type", "direct");
+    consumer
+        .send(
+            1,
+            Method::ExchangeDeclare(ExchangeDeclare {
+                exchange: exchange.as_str().into(),
+                kind: "x-delayed-message".into(),
+                auto_delete: true,
+                arguments: args,
+                ..Default::default()
+            }),
+        )
+        .await?;
+    consumer
+        .expect(|m| matches!(m, Method::ExchangeDeclareOk))
+        .await?;
+    consumer.declare_queue(&queue).await?;
+    consumer
+        .send(
+            1,
+            Method::QueueBind(QueueBind {
+                queue: queue.as_str().into(),
+                exchange: exchange.as_str().into(),
+                routing_key: "k".into(),
+                ..Default::default()
+            }),
+        )
+        .await?;
+    consumer
+        .expect(|m| matches!(m, Method::QueueBindOk))
+        .await?;
+    consumer.consume(&queue).await?;
+
+    let mut publisher = RawClient::connect(&addr).await?;
+    publisher
+        .send(1, Method::ConfirmSelect(ConfirmSelect { no_wait: false }))
+        .await?;
+    publisher
+        .expect(|m| matches!(m, Method::ConfirmSelectOk))
+        .await?;
+
+    let rss_before = pid.and_then(rss_kib);
+    // The consumer gets its own thread and runtime: time stamps must not wait behind the
+    // publisher's encoding work.
+    let consumer_thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("consumer runtime");
+        runtime.block_on(async move {
+            let mut lateness_ms = Vec::with_capacity(messages as usize);
+            let mut buf = std::mem::take(&mut consumer.buf);
+            let idle_limit = std::time::Duration::from_millis(max_delay + 30_000);
+            while (lateness_ms.len() as u64) < messages {
+                let read =
+                    tokio::time::timeout(idle_limit, consumer.reader.read_buf(&mut buf)).await;
+                match read {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Err(_) => break,
+                    Ok(Ok(_)) => {}
+                }
+                let now = wall_us();
+                drain_frames(&mut buf, |body| {
+                    if let Some(due) = body.get(..8) {
+                        let due = u64::from_be_bytes(due.try_into().unwrap_or_default());
+                        lateness_ms.push((now as f64 - due as f64) / 1000.0);
+                    }
+                });
+                if buf.capacity() < 64 * 1024 {
+                    buf.reserve(1 << 20);
+                }
+            }
+            lateness_ms
+        })
+    });
+
+    // Publish with confirms, keeping at most `window` unconfirmed.
+    let started = Instant::now();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut published = 0u64;
+    let mut confirmed = 0u64;
+    let mut out = BytesMut::new();
+    let mut props = BytesMut::new();
+    while confirmed < messages {
+        out.clear();
+        while published < messages && published - confirmed < window && out.len() < 64 * 1024 {
+            let delay = min_delay + rng.next() % (max_delay - min_delay + 1);
+            let due_us = wall_us() + delay * 1000;
+            let mut headers = FieldTable::new();
+            headers.insert("x-delay", FieldValue::I64(delay as i64));
+            props.clear();
+            BasicProperties {
+                headers: Some(headers),
+                ..Default::default()
+            }
+            .encode(&mut props);
+            encode_method(
+                &mut out,
+                1,
+                &Method::BasicPublish(BasicPublish {
+                    exchange: exchange.as_str().into(),
+                    routing_key: ShortStr::from_static("k"),
+                    ..Default::default()
+                }),
+            );
+            let mut body = [0u8; 16];
+            body[..8].copy_from_slice(&due_us.to_be_bytes());
+            encode_header_raw(&mut out, 1, 60, body.len() as u64, &props);
+            encode_body(&mut out, 1, &body);
+            published += 1;
+        }
+        if !out.is_empty() {
+            publisher.writer.write_all(&out).await?;
+        }
+        // Read confirms.
+        let frame = publisher.next_frame().await?;
+        match frame.payload {
+            FramePayload::Method(Method::BasicAck(ack)) => {
+                confirmed = confirmed.max(ack.delivery_tag)
+            }
+            FramePayload::Method(Method::BasicNack(nack)) => {
+                return Err(format!("broker nacked {}", nack.delivery_tag).into())
+            }
+            FramePayload::Method(m @ (Method::ConnectionClose(_) | Method::ChannelClose(_))) => {
+                return Err(format!("broker closed: {m:?}").into())
+            }
+            _ => {}
+        }
+        while let Ok(Some(frame)) =
+            dwellmq_codec::decode_frame(&mut publisher.buf, crate::raw_client::FRAME_MAX)
+        {
+            if let FramePayload::Method(Method::BasicAck(ack)) = frame.payload {
+                confirmed = confirmed.max(ack.delivery_tag);
+            }
+        }
+        if publisher.buf.is_empty() && published > confirmed && published == messages {
+            let _ = publisher.reader.read_buf(&mut publisher.buf).await;
+        }
+    }
+    let schedule_secs = started.elapsed().as_secs_f64();
+    let rss_held = pid.and_then(rss_kib);
+    let mut lateness = tokio::task::spawn_blocking(move || consumer_thread.join())
+        .await?
+        .map_err(|_| "consumer thread panicked")?;
+    let received = lateness.len() as u64;
+    let (p50, p99, p999, max) = percentiles(&mut lateness).ok_or("no messages received")?;
+    println!(
+        "delayed: {messages} messages, delays uniform over {min_delay}-{max_delay} ms, confirms on"
+    );
+    println!(
+        "  scheduled in {schedule_secs:.2} s = {:.0} msg/s (confirmed)",
+        messages as f64 / schedule_secs
+    );
+    println!(
+        "  received {received} / {messages} (lost {})",
+        messages - received
+    );
+    println!(
+        "  lateness (receive - due): p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms"
+    );
+    if let (Some(before), Some(held)) = (rss_before, rss_held) {
+        println!(
+            "  broker RSS {before} KiB before, {held} KiB with messages held: ~{:.0} B per held message (upper bound: includes messages already released)",
+            (held.saturating_sub(before) * 1024) as f64 / messages as f64
+        );
+    }
+    Ok(())
+}

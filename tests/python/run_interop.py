@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Runs the pika interop tests against the real `dwellmq` binary (what CI runs).
+
+    python3 tests/python/run_interop.py [extra pytest arguments]
+
+Builds the broker with `cargo build --bin dwellmq` (into $CARGO_TARGET_DIR, default `target/`),
+then runs pytest on tests/python. The session fixture in conftest.py starts the binary with
+`--listen 127.0.0.1:0 --in-memory`, reads the AMQP URL from its first stdout line and stops it
+afterwards. Exits with pytest's status (non-zero on any failure, also when no test ran).
+Needs `python3 -m pip install pika==1.3.2 pytest`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.dont_write_bytecode = True
+
+from conftest import REPO, build_broker  # noqa: E402
+
+PYTEST_TIMEOUT = 900  # seconds for the whole suite; each test also has its own alarm
+
+
+def main(argv: list[str]) -> int:
+    for module in ("pika", "pytest"):
+        try:
+            __import__(module)
+        except ImportError:
+            print(
+                f"run_interop: python module '{module}' is missing: "
+                "python3 -m pip install pika==1.3.2 pytest",
+                file=sys.stderr,
+            )
+            return 2
+
+    print("run_interop: cargo build --bin dwellmq", flush=True)
+    try:
+        binary = build_broker()
+    except (subprocess.CalledProcessError, RuntimeError, FileNotFoundError) as e:
+        print(f"run_interop: building the broker failed: {e}", file=sys.stderr)
+        return 1
+
+    env = dict(os.environ, DWELLMQ_BIN=str(binary), PYTHONDONTWRITEBYTECODE="1")
+    command = [sys.executable, "-m", "pytest", str(HERE), *argv]
+    print(f"run_interop: {' '.join(command)} (broker {binary})", flush=True)
+    # pytest (and the broker it starts) run in their own process group, so that a timeout or
+    # Ctrl-C here stops both and leaves no broker behind.
+    proc = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True)
+    try:
+        status = proc.wait(PYTEST_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        print(f"run_interop: the suite did not finish within {PYTEST_TIMEOUT}s", file=sys.stderr)
+        stop_group(proc)
+        return 1
+    except KeyboardInterrupt:
+        stop_group(proc)
+        return 130
+    if status == 5:
+        print("run_interop: pytest collected no tests", file=sys.stderr)
+        return 1
+    return status
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stops pytest's process group (pytest and the broker it started), politely first."""
+    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
