@@ -164,6 +164,9 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                         "max_connections" => l.max_connections = n as usize,
                         "max_message_size" => l.max_message_size = n,
                         "memory_high_watermark" => l.memory_high_watermark = n,
+                        "handshake_timeout_ms" => {
+                            l.handshake_timeout = std::time::Duration::from_millis(n)
+                        }
                         other => return Err(format!("unknown setting limits.{other}")),
                     }
                 }

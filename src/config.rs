@@ -47,6 +47,9 @@ pub struct Limits {
     pub max_connections: usize,
     /// Largest message body accepted (RabbitMQ's `max_message_size`).
     pub max_message_size: u64,
+    /// A client must complete the handshake (up to `connection.open`) within this time
+    /// (RabbitMQ's `handshake_timeout`).
+    pub handshake_timeout: std::time::Duration,
     /// Above this many bytes of messages held, publishing connections are blocked
     /// (`connection.blocked`) until usage falls below it again.
     pub memory_high_watermark: u64,
@@ -60,6 +63,7 @@ impl Default for Limits {
             heartbeat_secs: 60,
             max_connections: 16_384,
             max_message_size: 128 << 20,
+            handshake_timeout: std::time::Duration::from_secs(10),
             memory_high_watermark: 2 << 30,
         }
     }

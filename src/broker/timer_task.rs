@@ -31,7 +31,7 @@ pub(crate) async fn run(state: Arc<BrokerState>, mut shutdown: watch::Receiver<b
         tokio::select! {
             _ = sleep => {}
             _ = state.timer_wake.notified() => {}
-            _ = shutdown.changed() => return,
+            _ = crate::server::shutdown_requested(&mut shutdown) => return,
         }
     }
 }

@@ -226,9 +226,9 @@ impl Channel {
         pending.body.push(chunk);
         let received = pending.body.len() as u64;
         if received > expected {
-            return Err(unexpected_frame(format!(
-                "received {received} body octets, but the content header announced {expected}"
-            )));
+            return Err(BrokerError::FrameError(
+                "content body frame exceeds remaining content size".into(),
+            ));
         }
         if received == expected {
             self.finish_publish(cx)?;
@@ -243,10 +243,9 @@ impl Channel {
         method: Method,
     ) -> BrokerResult<()> {
         if self.pending.is_some() {
-            return Err(unexpected_frame(format!(
-                "expected content header for class 60, got non content header frame instead ({})",
-                method.name()
-            )));
+            return Err(unexpected_frame(
+                "expected content header for class 60, got non content header frame instead".into(),
+            ));
         }
         match method {
             Method::ChannelFlow(m) => {

@@ -25,8 +25,6 @@ use crate::broker::queue::ConnectionId;
 use crate::broker::vhost::VHost;
 use crate::broker::BrokerState;
 
-/// RabbitMQ's `handshake_timeout`: a peer must finish negotiating within this.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait for `close-ok` after sending `connection.close`.
 const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -86,7 +84,7 @@ pub(crate) async fn serve(
         // it must not hold up `BrokerHandle::shutdown` until the handshake timeout.
         let negotiated = tokio::select! {
             negotiated = tokio::time::timeout(
-                HANDSHAKE_TIMEOUT,
+                state.config.limits.handshake_timeout,
                 negotiate(&state, &mut reader, &mut buf, &outbound, peer),
             ) => negotiated,
             _ = shutdown_requested(&mut shutdown) => {

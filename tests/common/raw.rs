@@ -1,0 +1,427 @@
+//! A tiny raw AMQP 0-9-1 client: frames straight over a `TcpStream`, for the protocol edges a
+//! library client never produces (bad frames, odd channel ids, silence instead of heartbeats).
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use dwellmq::codec::methods::{
+    ChannelClose, ConnectionClose, ConnectionOpen, ConnectionStart, ConnectionStartOk,
+    ConnectionTune, ConnectionTuneOk,
+};
+use dwellmq::codec::{
+    decode_frame, encode_body, encode_frame, encode_header, encode_heartbeat, encode_method,
+    BasicProperties, ContentHeader, FieldTable, FieldValue, Frame, FramePayload, Method,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The 0-9-1 protocol header.
+pub const AMQP_0_9_1: &[u8; 8] = b"AMQP\x00\x00\x09\x01";
+
+/// How long any single expected frame may take: a hang guard, not a timing assertion.
+pub const FRAME_WAIT: Duration = Duration::from_secs(5);
+/// How long the server may take to close a socket it should close.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// What the client answers in `connection.tune-ok`; `None` echoes the server's offer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tune {
+    pub channel_max: Option<u16>,
+    pub frame_max: Option<u32>,
+    /// Defaults to 0 (no heartbeats) so that tests are not disturbed by them.
+    pub heartbeat: Option<u16>,
+}
+
+/// A raw connection: the socket plus a read buffer.
+pub struct RawClient {
+    pub stream: TcpStream,
+    buf: BytesMut,
+    /// What the server offered in `connection.tune` (after [`RawClient::open`]).
+    pub server_tune: ConnectionTune,
+    /// What this client answered in `connection.tune-ok`.
+    pub tune_ok: ConnectionTuneOk,
+}
+
+/// `client-properties` with the capabilities RabbitMQ clients announce.
+pub fn client_properties() -> FieldTable {
+    let capabilities: FieldTable = [
+        ("publisher_confirms", true),
+        ("exchange_exchange_bindings", true),
+        ("basic.nack", true),
+        ("consumer_cancel_notify", true),
+        ("connection.blocked", true),
+        ("authentication_failure_close", true),
+        ("per_consumer_qos", true),
+    ]
+    .into_iter()
+    .collect();
+    let mut properties = FieldTable::new();
+    properties.insert("product", "dwellmq raw test client");
+    properties.insert("capabilities", FieldValue::Table(capabilities));
+    properties
+}
+
+/// `start-ok` for PLAIN.
+pub fn start_ok_plain(user: &str, password: &str) -> Method {
+    Method::ConnectionStartOk(ConnectionStartOk {
+        client_properties: client_properties(),
+        mechanism: "PLAIN".into(),
+        response: Bytes::from(format!("\0{user}\0{password}")),
+        locale: "en_US".into(),
+    })
+}
+
+/// `start-ok` for AMQPLAIN (a field table without its length prefix).
+pub fn start_ok_amqplain(user: &str, password: &str) -> Method {
+    let mut response = Vec::new();
+    for (key, value) in [("LOGIN", user), ("PASSWORD", password)] {
+        response.push(key.len() as u8);
+        response.extend_from_slice(key.as_bytes());
+        response.push(b'S');
+        response.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        response.extend_from_slice(value.as_bytes());
+    }
+    Method::ConnectionStartOk(ConnectionStartOk {
+        client_properties: client_properties(),
+        mechanism: "AMQPLAIN".into(),
+        response: Bytes::from(response),
+        locale: "en_US".into(),
+    })
+}
+
+impl RawClient {
+    /// Opens the TCP connection only.
+    pub async fn connect(addr: SocketAddr) -> RawClient {
+        let stream = tokio::time::timeout(FRAME_WAIT, TcpStream::connect(addr))
+            .await
+            .expect("connect in time")
+            .expect("TCP connect");
+        stream.set_nodelay(true).unwrap();
+        RawClient {
+            stream,
+            buf: BytesMut::with_capacity(64 * 1024),
+            server_tune: ConnectionTune::default(),
+            tune_ok: ConnectionTuneOk::default(),
+        }
+    }
+
+    /// Sends the protocol header and returns the server's `connection.start`.
+    pub async fn start(addr: SocketAddr) -> (RawClient, ConnectionStart) {
+        RawClient::start_with_header(addr, AMQP_0_9_1).await
+    }
+
+    /// Sends `header` and returns the server's `connection.start`.
+    pub async fn start_with_header(
+        addr: SocketAddr,
+        header: &[u8],
+    ) -> (RawClient, ConnectionStart) {
+        let mut client = RawClient::connect(addr).await;
+        client.send_raw(header).await;
+        match client.recv_method0().await {
+            Method::ConnectionStart(start) => (client, start),
+            other => panic!("expected connection.start, got {other:?}"),
+        }
+    }
+
+    /// The whole handshake as guest/guest (PLAIN), echoing the server's limits, heartbeat 0.
+    pub async fn open(addr: SocketAddr) -> RawClient {
+        RawClient::open_with(addr, Tune::default()).await
+    }
+
+    /// The whole handshake as guest/guest (PLAIN) with the given tune-ok values.
+    pub async fn open_with(addr: SocketAddr, tune: Tune) -> RawClient {
+        let (mut client, _start) = RawClient::start(addr).await;
+        client
+            .send_method(0, &start_ok_plain("guest", "guest"))
+            .await;
+        client.finish_handshake(tune).await;
+        client
+    }
+
+    /// After `start-ok`: receives `tune`, answers `tune-ok`, sends `open` to `/`, awaits
+    /// `open-ok`.
+    pub async fn finish_handshake(&mut self, tune: Tune) {
+        self.server_tune = match self.recv_method0().await {
+            Method::ConnectionTune(t) => t,
+            other => panic!("expected connection.tune, got {other:?}"),
+        };
+        self.tune_ok = ConnectionTuneOk {
+            channel_max: tune.channel_max.unwrap_or(self.server_tune.channel_max),
+            frame_max: tune.frame_max.unwrap_or(self.server_tune.frame_max),
+            heartbeat: tune.heartbeat.unwrap_or(0),
+        };
+        let tune_ok = Method::ConnectionTuneOk(self.tune_ok.clone());
+        self.send_method(0, &tune_ok).await;
+        self.send_method(
+            0,
+            &Method::ConnectionOpen(ConnectionOpen {
+                virtual_host: "/".into(),
+            }),
+        )
+        .await;
+        match self.recv_method0().await {
+            Method::ConnectionOpenOk => {}
+            other => panic!("expected connection.open-ok, got {other:?}"),
+        }
+    }
+
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("write to broker");
+    }
+
+    /// Writes, tolerating a server that has already closed (for garbage after an error).
+    pub async fn try_send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes).await
+    }
+
+    pub async fn send_frame(&mut self, frame: &Frame) {
+        let mut out = BytesMut::new();
+        encode_frame(&mut out, frame);
+        self.send_raw(&out).await;
+    }
+
+    pub async fn send_method(&mut self, channel: u16, method: &Method) {
+        let mut out = BytesMut::new();
+        encode_method(&mut out, channel, method);
+        self.send_raw(&out).await;
+    }
+
+    pub async fn send_heartbeat(&mut self) {
+        let mut out = BytesMut::new();
+        encode_heartbeat(&mut out);
+        self.send_raw(&out).await;
+    }
+
+    /// A content header announcing `body_size` octets, default properties.
+    pub async fn send_content_header(&mut self, channel: u16, body_size: u64) {
+        let mut out = BytesMut::new();
+        encode_header(
+            &mut out,
+            channel,
+            &ContentHeader {
+                class_id: 60,
+                body_size,
+                properties: BasicProperties::default(),
+            },
+        );
+        self.send_raw(&out).await;
+    }
+
+    pub async fn send_body(&mut self, channel: u16, body: &[u8]) {
+        let mut out = BytesMut::new();
+        encode_body(&mut out, channel, body);
+        self.send_raw(&out).await;
+    }
+
+    /// `basic.publish` + header + one body frame, in one write.
+    pub async fn publish(&mut self, channel: u16, exchange: &str, routing_key: &str, body: &[u8]) {
+        let mut out = BytesMut::new();
+        encode_method(
+            &mut out,
+            channel,
+            &Method::BasicPublish(dwellmq::codec::methods::BasicPublish {
+                exchange: exchange.into(),
+                routing_key: routing_key.into(),
+                mandatory: false,
+                immediate: false,
+            }),
+        );
+        encode_header(
+            &mut out,
+            channel,
+            &ContentHeader {
+                class_id: 60,
+                body_size: body.len() as u64,
+                properties: BasicProperties::default(),
+            },
+        );
+        if !body.is_empty() {
+            encode_body(&mut out, channel, body);
+        }
+        self.send_raw(&out).await;
+    }
+
+    /// The next frame, or `None` once the server closed the socket (EOF or reset).
+    /// Panics if nothing arrives within [`FRAME_WAIT`].
+    pub async fn try_recv_frame(&mut self) -> Option<Frame> {
+        tokio::time::timeout(FRAME_WAIT, self.read_frame())
+            .await
+            .expect("a frame (or EOF) arrives in time")
+    }
+
+    async fn read_frame(&mut self) -> Option<Frame> {
+        loop {
+            // The client accepts any size: tests assert frame sizes themselves.
+            match decode_frame(&mut self.buf, u32::MAX) {
+                Ok(Some(frame)) => return Some(frame),
+                Ok(None) => {}
+                Err(e) => panic!("server sent an undecodable frame: {e}"),
+            }
+            match self.stream.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// The next frame; panics on EOF.
+    pub async fn recv_frame(&mut self) -> Frame {
+        self.try_recv_frame()
+            .await
+            .expect("the server closed the socket, expected a frame")
+    }
+
+    /// The next frame that is not a heartbeat.
+    pub async fn recv_non_heartbeat(&mut self) -> Frame {
+        loop {
+            let frame = self.recv_frame().await;
+            if !matches!(frame.payload, FramePayload::Heartbeat) {
+                return frame;
+            }
+        }
+    }
+
+    /// The next non-heartbeat frame, which must be a method; returns (channel, method).
+    pub async fn recv_method(&mut self) -> (u16, Method) {
+        let frame = self.recv_non_heartbeat().await;
+        match frame.payload {
+            FramePayload::Method(m) => (frame.channel, m),
+            other => panic!(
+                "expected a method frame, got {other:?} on channel {}",
+                frame.channel
+            ),
+        }
+    }
+
+    /// The next method, which must be on channel 0.
+    pub async fn recv_method0(&mut self) -> Method {
+        let (channel, method) = self.recv_method().await;
+        assert_eq!(channel, 0, "expected a channel-0 method, got {method:?}");
+        method
+    }
+
+    /// The next method, which must be on `channel`.
+    pub async fn recv_method_on(&mut self, channel: u16) -> Method {
+        let (got, method) = self.recv_method().await;
+        assert_eq!(got, channel, "method {method:?} on an unexpected channel");
+        method
+    }
+
+    /// Expects `connection.close` as the next non-heartbeat frame; returns it without
+    /// answering.
+    pub async fn expect_connection_close(&mut self) -> ConnectionClose {
+        match self.recv_method0().await {
+            Method::ConnectionClose(close) => close,
+            other => panic!("expected connection.close, got {other:?}"),
+        }
+    }
+
+    /// Expects `connection.close`, answers `close-ok`, and waits for the socket to close.
+    /// Returns (reply code, reply text, class id, method id).
+    pub async fn expect_close_and_ack(&mut self) -> (u16, String, u16, u16) {
+        let close = self.expect_connection_close().await;
+        // The server may already have closed the socket (a fatal frame error): ignore errors.
+        let mut out = BytesMut::new();
+        encode_method(&mut out, 0, &Method::ConnectionCloseOk);
+        let _ = self.try_send_raw(&out).await;
+        self.expect_eof().await;
+        (
+            close.reply_code,
+            close.reply_text.as_str().to_string(),
+            close.class_id,
+            close.method_id,
+        )
+    }
+
+    /// Expects `channel.close` on `channel`; returns (code, text, class id, method id).
+    pub async fn expect_channel_close(&mut self, channel: u16) -> (u16, String, u16, u16) {
+        match self.recv_method_on(channel).await {
+            Method::ChannelClose(ChannelClose {
+                reply_code,
+                reply_text,
+                class_id,
+                method_id,
+            }) => (
+                reply_code,
+                reply_text.as_str().to_string(),
+                class_id,
+                method_id,
+            ),
+            other => panic!("expected channel.close, got {other:?}"),
+        }
+    }
+
+    /// Reads (discarding heartbeats and anything else) until the server closes the socket;
+    /// panics if it is still open after [`CLOSE_WAIT`]. Returns the frames discarded.
+    pub async fn expect_eof(&mut self) -> Vec<Frame> {
+        let mut seen = Vec::new();
+        let wait = async {
+            loop {
+                match decode_frame(&mut self.buf, u32::MAX) {
+                    Ok(Some(frame)) => {
+                        seen.push(frame);
+                        continue;
+                    }
+                    Ok(None) => {}
+                    // Not a frame (e.g. a protocol header): drop the bytes.
+                    Err(_) => self.buf.clear(),
+                }
+                match self.stream.read_buf(&mut self.buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(CLOSE_WAIT, wait)
+            .await
+            .expect("the server closes the socket in time");
+        seen
+    }
+
+    /// Reads raw octets until `n` are buffered or the socket ends; returns what was read.
+    pub async fn read_raw(&mut self, n: usize) -> Vec<u8> {
+        let wait = async {
+            while self.buf.len() < n {
+                match self.stream.read_buf(&mut self.buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(FRAME_WAIT, wait)
+            .await
+            .expect("octets (or EOF) arrive in time");
+        let take = self.buf.len().min(n);
+        self.buf.split_to(take).to_vec()
+    }
+
+    /// `channel.open` on `channel`, expecting `open-ok`.
+    pub async fn open_channel(&mut self, channel: u16) {
+        self.send_method(channel, &Method::ChannelOpen).await;
+        match self.recv_method_on(channel).await {
+            Method::ChannelOpenOk => {}
+            other => panic!("expected channel.open-ok, got {other:?}"),
+        }
+    }
+
+    /// Sends `connection.close` and expects `close-ok`, then the socket to close.
+    pub async fn close(&mut self) {
+        self.send_method(
+            0,
+            &Method::ConnectionClose(ConnectionClose {
+                reply_code: 200,
+                reply_text: "bye".into(),
+                class_id: 0,
+                method_id: 0,
+            }),
+        )
+        .await;
+        match self.recv_method0().await {
+            Method::ConnectionCloseOk => {}
+            other => panic!("expected connection.close-ok, got {other:?}"),
+        }
+        self.expect_eof().await;
+    }
+}
