@@ -23,6 +23,8 @@ pub mod constants;
 mod error;
 mod field;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod methods;
 mod primitives;
 mod properties;

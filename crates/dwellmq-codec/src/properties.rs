@@ -117,51 +117,49 @@ impl BasicProperties {
     }
 
     /// Reads the property-flags word(s) and the properties they announce.
-    pub(crate) fn decode(base: &Bytes, i: &mut &[u8]) -> Result<Self, Malformed> {
+    ///
+    /// Fills `self` (all `None` on entry) in place: the struct is large, and building it field
+    /// by field in its final location avoids copying it around on the publish hot path.
+    #[inline]
+    pub(crate) fn decode_into(&mut self, base: &Bytes, i: &mut &[u8]) -> Result<(), Malformed> {
         let flags = get_u16(base, i)?;
-        let mut more = flags & CONTINUATION != 0;
-        while more {
-            more = get_u16(base, i)? & CONTINUATION != 0;
+        if flags & CONTINUATION != 0 {
+            while get_u16(base, i)? & CONTINUATION != 0 {}
         }
-        let s = |i: &mut &[u8], flag: u16| -> Result<Option<ShortStr>, Malformed> {
-            if flags & flag != 0 {
-                get_shortstr(base, i).map(Some)
-            } else {
-                Ok(None)
-            }
-        };
-        Ok(BasicProperties {
-            content_type: s(i, CONTENT_TYPE)?,
-            content_encoding: s(i, CONTENT_ENCODING)?,
-            headers: if flags & HEADERS != 0 {
-                Some(get_table(base, i)?)
-            } else {
-                None
-            },
-            delivery_mode: if flags & DELIVERY_MODE != 0 {
-                Some(get_u8(base, i)?)
-            } else {
-                None
-            },
-            priority: if flags & PRIORITY != 0 {
-                Some(get_u8(base, i)?)
-            } else {
-                None
-            },
-            correlation_id: s(i, CORRELATION_ID)?,
-            reply_to: s(i, REPLY_TO)?,
-            expiration: s(i, EXPIRATION)?,
-            message_id: s(i, MESSAGE_ID)?,
-            timestamp: if flags & TIMESTAMP != 0 {
-                Some(get_u64(base, i)?)
-            } else {
-                None
-            },
-            kind: s(i, KIND)?,
-            user_id: s(i, USER_ID)?,
-            app_id: s(i, APP_ID)?,
-            cluster_id: s(i, CLUSTER_ID)?,
-        })
+        if flags & !CONTINUATION == 0 {
+            return Ok(());
+        }
+        // A macro rather than a closure: eleven calls on the publish path, each a flag test.
+        macro_rules! s {
+            ($field:ident, $flag:expr) => {
+                if flags & $flag != 0 {
+                    self.$field = Some(get_shortstr(base, i)?);
+                }
+            };
+        }
+        s!(content_type, CONTENT_TYPE);
+        s!(content_encoding, CONTENT_ENCODING);
+        if flags & HEADERS != 0 {
+            self.headers = Some(get_table(base, i)?);
+        }
+        if flags & DELIVERY_MODE != 0 {
+            self.delivery_mode = Some(get_u8(base, i)?);
+        }
+        if flags & PRIORITY != 0 {
+            self.priority = Some(get_u8(base, i)?);
+        }
+        s!(correlation_id, CORRELATION_ID);
+        s!(reply_to, REPLY_TO);
+        s!(expiration, EXPIRATION);
+        s!(message_id, MESSAGE_ID);
+        if flags & TIMESTAMP != 0 {
+            self.timestamp = Some(get_u64(base, i)?);
+        }
+        s!(kind, KIND);
+        s!(user_id, USER_ID);
+        s!(app_id, APP_ID);
+        s!(cluster_id, CLUSTER_ID);
+        Ok(())
     }
 }
 
@@ -179,17 +177,22 @@ pub struct ContentHeader {
 impl ContentHeader {
     /// Decodes a content header frame's payload.
     pub fn decode(payload: &Bytes) -> Result<Self, CodecError> {
+        let mut header = ContentHeader::default();
+        header.decode_into(payload)?;
+        Ok(header)
+    }
+
+    /// Decodes a content header frame's payload into `self`, which must be the default value.
+    #[inline]
+    pub(crate) fn decode_into(&mut self, payload: &Bytes) -> Result<(), CodecError> {
         let mut i: &[u8] = payload;
         let malformed = |_| CodecError::MalformedContentHeader;
-        let class_id = get_u16(payload, &mut i).map_err(malformed)?;
+        self.class_id = get_u16(payload, &mut i).map_err(malformed)?;
         let _weight = get_u16(payload, &mut i).map_err(malformed)?;
-        let body_size = get_u64(payload, &mut i).map_err(malformed)?;
-        let properties = BasicProperties::decode(payload, &mut i).map_err(malformed)?;
-        Ok(ContentHeader {
-            class_id,
-            body_size,
-            properties,
-        })
+        self.body_size = get_u64(payload, &mut i).map_err(malformed)?;
+        self.properties
+            .decode_into(payload, &mut i)
+            .map_err(malformed)
     }
 
     /// Appends the payload: class id, weight 0, body size, properties.

@@ -24,8 +24,12 @@ impl ShortStr {
     }
 
     /// Wraps bytes known to be UTF-8; `None` when they are not.
+    #[inline]
     pub fn from_utf8(bytes: Bytes) -> Option<ShortStr> {
-        std::str::from_utf8(&bytes).ok()?;
+        // Names and routing keys are nearly always ASCII: check that inline first.
+        if !bytes.is_ascii() {
+            std::str::from_utf8(&bytes).ok()?;
+        }
         Some(ShortStr(bytes))
     }
 
