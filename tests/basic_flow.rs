@@ -270,3 +270,43 @@ async fn consumers_on_one_queue_take_turns() {
     assert_eq!(next_body(&mut c1).await, "2");
     assert_eq!(next_body(&mut c2).await, "3");
 }
+
+#[tokio::test]
+async fn higher_priority_consumers_are_served_first_while_they_have_credit() {
+    let t = start().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "prio").await;
+    ch.basic_qos(1, BasicQosOptions::default()).await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-priority".into(), lapin::types::AMQPValue::LongInt(10));
+    let mut high = ch
+        .basic_consume("prio".into(), "high".into(), BasicConsumeOptions::default(), args)
+        .await
+        .unwrap();
+    let low_ch = t.channel().await;
+    let mut low = low_ch
+        .basic_consume(
+            "prio".into(),
+            "low".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    for i in 0..3 {
+        ch.basic_publish(
+            "".into(),
+            "prio".into(),
+            BasicPublishOptions::default(),
+            format!("{i}").as_bytes(),
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+    }
+    // The high-priority consumer takes the first message, then is out of credit (prefetch 1).
+    let first = next_delivery(&mut high).await;
+    assert_eq!(first.data, b"0");
+    assert_eq!(next_delivery(&mut low).await.data, b"1");
+    assert_eq!(next_delivery(&mut low).await.data, b"2");
+}

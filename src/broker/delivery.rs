@@ -22,6 +22,8 @@ pub(crate) struct Consumer {
     pub(crate) channel: Arc<DeliveryChannel>,
     pub(crate) no_ack: bool,
     pub(crate) exclusive: bool,
+    /// `x-priority`: higher-priority consumers are served first while they have credit.
+    pub(crate) priority: i64,
     /// Per-consumer prefetch (`basic.qos` with global=false); 0 = unlimited.
     pub(crate) prefetch: u32,
     pub(crate) unacked: AtomicU32,

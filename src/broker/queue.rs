@@ -14,8 +14,9 @@ pub(crate) type ConnectionId = u64;
 
 struct QueueInner {
     messages: QueueMessages,
+    /// Highest `x-priority` first; equal priorities in subscription order.
     consumers: Vec<Arc<Consumer>>,
-    /// Round-robin cursor into `consumers`.
+    /// Round-robin cursor within a priority group.
     next_consumer: usize,
     /// Delivered and not yet settled.
     unacked: usize,
@@ -96,26 +97,36 @@ impl Queue {
         self.deliver_ready(&mut inner);
     }
 
-    /// Delivers ready messages round-robin to consumers with credit, until either runs out.
+    /// Delivers ready messages to consumers with credit, until either runs out: the highest
+    /// priority group that can take a message gets it, round-robin within the group (RabbitMQ's
+    /// consumer priorities; with equal priorities this is plain round-robin).
     fn deliver_ready(self: &Arc<Self>, inner: &mut QueueInner) {
         'messages: while !inner.messages.is_empty() && !inner.consumers.is_empty() {
-            let count = inner.consumers.len();
-            for attempt in 0..count {
-                let index = (inner.next_consumer + attempt) % count;
-                let Some(entry) = inner.messages.pop() else {
-                    break 'messages;
-                };
-                let consumer = Arc::clone(&inner.consumers[index]);
-                match consumer.channel.try_deliver(&consumer, self, entry) {
-                    Ok(()) => {
-                        if !consumer.no_ack {
-                            inner.unacked += 1;
+            let mut group_start = 0;
+            while group_start < inner.consumers.len() {
+                let priority = inner.consumers[group_start].priority;
+                let group_len = inner.consumers[group_start..]
+                    .iter()
+                    .take_while(|c| c.priority == priority)
+                    .count();
+                for attempt in 0..group_len {
+                    let index = group_start + (inner.next_consumer + attempt) % group_len;
+                    let Some(entry) = inner.messages.pop() else {
+                        break 'messages;
+                    };
+                    let consumer = Arc::clone(&inner.consumers[index]);
+                    match consumer.channel.try_deliver(&consumer, self, entry) {
+                        Ok(()) => {
+                            if !consumer.no_ack {
+                                inner.unacked += 1;
+                            }
+                            inner.next_consumer = index - group_start + 1;
+                            continue 'messages;
                         }
-                        inner.next_consumer = (index + 1) % count;
-                        continue 'messages;
+                        Err(entry) => inner.messages.requeue(entry),
                     }
-                    Err(entry) => inner.messages.requeue(entry),
                 }
+                group_start += group_len;
             }
             break;
         }
@@ -171,7 +182,12 @@ impl Queue {
             )));
         }
         on_added();
-        inner.consumers.push(consumer);
+        let at = inner
+            .consumers
+            .iter()
+            .position(|c| c.priority < consumer.priority)
+            .unwrap_or(inner.consumers.len());
+        inner.consumers.insert(at, consumer);
         inner.had_consumer = true;
         self.deliver_ready(&mut inner);
         Ok(())
@@ -189,9 +205,6 @@ impl Queue {
             .consumers
             .retain(|c| !(std::ptr::eq(&*c.channel, channel) && c.tag == *tag));
         let removed = inner.consumers.len() != before;
-        if inner.next_consumer >= inner.consumers.len() {
-            inner.next_consumer = 0;
-        }
         ConsumerRemoved {
             should_auto_delete: removed
                 && self.auto_delete

@@ -575,9 +575,8 @@ impl Channel {
 
     fn basic_consume(&mut self, cx: &mut ConnContext<'_>, m: BasicConsume) -> BrokerResult<()> {
         let queue = self.queue_for(cx, &m.queue)?;
-        // Priority is validated as RabbitMQ does; delivery order among consumers is plain
-        // round-robin for now.
-        arguments::parse_consumer_priority(&queue.name, &cx.vhost.name, &m.arguments)?;
+        let priority =
+            arguments::parse_consumer_priority(&queue.name, &cx.vhost.name, &m.arguments)?;
         let tag = if m.consumer_tag.is_empty() {
             ShortStr::from(server_generated_name("amq.ctag-"))
         } else {
@@ -593,6 +592,7 @@ impl Channel {
             channel: Arc::clone(&self.delivery),
             no_ack: m.no_ack,
             exclusive: m.exclusive,
+            priority,
             prefetch: self.consumer_prefetch,
             unacked: Default::default(),
             cancel_notify: cx.consumer_cancel_notify,
