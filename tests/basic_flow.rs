@@ -280,7 +280,12 @@ async fn higher_priority_consumers_are_served_first_while_they_have_credit() {
     let mut args = FieldTable::default();
     args.insert("x-priority".into(), lapin::types::AMQPValue::LongInt(10));
     let mut high = ch
-        .basic_consume("prio".into(), "high".into(), BasicConsumeOptions::default(), args)
+        .basic_consume(
+            "prio".into(),
+            "high".into(),
+            BasicConsumeOptions::default(),
+            args,
+        )
         .await
         .unwrap();
     let low_ch = t.channel().await;

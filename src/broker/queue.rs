@@ -243,6 +243,11 @@ impl Queue {
         self.inner.lock().consumers.len()
     }
 
+    /// Whether the queue has been deleted (its consumers were cancelled by the server).
+    pub(crate) fn is_deleted(&self) -> bool {
+        self.inner.lock().deleted
+    }
+
     /// Marks the queue deleted, drops its messages, and returns its consumers (to notify them).
     pub(crate) fn mark_deleted(&self) -> (usize, Vec<Arc<Consumer>>) {
         let mut inner = self.inner.lock();

@@ -21,6 +21,7 @@ const PREDECLARED: &[(&str, RoutingKind)] = &[
     ("amq.topic", RoutingKind::Topic),
     ("amq.headers", RoutingKind::Headers),
     ("amq.match", RoutingKind::Headers),
+    ("amq.rabbitmq.trace", RoutingKind::Topic),
 ];
 
 /// What `exchange.declare` asks for.
@@ -73,12 +74,14 @@ impl VHost {
             .iter()
             .map(|&(name, kind)| {
                 let name = ShortStr::from(name);
+                // RabbitMQ's trace exchange is internal: clients may bind to it, not publish.
+                let internal = name.as_str() == "amq.rabbitmq.trace";
                 let exchange = Exchange::new(
                     name.clone(),
                     ExchangeKind::Standard(kind),
                     true,
                     false,
-                    false,
+                    internal,
                     FieldTable::new(),
                 );
                 (name, Arc::new(exchange))
@@ -376,6 +379,22 @@ impl VHost {
             consumers,
             removed_exchanges: orphaned,
         })
+    }
+
+    /// Deletes exactly this queue (exclusive and auto-delete cleanup): if its name now belongs
+    /// to another queue, that one is left alone.
+    pub(crate) fn delete_queue_instance(&self, queue: &Arc<Queue>) -> BrokerResult<DeletedQueue> {
+        let current = self.queues.read().get(&queue.name).cloned();
+        match current {
+            Some(current) if Arc::ptr_eq(&current, queue) => {
+                self.delete_queue(&queue.name, false, false, None)
+            }
+            _ => Ok(DeletedQueue {
+                message_count: 0,
+                consumers: Vec::new(),
+                removed_exchanges: Vec::new(),
+            }),
+        }
     }
 
     /// `queue.bind` / `exchange.bind`.

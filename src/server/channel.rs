@@ -27,7 +27,7 @@ pub(crate) struct ConnContext<'a> {
     pub(crate) vhost: &'a Arc<VHost>,
     pub(crate) outbound: &'a Arc<Outbound>,
     /// Exclusive queues this connection declared (deleted when it closes).
-    pub(crate) exclusive_queues: &'a mut Vec<ShortStr>,
+    pub(crate) exclusive_queues: &'a mut Vec<Arc<Queue>>,
     /// The client asked for `basic.cancel` when a queue it consumes from goes away.
     pub(crate) consumer_cancel_notify: bool,
 }
@@ -297,10 +297,11 @@ impl Channel {
             Method::QueueDeclare(m) => self.queue_declare(cx, m),
             Method::QueueBind(m) => {
                 let queue = self.queue_for(cx, &m.queue)?;
+                let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &queue);
                 cx.vhost.bind(Binding {
                     source: m.exchange,
                     destination: Destination::Queue(queue.name.clone()),
-                    routing_key: m.routing_key,
+                    routing_key,
                     arguments: m.arguments,
                 })?;
                 if !m.no_wait {
@@ -310,10 +311,11 @@ impl Channel {
             }
             Method::QueueUnbind(m) => {
                 let queue = self.queue_for(cx, &m.queue)?;
+                let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &queue);
                 let removed = cx.vhost.unbind(&Binding {
                     source: m.exchange,
                     destination: Destination::Queue(queue.name.clone()),
-                    routing_key: m.routing_key,
+                    routing_key,
                     arguments: m.arguments,
                 })?;
                 cx.forget_exchanges(&removed);
@@ -335,7 +337,7 @@ impl Channel {
                     .delete_queue(&name, m.if_unused, m.if_empty, Some(cx.id))?;
                 notify_cancelled(&deleted.consumers);
                 cx.forget_exchanges(&deleted.removed_exchanges);
-                cx.exclusive_queues.retain(|q| *q != name);
+                cx.exclusive_queues.retain(|q| q.name != name);
                 if !m.no_wait {
                     self.reply(
                         cx,
@@ -392,15 +394,9 @@ impl Channel {
                 multiple: m.multiple,
                 requeue: m.requeue,
             }),
-            Method::BasicRecover(_) => {
-                self.requeue_all_unacked();
-                self.reply(cx, Method::BasicRecoverOk);
-                Ok(())
-            }
-            Method::BasicRecoverAsync(_) => {
-                self.requeue_all_unacked();
-                Ok(())
-            }
+            Method::BasicRecover(m) => self.recover(cx, m.requeue, true),
+            // The deprecated asynchronous form has no reply.
+            Method::BasicRecoverAsync(m) => self.recover(cx, m.requeue, false),
             Method::ConfirmSelect(m) => {
                 match self.mode {
                     PublishMode::Transactional { .. } => {
@@ -537,8 +533,8 @@ impl Channel {
             },
             cx.id,
         )?;
-        if exclusive && !cx.exclusive_queues.contains(&queue.name) {
-            cx.exclusive_queues.push(queue.name.clone());
+        if exclusive && !cx.exclusive_queues.iter().any(|q| Arc::ptr_eq(q, &queue)) {
+            cx.exclusive_queues.push(Arc::clone(&queue));
         }
         self.last_queue = Some(queue.name.clone());
         if !m.no_wait {
@@ -574,9 +570,8 @@ impl Channel {
     }
 
     fn basic_consume(&mut self, cx: &mut ConnContext<'_>, m: BasicConsume) -> BrokerResult<()> {
-        let queue = self.queue_for(cx, &m.queue)?;
-        let priority =
-            arguments::parse_consumer_priority(&queue.name, &cx.vhost.name, &m.arguments)?;
+        // A consumer the server cancelled (its queue was deleted) no longer holds its tag.
+        self.consumers.retain(|_, (_, queue)| !queue.is_deleted());
         let tag = if m.consumer_tag.is_empty() {
             ShortStr::from(server_generated_name("amq.ctag-"))
         } else {
@@ -587,6 +582,9 @@ impl Channel {
                 "attempt to reuse consumer tag '{tag}'"
             )));
         }
+        let queue = self.queue_for(cx, &m.queue)?;
+        let priority =
+            arguments::parse_consumer_priority(&queue.name, &cx.vhost.name, &m.arguments)?;
         let consumer = Arc::new(Consumer {
             tag: tag.clone(),
             channel: Arc::clone(&self.delivery),
@@ -623,7 +621,8 @@ impl Channel {
         };
         let removed = queue.remove_consumer(&self.delivery, tag);
         if removed.should_auto_delete {
-            if let Ok(deleted) = cx.vhost.delete_queue(&queue.name, false, false, None) {
+            cx.exclusive_queues.retain(|q| !Arc::ptr_eq(q, &queue));
+            if let Ok(deleted) = cx.vhost.delete_queue_instance(&queue) {
                 notify_cancelled(&deleted.consumers);
                 cx.forget_exchanges(&deleted.removed_exchanges);
             }
@@ -696,6 +695,20 @@ impl Channel {
             rest = &rest[run..];
         }
         settled.clear();
+    }
+
+    /// `basic.recover`: every unacked message goes back to its queue, marked redelivered.
+    fn recover(&mut self, cx: &ConnContext<'_>, requeue: bool, reply: bool) -> BrokerResult<()> {
+        if !requeue {
+            return Err(BrokerError::NotImplemented("requeue=false".into()));
+        }
+        // recover-ok goes first: the requeued messages may be redelivered to this very channel
+        // at once, and clients drop deliveries that precede recover-ok.
+        if reply {
+            self.reply(cx, Method::BasicRecoverOk);
+        }
+        self.requeue_all_unacked();
+        Ok(())
     }
 
     fn requeue_all_unacked(&mut self) {
@@ -852,6 +865,16 @@ impl Channel {
         for tag in tags {
             self.cancel_consumer(cx, &tag);
         }
+    }
+}
+
+/// RabbitMQ's shortcut: binding the "last declared" queue (name "") with key "" binds with
+/// the queue's name as the key.
+fn routing_key_shortcut(named: &ShortStr, routing_key: ShortStr, queue: &Queue) -> ShortStr {
+    if named.is_empty() && routing_key.is_empty() {
+        queue.name.clone()
+    } else {
+        routing_key
     }
 }
 

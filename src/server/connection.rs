@@ -45,7 +45,7 @@ struct Connection {
     channel_max: u16,
     capabilities: ClientCapabilities,
     channels: HashMap<u16, ChannelSlot>,
-    exclusive_queues: Vec<ShortStr>,
+    exclusive_queues: Vec<Arc<crate::broker::queue::Queue>>,
     /// Only connections that publish are blocked by the memory alarm, as in RabbitMQ.
     has_published: bool,
     sent_blocked: bool,
@@ -445,8 +445,8 @@ impl Connection {
                 channel.close(&mut cx);
             }
         }
-        for name in std::mem::take(cx.exclusive_queues) {
-            if let Ok(deleted) = cx.vhost.delete_queue(&name, false, false, None) {
+        for queue in std::mem::take(cx.exclusive_queues) {
+            if let Ok(deleted) = cx.vhost.delete_queue_instance(&queue) {
                 super::channel::notify_cancelled(&deleted.consumers);
                 cx.forget_exchanges(&deleted.removed_exchanges);
             }

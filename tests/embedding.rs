@@ -1,0 +1,516 @@
+//! Embedding the broker as a library: `Broker::start` inside the caller's runtime, ephemeral
+//! ports, the handle's inspection API, shutdown, IPv6 and several listeners, users and vhosts.
+
+mod common;
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener as StdTcpListener};
+use std::time::Duration;
+
+use common::raw::RawClient;
+use common::*;
+use dwellmq::{Broker, BrokerConfig, BrokerHandle, UserConfig};
+use lapin::options::*;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+
+const PREDECLARED: [&str; 7] = [
+    "",
+    "amq.direct",
+    "amq.fanout",
+    "amq.headers",
+    "amq.match",
+    "amq.rabbitmq.trace",
+    "amq.topic",
+];
+
+async fn connect_url(url: &str) -> lapin::Result<Connection> {
+    Connection::connect(url, ConnectionProperties::default()).await
+}
+
+/// Publishes one message to a fresh queue and consumes it back: the connection really works.
+/// Returns the channel: dropping lapin's last handle closes it in the background, which can
+/// race with an immediate `Connection::close` inside lapin, so callers that close keep it.
+async fn round_trip(connection: &Connection, queue: &str) -> lapin::Channel {
+    let ch = connection.create_channel().await.expect("channel opens");
+    declare_queue(&ch, queue).await;
+    ch.basic_publish(
+        "".into(),
+        queue.into(),
+        BasicPublishOptions::default(),
+        b"ping",
+        BasicProperties::default(),
+    )
+    .await
+    .expect("publish sent");
+    let mut consumer = consume_no_ack(&ch, queue).await;
+    assert_eq!(next_body(&mut consumer).await, "ping");
+    ch
+}
+
+/// Waits (bounded) until `condition` holds: for effects the client gets no reply for.
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// Connects to `[::1]:port`, vhost `/`. lapin's URL parser (amq-protocol-uri) drops bracketed
+/// IPv6 hosts (it reads `Url::domain()`, which is `None` for IP literals, and falls back to
+/// `localhost`), so the address is set on the parsed URI instead of written in the URL.
+async fn connect_ipv6(port: u16) -> lapin::Result<Connection> {
+    let mut uri: lapin::uri::AMQPUri = format!("amqp://localhost:{port}/%2f").parse().unwrap();
+    uri.authority.host = "::1".into();
+    Connection::connect_uri(uri, ConnectionProperties::default()).await
+}
+
+/// Whether this machine has an IPv6 loopback we can listen on.
+fn ipv6_loopback_available() -> bool {
+    StdTcpListener::bind((Ipv6Addr::LOCALHOST, 0)).is_ok()
+}
+
+/// The code and text a refused connection attempt reports, if it was an AMQP refusal.
+fn refusal(error: &lapin::Error) -> Option<(u16, String)> {
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(e) => Some((e.get_id(), e.get_message().to_string())),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_inside_a_multi_thread_test_runtime() {
+    let broker = Broker::start(BrokerConfig::ephemeral()).await.unwrap();
+    let connection = connect(&broker).await;
+    let _ch = round_trip(&connection, "mt").await;
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn starts_inside_a_current_thread_test_runtime() {
+    let broker = Broker::start(BrokerConfig::ephemeral()).await.unwrap();
+    let connection = connect(&broker).await;
+    let _ch = round_trip(&connection, "ct").await;
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn port_zero_binds_a_real_port_and_the_handle_reports_it() {
+    let broker = Broker::start(BrokerConfig::ephemeral()).await.unwrap();
+    let addr = broker.local_addr();
+    assert_eq!(addr.ip(), Ipv4Addr::LOCALHOST);
+    assert_ne!(addr.port(), 0);
+    assert_eq!(broker.local_addrs(), &[addr]);
+    assert_eq!(
+        broker.amqp_url(),
+        format!("amqp://127.0.0.1:{}", addr.port())
+    );
+    // Something really listens there.
+    std::net::TcpStream::connect(addr).expect("the port accepts connections");
+    // The URL works as is (vhost defaults to "/") and with the vhost spelled out.
+    let a = connect_url(&broker.amqp_url()).await.unwrap();
+    let b = connect_url(&format!("{}/%2f", broker.amqp_url()))
+        .await
+        .unwrap();
+    round_trip(&a, "via-url").await;
+    round_trip(&b, "via-url-vhost").await;
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_empty_listen_list_is_refused() {
+    let config = BrokerConfig {
+        listen: Vec::new(),
+        ..BrokerConfig::ephemeral()
+    };
+    let err = Broker::start(config).await.err().expect("start fails");
+    assert!(
+        matches!(err, dwellmq::StartError::NoListenAddress),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_port_in_use_is_reported() {
+    let taken = StdTcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let addr = taken.local_addr().unwrap();
+    let config = BrokerConfig {
+        listen: vec![addr],
+        ..BrokerConfig::ephemeral()
+    };
+    match Broker::start(config).await {
+        Err(dwellmq::StartError::Bind { addr: failed, .. }) => assert_eq!(failed, addr),
+        Err(other) => panic!("expected a bind error, got {other:?}"),
+        Ok(_) => panic!("a taken port cannot be bound"),
+    }
+}
+
+#[tokio::test]
+async fn two_brokers_side_by_side_are_independent() {
+    let a = Broker::start(BrokerConfig::ephemeral()).await.unwrap();
+    let b = Broker::start(BrokerConfig::ephemeral()).await.unwrap();
+    assert_ne!(a.local_addr(), b.local_addr());
+    let ca = connect(&a).await;
+    let cb = connect(&b).await;
+    let cha = ca.create_channel().await.unwrap();
+    let chb = cb.create_channel().await.unwrap();
+    declare_queue(&cha, "only-in-a").await;
+    declare_queue(&chb, "only-in-b").await;
+    declare_queue(&chb, "in-both").await;
+    declare_queue(&cha, "in-both").await;
+    cha.basic_publish(
+        "".into(),
+        "in-both".into(),
+        BasicPublishOptions::default(),
+        b"for a",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap();
+    // A round trip on a's channel: the publish has been routed.
+    declare_queue(&cha, "in-both").await;
+    assert_eq!(a.queue_names("/"), ["in-both", "only-in-a"]);
+    assert_eq!(b.queue_names("/"), ["in-both", "only-in-b"]);
+    assert_eq!(a.queue_info("/", "in-both").unwrap().messages, 1);
+    assert_eq!(b.queue_info("/", "in-both").unwrap().messages, 0);
+    assert_eq!((a.connection_count(), b.connection_count()), (1, 1));
+    // Stopping one leaves the other serving.
+    a.shutdown().await;
+    round_trip(&cb, "still-up").await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_returns_closes_clients_with_320_and_frees_the_port() {
+    let broker = Broker::start(BrokerConfig::ephemeral()).await.unwrap();
+    let addr = broker.local_addr();
+    let connection = connect(&broker).await;
+    let ch = connection.create_channel().await.unwrap();
+    declare_queue(&ch, "q").await;
+    let _consumer = consume_no_ack(&ch, "q").await;
+    // A raw client sees the exact connection.close (lapin does not reliably surface it).
+    let mut raw = RawClient::open(addr).await;
+    let stopping = tokio::spawn(broker.shutdown());
+    assert_eq!(
+        raw.expect_close_and_ack().await,
+        (
+            320,
+            "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'".into(),
+            0,
+            0
+        )
+    );
+    tokio::time::timeout(Duration::from_secs(15), stopping)
+        .await
+        .expect("shutdown returns")
+        .expect("shutdown task");
+    // The lapin client was closed too.
+    eventually("lapin sees its connection closed", || {
+        !connection.status().connected()
+    })
+    .await;
+    // Nothing listens any more.
+    let err = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect_err("the port refuses connections");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+}
+
+#[tokio::test]
+async fn shutdown_without_connections_returns() {
+    let broker = Broker::start(BrokerConfig::ephemeral()).await.unwrap();
+    let addr = broker.local_addr();
+    tokio::time::timeout(Duration::from_secs(5), broker.shutdown())
+        .await
+        .expect("shutdown returns promptly");
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test]
+async fn connection_count_follows_clients() {
+    let broker = Broker::start(BrokerConfig::ephemeral()).await.unwrap();
+    assert_eq!(broker.connection_count(), 0);
+    let a = connect(&broker).await;
+    let b = connect(&broker).await;
+    assert_eq!(broker.connection_count(), 2);
+    a.close(200, "bye".into()).await.unwrap();
+    eventually("one connection left", || broker.connection_count() == 1).await;
+    b.close(200, "bye".into()).await.unwrap();
+    eventually("no connection left", || broker.connection_count() == 0).await;
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn queue_and_exchange_names_list_the_vhosts_contents() {
+    let t = start().await;
+    let exchanges = t.broker.exchange_names("/");
+    for name in PREDECLARED {
+        assert!(
+            exchanges.contains(&name.to_string()),
+            "{name} in {exchanges:?}"
+        );
+    }
+    assert!(t.broker.queue_names("/").is_empty());
+    let ch = t.channel().await;
+    declare_queue(&ch, "zeta").await;
+    declare_queue(&ch, "alpha").await;
+    ch.exchange_declare(
+        "mine".into(),
+        lapin::ExchangeKind::Topic,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(t.broker.queue_names("/"), ["alpha", "zeta"]);
+    let exchanges = t.broker.exchange_names("/");
+    let mut sorted = exchanges.clone();
+    sorted.sort();
+    assert_eq!(exchanges, sorted, "sorted");
+    assert!(exchanges.contains(&"mine".to_string()));
+    assert_eq!(exchanges.len(), PREDECLARED.len() + 1);
+    // An unknown vhost has nothing.
+    assert!(t.broker.queue_names("nowhere").is_empty());
+    assert!(t.broker.exchange_names("nowhere").is_empty());
+    assert!(t.broker.queue_info("nowhere", "alpha").is_none());
+}
+
+// ---------------------------------------------------------------------------------------------
+// IPv6 and several listeners
+
+#[tokio::test]
+async fn ipv6_loopback_listener_accepts_a_client() {
+    if !ipv6_loopback_available() {
+        eprintln!("skipped: no IPv6 loopback on this machine");
+        return;
+    }
+    let config = BrokerConfig {
+        listen: vec![SocketAddr::from((Ipv6Addr::LOCALHOST, 0))],
+        ..BrokerConfig::ephemeral()
+    };
+    let broker = Broker::start(config).await.unwrap();
+    let port = broker.local_addr().port();
+    assert!(broker.local_addr().is_ipv6());
+    assert_eq!(broker.amqp_url(), format!("amqp://[::1]:{port}"));
+    let connection = connect_ipv6(port).await.expect("lapin connects over IPv6");
+    round_trip(&connection, "v6").await;
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn two_listen_addresses_both_accept() {
+    if !ipv6_loopback_available() {
+        eprintln!("skipped: no IPv6 loopback on this machine");
+        return;
+    }
+    let config = BrokerConfig {
+        listen: vec![
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            SocketAddr::from((Ipv6Addr::LOCALHOST, 0)),
+        ],
+        ..BrokerConfig::ephemeral()
+    };
+    let broker = Broker::start(config).await.unwrap();
+    let addrs = broker.local_addrs().to_vec();
+    assert_eq!(addrs.len(), 2);
+    assert!(addrs[0].is_ipv4() && addrs[1].is_ipv6(), "{addrs:?}");
+    assert!(addrs.iter().all(|a| a.port() != 0));
+    assert_eq!(broker.local_addr(), addrs[0]);
+    let v4 = connect_url(&format!("amqp://127.0.0.1:{}/%2f", addrs[0].port()))
+        .await
+        .unwrap();
+    let v6 = connect_ipv6(addrs[1].port()).await.unwrap();
+    assert_eq!(broker.connection_count(), 2);
+    // One broker behind both: what one client declares, the other sees.
+    round_trip(&v4, "shared").await;
+    let ch = v6.create_channel().await.unwrap();
+    let q = ch
+        .queue_declare(
+            "shared".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.name().as_str(), "shared");
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unbindable_second_address_is_skipped() {
+    let taken = StdTcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let config = BrokerConfig {
+        listen: vec![
+            taken.local_addr().unwrap(),
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        ],
+        ..BrokerConfig::ephemeral()
+    };
+    let broker = Broker::start(config).await.expect("one address is enough");
+    assert_eq!(broker.local_addrs().len(), 1);
+    assert_ne!(broker.local_addr(), taken.local_addr().unwrap());
+    round_trip(&connect(&broker).await, "one-of-two").await;
+    broker.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Users and vhosts
+
+fn user(name: &str, password: &str, vhosts: &[&str]) -> UserConfig {
+    UserConfig {
+        name: name.into(),
+        password: password.into(),
+        vhosts: vhosts.iter().map(|v| v.to_string()).collect(),
+        loopback_only: false,
+    }
+}
+
+async fn staging_broker() -> BrokerHandle {
+    let config = BrokerConfig {
+        users: vec![
+            UserConfig::guest(),
+            user("app", "secret", &["*"]),
+            user("rooted", "pw", &["/"]),
+        ],
+        vhosts: vec!["staging".into()],
+        ..BrokerConfig::ephemeral()
+    };
+    Broker::start(config).await.unwrap()
+}
+
+fn url_for(broker: &BrokerHandle, user: &str, password: &str, vhost: &str) -> String {
+    let port = broker.local_addr().port();
+    format!("amqp://{user}:{password}@127.0.0.1:{port}/{vhost}")
+}
+
+#[tokio::test]
+async fn a_configured_user_reaches_a_configured_vhost() {
+    let broker = staging_broker().await;
+    let staging = connect_url(&url_for(&broker, "app", "secret", "staging"))
+        .await
+        .expect("app may open staging");
+    round_trip(&staging, "in-staging").await;
+    assert_eq!(broker.queue_names("staging"), ["in-staging"]);
+    assert!(broker.queue_names("/").is_empty(), "vhosts are separate");
+    for name in PREDECLARED {
+        assert!(broker.exchange_names("staging").contains(&name.to_string()));
+    }
+    // "/" is always there, and the same user may open it.
+    let root = connect_url(&url_for(&broker, "app", "secret", "%2f"))
+        .await
+        .expect("app may open /");
+    let ch = root.create_channel().await.unwrap();
+    let err = ch
+        .queue_declare(
+            "in-staging".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        amqp_error(&err),
+        (404, "NOT_FOUND - no queue 'in-staging' in vhost '/'".into())
+    );
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_user_limited_to_root_is_refused_staging_with_530() {
+    let broker = staging_broker().await;
+    connect_url(&url_for(&broker, "rooted", "pw", "%2f"))
+        .await
+        .expect("rooted may open /");
+    let err = connect_url(&url_for(&broker, "rooted", "pw", "staging"))
+        .await
+        .expect_err("rooted may not open staging");
+    match refusal(&err) {
+        Some(refused) => assert_eq!(
+            refused,
+            (
+                530,
+                "NOT_ALLOWED - access to vhost 'staging' refused for user 'rooted'".into()
+            )
+        ),
+        None => {
+            let text = format!("{err:?}");
+            assert!(
+                text.contains("NOT_ALLOWED") || text.contains("530"),
+                "{text}"
+            );
+        }
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn guest_logs_in_from_loopback_and_a_wrong_password_is_refused() {
+    let broker = staging_broker().await;
+    let guest = connect_url(&url_for(&broker, "guest", "guest", "%2f"))
+        .await
+        .expect("guest from loopback");
+    round_trip(&guest, "from-guest").await;
+    let err = connect_url(&url_for(&broker, "app", "wrong", "%2f"))
+        .await
+        .expect_err("a wrong password is refused");
+    let text = format!("{err:?}");
+    assert!(
+        text.contains("ACCESS_REFUSED") || text.contains("403"),
+        "{text}"
+    );
+    broker.shutdown().await;
+}
+
+/// A non-loopback address of this machine (the one it would route outside through), if any.
+/// No packet is sent: connecting a UDP socket only picks the route.
+fn non_loopback_ipv4() -> Option<Ipv4Addr> {
+    let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    socket.connect((Ipv4Addr::new(192, 0, 2, 1), 9)).ok()?;
+    match socket.local_addr().ok()?.ip() {
+        std::net::IpAddr::V4(ip) if !ip.is_loopback() && !ip.is_unspecified() => Some(ip),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn guest_is_loopback_only_while_other_users_may_connect_remotely() {
+    let Some(ip) = non_loopback_ipv4() else {
+        eprintln!("skipped: no non-loopback IPv4 address on this machine");
+        return;
+    };
+    let config = BrokerConfig {
+        listen: vec![SocketAddr::from((ip, 0))],
+        users: vec![UserConfig::guest(), user("app", "secret", &["*"])],
+        ..BrokerConfig::ephemeral()
+    };
+    let Ok(broker) = Broker::start(config).await else {
+        eprintln!("skipped: cannot listen on {ip}");
+        return;
+    };
+    let port = broker.local_addr().port();
+    let app = connect_url(&format!("amqp://app:secret@{ip}:{port}/%2f"))
+        .await
+        .expect("app may connect from a non-loopback address");
+    round_trip(&app, "remote").await;
+    let err = connect_url(&format!("amqp://guest:guest@{ip}:{port}/%2f"))
+        .await
+        .expect_err("guest is refused from a non-loopback address");
+    let text = format!("{err:?}");
+    assert!(
+        text.contains("can only connect via localhost") || text.contains("403"),
+        "{text}"
+    );
+    broker.shutdown().await;
+}
