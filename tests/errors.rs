@@ -265,7 +265,7 @@ async fn queue_delete_if_empty_and_if_unused_refuse_with_406() {
         amqp_error(&err),
         (
             406,
-            "PRECONDITION_FAILED - queue 'busy' in vhost '/' is not empty".into()
+            "PRECONDITION_FAILED - queue 'busy' in vhost '/' not empty".into()
         )
     );
     let ch = t.channel().await;
