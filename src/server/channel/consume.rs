@@ -1,0 +1,167 @@
+//! Consumers, prefetch, flow and `basic.get`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use dwellmq_codec::methods::*;
+use dwellmq_codec::{Method, ShortStr};
+use dwellmq_core::{arguments, BrokerError, BrokerResult};
+
+use super::{Channel, ConnContext};
+use crate::broker::delivery::Consumer;
+use crate::broker::names::server_generated_name;
+
+impl Channel {
+    /// `channel.flow`: pauses or resumes deliveries to this channel.
+    pub(super) fn channel_flow(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        m: ChannelFlow,
+    ) -> BrokerResult<()> {
+        self.delivery.flow_active.store(m.active, Ordering::Relaxed);
+        self.reply(
+            cx,
+            Method::ChannelFlowOk(ChannelFlowOk { active: m.active }),
+        );
+        if m.active {
+            self.drain_consumed_queues();
+        }
+        Ok(())
+    }
+
+    pub(super) fn basic_qos(&mut self, cx: &mut ConnContext<'_>, m: BasicQos) -> BrokerResult<()> {
+        if m.prefetch_size != 0 {
+            return Err(BrokerError::NotImplemented(format!(
+                "prefetch_size!=0 ({})",
+                m.prefetch_size
+            )));
+        }
+        if m.global {
+            self.delivery
+                .global_prefetch
+                .store(u32::from(m.prefetch_count), Ordering::Relaxed);
+        } else {
+            self.consumer_prefetch = u32::from(m.prefetch_count);
+        }
+        self.reply(cx, Method::BasicQosOk);
+        self.drain_consumed_queues();
+        Ok(())
+    }
+
+    pub(super) fn basic_consume(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        m: BasicConsume,
+    ) -> BrokerResult<()> {
+        // A consumer the server cancelled (its queue was deleted) no longer holds its tag.
+        self.consumers.retain(|_, (_, queue)| !queue.is_deleted());
+        let tag = if m.consumer_tag.is_empty() {
+            ShortStr::from(server_generated_name("amq.ctag-"))
+        } else {
+            m.consumer_tag
+        };
+        if self.consumers.contains_key(&tag) {
+            return Err(BrokerError::NotAllowed(format!(
+                "attempt to reuse consumer tag '{tag}'"
+            )));
+        }
+        let queue = self.queue_for(cx, &m.queue)?;
+        let priority =
+            arguments::parse_consumer_priority(&queue.name, &cx.vhost.name, &m.arguments)?;
+        let consumer = Arc::new(Consumer {
+            tag: tag.clone(),
+            channel: Arc::clone(&self.delivery),
+            no_ack: m.no_ack,
+            exclusive: m.exclusive,
+            priority,
+            prefetch: self.consumer_prefetch,
+            unacked: Default::default(),
+            cancel_notify: cx.consumer_cancel_notify,
+        });
+        let consume_ok = (!m.no_wait).then(|| {
+            Method::BasicConsumeOk(BasicConsumeOk {
+                consumer_tag: tag.clone(),
+            })
+        });
+        let outbound = Arc::clone(cx.outbound);
+        let channel_id = self.id();
+        // consume-ok must reach the client before the first delivery, so it is queued from
+        // inside the queue's lock, after the checks and before delivery starts.
+        queue.add_consumer(Arc::clone(&consumer), || {
+            if let Some(ok) = &consume_ok {
+                outbound.send_method(channel_id, ok);
+            }
+        })?;
+        self.consumers.insert(tag, (consumer, queue));
+        Ok(())
+    }
+
+    /// `basic.cancel` from the client.
+    pub(super) fn basic_cancel(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        m: BasicCancel,
+    ) -> BrokerResult<()> {
+        self.cancel_consumer(cx, &m.consumer_tag);
+        if !m.no_wait {
+            self.reply(
+                cx,
+                Method::BasicCancelOk(BasicCancelOk {
+                    consumer_tag: m.consumer_tag,
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    /// Removes a consumer (client cancel or channel close); deletes an auto-delete queue that
+    /// lost its last consumer.
+    pub(super) fn cancel_consumer(&mut self, cx: &mut ConnContext<'_>, tag: &ShortStr) {
+        let Some((_, queue)) = self.consumers.remove(tag) else {
+            return;
+        };
+        let removed = queue.remove_consumer(&self.delivery, tag);
+        if removed.should_auto_delete {
+            cx.exclusive_queues.retain(|q| !Arc::ptr_eq(q, &queue));
+            if let Ok(deleted) = cx.vhost.delete_queue_instance(&queue) {
+                notify_cancelled(&deleted.consumers);
+                cx.forget_exchanges(&deleted.removed_exchanges);
+            }
+        }
+    }
+
+    /// `basic.get`.
+    pub(super) fn basic_get(&mut self, cx: &mut ConnContext<'_>, m: BasicGet) -> BrokerResult<()> {
+        let queue = self.queue_for(cx, &m.queue)?;
+        if !queue.get(&self.delivery, m.no_ack) {
+            self.reply(cx, Method::BasicGetEmpty);
+        }
+        Ok(())
+    }
+
+    pub(super) fn drain_consumed_queues(&self) {
+        for (_, queue) in self.consumers.values() {
+            queue.drain();
+        }
+    }
+
+    /// Delivers again to every queue this channel consumes from (the socket drained).
+    pub(crate) fn on_writable(&self) {
+        self.drain_consumed_queues();
+    }
+}
+
+/// Tells consumers of a deleted queue that they are gone (`basic.cancel` from the server).
+pub(crate) fn notify_cancelled(consumers: &[Arc<Consumer>]) {
+    for consumer in consumers {
+        if consumer.cancel_notify {
+            consumer.channel.outbound.send_method(
+                consumer.channel.id,
+                &Method::BasicCancel(BasicCancel {
+                    consumer_tag: consumer.tag.clone(),
+                    no_wait: true,
+                }),
+            );
+        }
+    }
+}

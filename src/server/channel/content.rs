@@ -1,0 +1,140 @@
+//! Assembling a published message from its method, content header and body frames.
+
+use bytes::{Bytes, BytesMut};
+use dwellmq_codec::methods::BasicPublish;
+use dwellmq_codec::ContentHeader;
+use dwellmq_core::{BrokerError, BrokerResult};
+
+use super::{unexpected_frame, Channel, ConnContext};
+
+/// A `basic.publish` waiting for its content header and body.
+pub(super) struct PendingPublish {
+    pub(super) method: BasicPublish,
+    pub(super) header: Option<ContentHeader>,
+    pub(super) body: BodyParts,
+}
+
+/// Body frames as they arrive: one frame is kept as the read buffer's slice (no copy);
+/// only a body split over several frames is joined.
+pub(super) enum BodyParts {
+    Empty,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl BodyParts {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            BodyParts::Empty => 0,
+            BodyParts::One(b) => b.len(),
+            BodyParts::Many(b) => b.len(),
+        }
+    }
+
+    pub(super) fn push(&mut self, chunk: Bytes) {
+        *self = match std::mem::replace(self, BodyParts::Empty) {
+            BodyParts::Empty => BodyParts::One(chunk),
+            BodyParts::One(first) => {
+                let mut joined = BytesMut::with_capacity(first.len() + chunk.len());
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(&chunk);
+                BodyParts::Many(joined)
+            }
+            BodyParts::Many(mut joined) => {
+                joined.extend_from_slice(&chunk);
+                BodyParts::Many(joined)
+            }
+        }
+    }
+
+    pub(super) fn into_bytes(self) -> Bytes {
+        match self {
+            BodyParts::Empty => Bytes::new(),
+            BodyParts::One(b) => b,
+            BodyParts::Many(b) => b.freeze(),
+        }
+    }
+}
+
+impl Channel {
+    /// `basic.publish`: the content header and body frames follow.
+    pub(super) fn basic_publish(
+        &mut self,
+        _cx: &mut ConnContext<'_>,
+        m: BasicPublish,
+    ) -> BrokerResult<()> {
+        if m.immediate {
+            return Err(BrokerError::NotImplemented("immediate=true".into()));
+        }
+        self.pending = Some(PendingPublish {
+            method: m,
+            header: None,
+            body: BodyParts::Empty,
+        });
+        Ok(())
+    }
+
+    /// Handles a content header frame.
+    pub(crate) fn on_header(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        header: ContentHeader,
+    ) -> BrokerResult<()> {
+        let Some(pending) = self.pending.as_mut() else {
+            return Err(unexpected_frame(
+                "expected method frame, got non method frame instead".into(),
+            ));
+        };
+        if pending.header.is_some() {
+            return Err(unexpected_frame(
+                "expected content body, got non content body frame instead".into(),
+            ));
+        }
+        if header.class_id != dwellmq_codec::constants::BASIC_CLASS_ID {
+            return Err(unexpected_frame(format!(
+                "expected content header for class 60, got one for class {} instead",
+                header.class_id
+            )));
+        }
+        let max = cx.state.config.limits.max_message_size;
+        if header.body_size > max {
+            self.pending = None;
+            return Err(BrokerError::PreconditionFailed(format!(
+                "message size {} is larger than configured max size {}",
+                header.body_size, max
+            )));
+        }
+        let done = header.body_size == 0;
+        pending.header = Some(header);
+        if done {
+            self.finish_publish(cx)?;
+        }
+        Ok(())
+    }
+
+    /// Handles a content body frame.
+    pub(crate) fn on_body(&mut self, cx: &mut ConnContext<'_>, chunk: Bytes) -> BrokerResult<()> {
+        let Some(pending) = self.pending.as_mut() else {
+            return Err(unexpected_frame(
+                "expected method frame, got non method frame instead".into(),
+            ));
+        };
+        let Some(header) = &pending.header else {
+            return Err(unexpected_frame(
+                "expected content header for class 60, got non content header frame instead".into(),
+            ));
+        };
+        let expected = header.body_size;
+        pending.body.push(chunk);
+        let received = pending.body.len() as u64;
+        if received > expected {
+            return Err(BrokerError::FrameError(
+                "content body frame exceeds remaining content size".into(),
+            ));
+        }
+        if received == expected {
+            self.finish_publish(cx)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,162 @@
+//! One AMQP channel: the methods a client sends on it, split by concern into
+//! `topology` (declare/bind/delete), `content` (assembling publishes), `publish` (routing,
+//! confirms, transactions), `consume` (consumers, prefetch, flow, get) and `settle` (acks).
+
+mod consume;
+mod content;
+mod publish;
+mod settle;
+mod topology;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dwellmq_codec::{Method, ShortStr};
+use dwellmq_core::routing::Destination;
+use dwellmq_core::{BrokerError, BrokerResult};
+
+pub(crate) use consume::notify_cancelled;
+use content::PendingPublish;
+use publish::PublishMode;
+use settle::Settlement;
+
+use crate::broker::delivery::{Consumer, DeliveryChannel, Unacked};
+use crate::broker::queue::{ConnectionId, Queue};
+use crate::broker::vhost::VHost;
+use crate::broker::BrokerState;
+use crate::server::outbound::Outbound;
+
+/// What a channel needs from its connection while handling a method.
+pub(crate) struct ConnContext<'a> {
+    pub(crate) id: ConnectionId,
+    /// The authenticated user.
+    pub(crate) user: &'a str,
+    pub(crate) state: &'a Arc<BrokerState>,
+    pub(crate) vhost: &'a Arc<VHost>,
+    pub(crate) outbound: &'a Arc<Outbound>,
+    /// Exclusive queues this connection declared (deleted when it closes).
+    pub(crate) exclusive_queues: &'a mut Vec<Arc<Queue>>,
+    /// The client asked for `basic.cancel` when a queue it consumes from goes away.
+    pub(crate) consumer_cancel_notify: bool,
+}
+
+impl ConnContext<'_> {
+    /// Drops what the broker keeps for exchanges that no longer exist (held delayed messages).
+    pub(crate) fn forget_exchanges(&self, names: &[ShortStr]) {
+        for name in names {
+            self.state.delayed.purge_exchange(&self.vhost.name, name);
+        }
+    }
+}
+
+/// A channel's state, owned by its connection task.
+pub(crate) struct Channel {
+    pub(crate) delivery: Arc<DeliveryChannel>,
+    consumers: HashMap<ShortStr, (Arc<Consumer>, Arc<Queue>)>,
+    pending: Option<PendingPublish>,
+    mode: PublishMode,
+    /// `basic.qos` prefetch for consumers created from now on (global=false).
+    consumer_prefetch: u32,
+    /// The queue named by the last `queue.declare`, used when a method names queue "".
+    last_queue: Option<ShortStr>,
+    route_scratch: Vec<Destination>,
+    queue_scratch: Vec<Arc<Queue>>,
+    settle_scratch: Vec<Unacked>,
+}
+
+fn unexpected_frame(text: String) -> BrokerError {
+    BrokerError::UnexpectedFrame(text)
+}
+
+impl Channel {
+    pub(crate) fn new(delivery: Arc<DeliveryChannel>) -> Self {
+        Channel {
+            delivery,
+            consumers: HashMap::new(),
+            pending: None,
+            mode: PublishMode::Plain,
+            consumer_prefetch: 0,
+            last_queue: None,
+            route_scratch: Vec::new(),
+            queue_scratch: Vec::new(),
+            settle_scratch: Vec::new(),
+        }
+    }
+
+    pub(super) fn id(&self) -> u16 {
+        self.delivery.id
+    }
+
+    pub(super) fn reply(&self, cx: &ConnContext<'_>, method: Method) {
+        cx.outbound.send_method(self.id(), &method);
+    }
+
+    /// Handles a method frame for this (open) channel.
+    pub(crate) fn on_method(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        method: Method,
+    ) -> BrokerResult<()> {
+        if self.pending.is_some() {
+            return Err(unexpected_frame(
+                "expected content header for class 60, got non content header frame instead".into(),
+            ));
+        }
+        match method {
+            Method::ChannelFlow(m) => self.channel_flow(cx, m),
+            Method::ChannelFlowOk(_) => Ok(()),
+            Method::ExchangeDeclare(m) => self.exchange_declare(cx, m),
+            Method::ExchangeDelete(m) => self.exchange_delete(cx, m),
+            Method::ExchangeBind(m) => self.exchange_bind(cx, m),
+            Method::ExchangeUnbind(m) => self.exchange_unbind(cx, m),
+            Method::QueueDeclare(m) => self.queue_declare(cx, m),
+            Method::QueueBind(m) => self.queue_bind(cx, m),
+            Method::QueueUnbind(m) => self.queue_unbind(cx, m),
+            Method::QueuePurge(m) => self.queue_purge(cx, m),
+            Method::QueueDelete(m) => self.queue_delete(cx, m),
+            Method::BasicQos(m) => self.basic_qos(cx, m),
+            Method::BasicConsume(m) => self.basic_consume(cx, m),
+            Method::BasicCancel(m) => self.basic_cancel(cx, m),
+            Method::BasicPublish(m) => self.basic_publish(cx, m),
+            Method::BasicGet(m) => self.basic_get(cx, m),
+            Method::BasicAck(m) => self.settle_or_buffer(Settlement::Ack {
+                tag: m.delivery_tag,
+                multiple: m.multiple,
+            }),
+            Method::BasicReject(m) => self.settle_or_buffer(Settlement::Reject {
+                tag: m.delivery_tag,
+                multiple: false,
+                requeue: m.requeue,
+            }),
+            Method::BasicNack(m) => self.settle_or_buffer(Settlement::Reject {
+                tag: m.delivery_tag,
+                multiple: m.multiple,
+                requeue: m.requeue,
+            }),
+            Method::BasicRecover(m) => self.recover(cx, m.requeue, true),
+            // The deprecated asynchronous form has no reply.
+            Method::BasicRecoverAsync(m) => self.recover(cx, m.requeue, false),
+            Method::ConfirmSelect(m) => self.confirm_select(cx, m),
+            Method::TxSelect => self.tx_select(cx),
+            Method::TxCommit => self.tx_commit(cx),
+            Method::TxRollback => self.tx_rollback(cx),
+            other => Err(BrokerError::CommandInvalid(format!(
+                "unexpected method {} on a channel",
+                other.name()
+            ))),
+        }
+    }
+
+    /// Tears the channel down: consumers go, unacked messages return to their queues.
+    pub(crate) fn close(&mut self, cx: &mut ConnContext<'_>) {
+        self.pending = None;
+        let mut unacked = std::mem::take(&mut self.settle_scratch);
+        self.delivery.close(&mut unacked);
+        self.return_to_queues(&mut unacked, true);
+        self.settle_scratch = unacked;
+        let tags: Vec<ShortStr> = self.consumers.keys().cloned().collect();
+        for tag in tags {
+            self.cancel_consumer(cx, &tag);
+        }
+    }
+}

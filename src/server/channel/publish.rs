@@ -1,0 +1,256 @@
+//! Routing complete messages; publisher confirms and transactions.
+
+use std::sync::Arc;
+
+use dwellmq_codec::methods::*;
+use dwellmq_codec::{reply_code, FieldValue, Method, ShortStr};
+use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
+
+use super::settle::Settlement;
+use super::{Channel, ConnContext};
+use crate::broker::exchange::ExchangeKind;
+use crate::server::outbound::Outbound;
+
+/// A complete message as published, before routing.
+pub(super) struct Publication {
+    exchange: ShortStr,
+    routing_key: ShortStr,
+    mandatory: bool,
+    message: Arc<Message>,
+    /// Milliseconds a delayed exchange holds the message (0 = route now).
+    delay_ms: u64,
+}
+
+/// How the channel treats publishes.
+pub(super) enum PublishMode {
+    Plain,
+    /// Publisher confirms: `next_tag` numbers publishes; `acked_to` is confirmed but not yet
+    /// sent (sent as one `multiple` ack per read batch).
+    Confirm {
+        next_tag: u64,
+        acked_to: u64,
+        sent_to: u64,
+    },
+    /// `tx.select`: publishes and settlements wait for `tx.commit`.
+    Transactional {
+        publishes: Vec<Publication>,
+        settlements: Vec<Settlement>,
+    },
+}
+
+impl Channel {
+    /// `confirm.select`: publisher confirms from now on.
+    pub(super) fn confirm_select(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        m: ConfirmSelect,
+    ) -> BrokerResult<()> {
+        match self.mode {
+            PublishMode::Transactional { .. } => {
+                return Err(BrokerError::PreconditionFailed(
+                    "cannot switch from tx to confirm mode".into(),
+                ))
+            }
+            PublishMode::Plain => {
+                self.mode = PublishMode::Confirm {
+                    next_tag: 1,
+                    acked_to: 0,
+                    sent_to: 0,
+                }
+            }
+            PublishMode::Confirm { .. } => {}
+        }
+        if !m.no_wait {
+            self.reply(cx, Method::ConfirmSelectOk);
+        }
+        Ok(())
+    }
+
+    /// `tx.select`: publishes and settlements wait for `tx.commit`.
+    pub(super) fn tx_select(&mut self, cx: &mut ConnContext<'_>) -> BrokerResult<()> {
+        match self.mode {
+            PublishMode::Confirm { .. } => {
+                return Err(BrokerError::PreconditionFailed(
+                    "cannot switch from confirm to tx mode".into(),
+                ))
+            }
+            PublishMode::Plain => {
+                self.mode = PublishMode::Transactional {
+                    publishes: Vec::new(),
+                    settlements: Vec::new(),
+                }
+            }
+            PublishMode::Transactional { .. } => {}
+        }
+        self.reply(cx, Method::TxSelectOk);
+        Ok(())
+    }
+
+    /// `tx.commit`: applies the buffered settlements, then the buffered publishes.
+    pub(super) fn tx_commit(&mut self, cx: &mut ConnContext<'_>) -> BrokerResult<()> {
+        let (publishes, settlements) = self.take_transaction()?;
+        for settlement in settlements {
+            self.settle(settlement)?;
+        }
+        for publication in publishes {
+            self.route_and_enqueue(cx, publication);
+        }
+        self.reply(cx, Method::TxCommitOk);
+        Ok(())
+    }
+
+    /// `tx.rollback`: drops what the transaction buffered.
+    pub(super) fn tx_rollback(&mut self, cx: &mut ConnContext<'_>) -> BrokerResult<()> {
+        self.take_transaction()?;
+        self.reply(cx, Method::TxRollbackOk);
+        Ok(())
+    }
+
+    fn take_transaction(&mut self) -> BrokerResult<(Vec<Publication>, Vec<Settlement>)> {
+        match &mut self.mode {
+            PublishMode::Transactional {
+                publishes,
+                settlements,
+            } => Ok((std::mem::take(publishes), std::mem::take(settlements))),
+            _ => Err(BrokerError::PreconditionFailed(
+                "channel is not transactional".into(),
+            )),
+        }
+    }
+
+    /// The publish's content is complete: validate, then route (or buffer for a transaction).
+    pub(super) fn finish_publish(&mut self, cx: &mut ConnContext<'_>) -> BrokerResult<()> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(());
+        };
+        let header = pending.header.unwrap_or_default();
+        let exchange = cx.vhost.exchange(&pending.method.exchange)?;
+        if exchange.internal {
+            return Err(BrokerError::AccessRefused(format!(
+                "cannot publish to internal exchange '{}' in vhost '{}'",
+                exchange.name, cx.vhost.name
+            )));
+        }
+        let mut properties = header.properties;
+        if let Some(user_id) = &properties.user_id {
+            if user_id.as_str() != cx.user {
+                return Err(BrokerError::PreconditionFailed(format!(
+                    "user_id property set to '{user_id}' but authenticated user was '{}'",
+                    cx.user
+                )));
+            }
+        }
+        if let Some(expiration) = &properties.expiration {
+            arguments::parse_expiration(expiration)?;
+        }
+        let mut delay_ms = 0;
+        if let ExchangeKind::Delayed(_) = exchange.kind {
+            let delay = arguments::parse_x_delay(properties.headers.as_ref())?;
+            if delay > 0 {
+                delay_ms = delay as u64;
+                // Delivered with the negated delay, as the plugin does, so that a second
+                // delayed exchange on the way does not delay the message again.
+                if let Some(headers) = properties.headers.as_mut() {
+                    headers.insert("x-delay", FieldValue::I64(-delay));
+                }
+            }
+        }
+        let body = pending.body.into_bytes();
+        let charge = cx.state.memory.charge(body.len());
+        let message = Message::new(
+            pending.method.exchange.clone(),
+            pending.method.routing_key.clone(),
+            properties,
+            body,
+            Some(Box::new(charge)),
+        );
+        let publication = Publication {
+            exchange: pending.method.exchange,
+            routing_key: pending.method.routing_key,
+            mandatory: pending.method.mandatory,
+            message,
+            delay_ms,
+        };
+        if let PublishMode::Transactional { publishes, .. } = &mut self.mode {
+            publishes.push(publication);
+            return Ok(());
+        }
+        self.route_and_enqueue(cx, publication);
+        Ok(())
+    }
+
+    pub(super) fn route_and_enqueue(&mut self, cx: &mut ConnContext<'_>, publication: Publication) {
+        let confirm_tag = match &mut self.mode {
+            PublishMode::Confirm { next_tag, .. } => {
+                let tag = *next_tag;
+                *next_tag += 1;
+                Some(tag)
+            }
+            _ => None,
+        };
+        // The exchange was checked when the content completed; a concurrent delete makes the
+        // message unroutable, as in RabbitMQ.
+        let exchange = cx.vhost.exchange(&publication.exchange).ok();
+        if let Some(exchange) = &exchange {
+            let headers = publication.message.properties.headers.as_ref();
+            cx.vhost.route(
+                exchange,
+                &publication.routing_key,
+                headers,
+                &mut self.route_scratch,
+                &mut self.queue_scratch,
+            );
+        }
+        if self.queue_scratch.is_empty() && publication.mandatory {
+            self.return_unroutable(cx, &publication);
+        } else if let (Some(exchange), true) = (&exchange, publication.delay_ms > 0) {
+            // Routability was checked now (so `mandatory` is honest); the queues are chosen
+            // again at release, from the bindings as they are then.
+            self.queue_scratch.clear();
+            let due_ms = cx.state.clock.now_ms().saturating_add(publication.delay_ms);
+            cx.state
+                .hold_delayed(cx.vhost, exchange, Arc::clone(&publication.message), due_ms);
+        }
+        for queue in self.queue_scratch.drain(..) {
+            queue.publish(Arc::clone(&publication.message));
+        }
+        if let (Some(tag), PublishMode::Confirm { acked_to, .. }) = (confirm_tag, &mut self.mode) {
+            *acked_to = tag;
+        }
+    }
+
+    /// `basic.return` with `NO_ROUTE` for a mandatory message no queue would take.
+    pub(super) fn return_unroutable(&self, cx: &ConnContext<'_>, publication: &Publication) {
+        self.reply(
+            cx,
+            Method::BasicReturn(BasicReturn {
+                reply_code: reply_code::NO_ROUTE,
+                reply_text: ShortStr::from_static("NO_ROUTE"),
+                exchange: publication.exchange.clone(),
+                routing_key: publication.routing_key.clone(),
+            }),
+        );
+        cx.outbound
+            .with(|sink| sink.content(self.id(), &publication.message, self.delivery.frame_max));
+    }
+
+    /// Sends the confirms gathered since the last call as one `basic.ack` with `multiple`.
+    pub(crate) fn flush_confirms(&mut self, outbound: &Outbound) {
+        if let PublishMode::Confirm {
+            acked_to, sent_to, ..
+        } = &mut self.mode
+        {
+            if *acked_to > *sent_to {
+                let multiple = *acked_to - *sent_to > 1;
+                outbound.send_method(
+                    self.delivery.id,
+                    &Method::BasicAck(BasicAck {
+                        delivery_tag: *acked_to,
+                        multiple,
+                    }),
+                );
+                *sent_to = *acked_to;
+            }
+        }
+    }
+}
