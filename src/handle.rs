@@ -22,6 +22,9 @@ pub enum StartError {
     /// No listen address was configured.
     #[error("no listen address configured")]
     NoListenAddress,
+    /// The timer thread could not be started.
+    #[error("cannot start the timer thread: {0}")]
+    Timer(std::io::Error),
     /// No configured address could be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -65,16 +68,17 @@ impl Broker {
             .collect();
         let state = BrokerState::new(config);
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let mut tasks: Vec<JoinHandle<()>> = listeners
+        let tasks: Vec<JoinHandle<()>> = listeners
             .into_iter()
             .map(|l| tokio::spawn(accept_loop(Arc::clone(&state), l, shutdown_rx.clone())))
             .collect();
-        if state.manual_clock.is_none() {
-            tasks.push(tokio::spawn(crate::broker::timer_task::run(
-                Arc::clone(&state),
-                shutdown_rx.clone(),
-            )));
-        }
+        let timer_thread = match state.manual_clock {
+            None => Some(
+                crate::broker::timer_thread::spawn(Arc::clone(&state))
+                    .map_err(StartError::Timer)?,
+            ),
+            Some(_) => None,
+        };
         for addr in &addrs {
             tracing::info!(%addr, "listening");
         }
@@ -83,6 +87,7 @@ impl Broker {
             addrs,
             shutdown,
             tasks,
+            timer_thread,
         })
     }
 }
@@ -93,6 +98,7 @@ pub struct BrokerHandle {
     addrs: Vec<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    timer_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// A snapshot of one queue, for tests and operators.
@@ -261,6 +267,10 @@ impl BrokerHandle {
         let _ = self.shutdown.send(true);
         for task in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        self.state.timer.stop();
+        if let Some(thread) = self.timer_thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
     }
 }

@@ -488,3 +488,42 @@ async fn list_cancel_and_purge_held_messages() {
     t.broker.advance(Duration::from_millis(1000));
     assert_eq!(ready(&t), 1);
 }
+
+#[tokio::test]
+async fn far_future_messages_keep_publish_order_and_can_be_cancelled() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    // Beyond the wheel's horizon: these wait in the ordered index first.
+    for i in 0..10 {
+        publish_delayed(
+            &ch,
+            "delayed",
+            "k",
+            &i.to_string(),
+            Some(AMQPValue::LongInt(90_000)),
+        )
+        .await;
+    }
+    publish_delayed(
+        &ch,
+        "delayed",
+        "k",
+        "cancel me",
+        Some(AMQPValue::LongInt(120_000)),
+    )
+    .await;
+    sync(&ch).await;
+    let held = t.broker.delayed_messages("/", "delayed", 20);
+    assert_eq!(held.len(), 11);
+    assert!(t.broker.cancel_delayed(held[10].id));
+    let mut consumer = consume_no_ack(&ch, "out").await;
+    // Step through time the way the timer task does, in small increments.
+    for _ in 0..90 {
+        t.broker.advance(Duration::from_secs(1));
+    }
+    for i in 0..10 {
+        assert_eq!(next_body(&mut consumer).await, i.to_string());
+    }
+    assert_eq!(t.broker.advance(Duration::from_secs(60)), 0);
+    assert_eq!(t.broker.delayed_total(), 0);
+}

@@ -1,10 +1,19 @@
 //! Messages held by `x-delayed-message` exchanges until their due time.
 //!
-//! One [`DelayedMessages`] per broker: a timer wheel keyed by held-message id, the held
-//! messages themselves, and a per-exchange index (due time order) for counts, listing, cancel
-//! and purge. Release routes each message through its exchange's bindings as they are then.
+//! One [`DelayedMessages`] per broker, in two tiers: messages due within [`HORIZON_MS`] sit in
+//! a timer wheel; later ones wait in an ordered index (due time, id) and move into the wheel as
+//! the horizon advances, a few at a time on every release. The wheel therefore stays small, and
+//! its cascades (moving a slot's entries to a finer level) stay short however many messages are
+//! held: a wheel holding a minute of messages would cascade tens of thousands at once and release
+//! late meanwhile. The ordered index is also where the store's delayed table will take over.
+//!
+//! A per-exchange index (due order) serves counts, listing, cancel and purge. Release routes
+//! each message through its exchange's bindings as they are then.
 
 use std::collections::{BTreeSet, HashMap};
+
+/// How far ahead of now the wheel holds messages; later ones wait in the ordered index.
+const HORIZON_MS: u64 = 1_000;
 use std::sync::Arc;
 
 use dwellmq_codec::{FieldTable, ShortStr};
@@ -25,7 +34,8 @@ struct Held {
     vhost: Arc<VHost>,
     exchange: Arc<Exchange>,
     message: Arc<Message>,
-    timer: TimerKey,
+    /// Set once the message is in the wheel; `None` while it waits beyond the horizon.
+    timer: Option<TimerKey>,
 }
 
 /// A held message as the inspection API shows it.
@@ -52,6 +62,10 @@ struct ExchangeIndex {
 
 struct Inner {
     wheel: TimerWheel<u64>,
+    /// Messages due after `horizon_ms`, as (due, id).
+    beyond_horizon: BTreeSet<(u64, u64)>,
+    /// Everything due at or before this is in the wheel.
+    horizon_ms: u64,
     held: HashMap<u64, Held>,
     exchanges: HashMap<ExchangeKey, ExchangeIndex>,
     next_id: u64,
@@ -73,6 +87,8 @@ impl DelayedMessages {
         DelayedMessages {
             inner: Mutex::new(Inner {
                 wheel: TimerWheel::new(now_ms),
+                beyond_horizon: BTreeSet::new(),
+                horizon_ms: now_ms.saturating_add(HORIZON_MS),
                 held: HashMap::new(),
                 exchanges: HashMap::new(),
                 next_id: 1,
@@ -82,8 +98,8 @@ impl DelayedMessages {
         }
     }
 
-    /// Holds `message` until `due_ms`. Returns true when it is now the earliest deadline (the
-    /// timer task must re-arm).
+    /// Holds `message` until `due_ms`. Returns true when the timer task must wake sooner than
+    /// it planned (re-arm).
     pub(crate) fn hold(
         &self,
         vhost: &Arc<VHost>,
@@ -94,8 +110,16 @@ impl DelayedMessages {
         let mut inner = self.inner.lock();
         let id = inner.next_id;
         inner.next_id += 1;
-        let earliest = inner.wheel.next_due().is_none_or(|next| due_ms < next);
-        let timer = inner.wheel.insert(due_ms, id);
+        let next_wake = inner.next_wake();
+        let (timer, wake_ms) = if due_ms <= inner.horizon_ms {
+            (Some(inner.wheel.insert(due_ms, id)), due_ms)
+        } else {
+            inner.beyond_horizon.insert((due_ms, id));
+            (None, due_ms.saturating_sub(HORIZON_MS))
+        };
+        // Re-arm the timer task when this message needs it sooner, including the moment it
+        // must move into the wheel: moving in late would move a large batch at once.
+        let earliest = next_wake.is_none_or(|next| wake_ms < next);
         let index = inner.exchanges.entry(key_of(vhost, exchange)).or_default();
         index.by_due.insert((due_ms, id));
         index.bytes += message.body_len() as u64;
@@ -112,9 +136,10 @@ impl DelayedMessages {
         earliest
     }
 
-    /// The earliest due time of any held message.
-    pub(crate) fn next_due(&self) -> Option<u64> {
-        self.inner.lock().wheel.next_due()
+    /// When the timer task must next call [`DelayedMessages::release_due`]: the earliest due
+    /// time in the wheel, or the moment the next message beyond the horizon must move in.
+    pub(crate) fn next_wake(&self) -> Option<u64> {
+        self.inner.lock().next_wake()
     }
 
     /// Releases everything due at `now_ms`, in due order (publish order within a millisecond),
@@ -122,6 +147,7 @@ impl DelayedMessages {
     pub(crate) fn release_due(&self, now_ms: u64) -> usize {
         let released: Vec<Held> = {
             let mut inner = self.inner.lock();
+            inner.extend_horizon(now_ms);
             let mut fired = std::mem::take(&mut inner.fired);
             inner.wheel.advance(now_ms, &mut fired);
             let held: Vec<Held> = fired
@@ -168,9 +194,9 @@ impl DelayedMessages {
         let Some(index) = inner.exchanges.remove(&(vhost.clone(), exchange.clone())) else {
             return 0;
         };
-        for (_, id) in &index.by_due {
-            if let Some(held) = inner.held.remove(id) {
-                inner.wheel.cancel(held.timer);
+        for &(due_ms, id) in &index.by_due {
+            if let Some(held) = inner.held.remove(&id) {
+                inner.forget_timer(due_ms, id, held.timer);
             }
         }
         index.by_due.len()
@@ -181,7 +207,7 @@ impl DelayedMessages {
         let mut inner = self.inner.lock();
         match inner.take(id) {
             Some(held) => {
-                inner.wheel.cancel(held.timer);
+                inner.forget_timer(held.due_ms, id, held.timer);
                 true
             }
             None => false,
@@ -241,6 +267,49 @@ impl DelayedMessages {
 }
 
 impl Inner {
+    fn next_wake(&self) -> Option<u64> {
+        let moving_in = self
+            .beyond_horizon
+            .first()
+            .map(|&(due, _)| due.saturating_sub(HORIZON_MS));
+        match (self.wheel.next_due(), moving_in) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Moves every message due by `now_ms + HORIZON_MS` into the wheel, in (due, id) order, so
+    /// equal due times keep publish order.
+    fn extend_horizon(&mut self, now_ms: u64) {
+        let horizon = now_ms.saturating_add(HORIZON_MS);
+        if horizon <= self.horizon_ms {
+            return;
+        }
+        self.horizon_ms = horizon;
+        while let Some(&(due_ms, id)) = self.beyond_horizon.first() {
+            if due_ms > horizon {
+                break;
+            }
+            self.beyond_horizon.pop_first();
+            let key = self.wheel.insert(due_ms, id);
+            if let Some(held) = self.held.get_mut(&id) {
+                held.timer = Some(key);
+            }
+        }
+    }
+
+    /// Removes a held message's entry from whichever tier holds it.
+    fn forget_timer(&mut self, due_ms: u64, id: u64, timer: Option<TimerKey>) {
+        match timer {
+            Some(key) => {
+                self.wheel.cancel(key);
+            }
+            None => {
+                self.beyond_horizon.remove(&(due_ms, id));
+            }
+        }
+    }
+
     /// Removes a held message and its index entry (not its timer).
     fn take(&mut self, id: u64) -> Option<Held> {
         let held = self.held.remove(&id)?;

@@ -9,7 +9,7 @@ pub(crate) mod exchange;
 pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod queue;
-pub(crate) mod timer_task;
+pub(crate) mod timer_thread;
 pub(crate) mod vhost;
 
 use std::collections::HashMap;
@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dwellmq_timer::{ManualClock, SharedClock, SystemClock};
-use tokio::sync::Notify;
 
 use crate::config::{BrokerConfig, ClockConfig, UserConfig};
 use delayed::DelayedMessages;
@@ -33,8 +32,8 @@ pub(crate) struct BrokerState {
     pub(crate) manual_clock: Option<Arc<ManualClock>>,
     /// Messages held by delayed exchanges.
     pub(crate) delayed: DelayedMessages,
-    /// Wakes the timer task when an earlier deadline appears.
-    pub(crate) timer_wake: Notify,
+    /// Wakes the timer thread when an earlier deadline appears.
+    pub(crate) timer: timer_thread::TimerControl,
     next_connection_id: AtomicU64,
     pub(crate) open_connections: AtomicUsize,
     /// Outbound buffers of open connections (for `BrokerHandle::settle`).
@@ -60,7 +59,7 @@ impl BrokerState {
         let now = clock.now_ms();
         Arc::new(BrokerState {
             delayed: DelayedMessages::new(now),
-            timer_wake: Notify::new(),
+            timer: timer_thread::TimerControl::default(),
             memory: MemoryMonitor::new(config.limits.memory_high_watermark),
             config,
             vhosts,
@@ -86,7 +85,7 @@ impl BrokerState {
 }
 
 impl BrokerState {
-    /// Holds a message on a delayed exchange until `due_ms`, waking the timer task if needed.
+    /// Holds a message on a delayed exchange until `due_ms`, waking the timer thread if needed.
     pub(crate) fn hold_delayed(
         &self,
         vhost: &Arc<VHost>,
@@ -95,7 +94,7 @@ impl BrokerState {
         due_ms: u64,
     ) {
         if self.delayed.hold(vhost, exchange, message, due_ms) {
-            self.timer_wake.notify_one();
+            self.timer.wake();
         }
     }
 }

@@ -103,7 +103,7 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
             .build()
             .expect("consumer runtime");
         runtime.block_on(async move {
-            let mut lateness_ms = Vec::with_capacity(messages as usize);
+            let mut lateness_ms: Vec<(u64, f64)> = Vec::with_capacity(messages as usize);
             let mut buf = std::mem::take(&mut consumer.buf);
             let idle_limit = std::time::Duration::from_millis(max_delay + 30_000);
             while (lateness_ms.len() as u64) < messages {
@@ -118,7 +118,7 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
                 drain_frames(&mut buf, |body| {
                     if let Some(due) = body.get(..8) {
                         let due = u64::from_be_bytes(due.try_into().unwrap_or_default());
-                        lateness_ms.push((now as f64 - due as f64) / 1000.0);
+                        lateness_ms.push((due, (now as f64 - due as f64) / 1000.0));
                     }
                 });
                 if buf.capacity() < 64 * 1024 {
@@ -193,11 +193,24 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
         }
     }
     let schedule_secs = started.elapsed().as_secs_f64();
+    let publishing_ended_us = wall_us();
     let rss_held = pid.and_then(rss_kib);
-    let mut lateness = tokio::task::spawn_blocking(move || consumer_thread.join())
+    let samples = tokio::task::spawn_blocking(move || consumer_thread.join())
         .await?
         .map_err(|_| "consumer thread panicked")?;
-    let received = lateness.len() as u64;
+    let received = samples.len() as u64;
+    let mut lateness: Vec<f64> = samples.iter().map(|&(_, l)| l).collect();
+    // Messages due while the publisher was still saturating both cores, and the rest.
+    let mut during: Vec<f64> = samples
+        .iter()
+        .filter(|&&(due, _)| due < publishing_ended_us)
+        .map(|&(_, l)| l)
+        .collect();
+    let mut after: Vec<f64> = samples
+        .iter()
+        .filter(|&&(due, _)| due >= publishing_ended_us)
+        .map(|&(_, l)| l)
+        .collect();
     let (p50, p99, p999, max) = percentiles(&mut lateness).ok_or("no messages received")?;
     println!(
         "delayed: {messages} messages, delays uniform over {min_delay}-{max_delay} ms, confirms on"
@@ -213,6 +226,17 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     println!(
         "  lateness (receive - due): p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms"
     );
+    for (label, set) in [
+        ("due while publishing", &mut during),
+        ("due after publishing", &mut after),
+    ] {
+        if let Some((p50, p99, p999, max)) = percentiles(set) {
+            println!(
+                "    {label} ({}): p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms",
+                set.len()
+            );
+        }
+    }
     if let (Some(before), Some(held)) = (rss_before, rss_held) {
         println!(
             "  broker RSS {before} KiB before, {held} KiB with messages held: ~{:.0} B per held message (upper bound: includes messages already released)",
