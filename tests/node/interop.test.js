@@ -1,0 +1,127 @@
+// amqplib against the real dwellmq binary: the README's Node.js example and the everyday path.
+// Run: npm install --prefix tests/node && node --test tests/node/
+"use strict";
+
+const { test, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const { spawn, execFileSync } = require("node:child_process");
+const path = require("node:path");
+const readline = require("node:readline");
+const amqp = require("amqplib");
+
+const root = path.resolve(__dirname, "..", "..");
+const targetDir = process.env.CARGO_TARGET_DIR || path.join(root, "target");
+let broker;
+let url;
+
+before(async () => {
+  execFileSync("cargo", ["build", "--quiet", "--bin", "dwellmq"], { cwd: root, stdio: "inherit" });
+  broker = spawn(path.join(targetDir, "debug", "dwellmq"), ["--listen", "127.0.0.1:0", "--in-memory"], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  url = await new Promise((resolve, reject) => {
+    const lines = readline.createInterface({ input: broker.stdout });
+    lines.once("line", resolve);
+    broker.once("exit", (code) => reject(new Error(`broker exited with ${code}`)));
+  });
+});
+
+after(() => {
+  if (broker) broker.kill("SIGTERM");
+});
+
+let counter = 0;
+const unique = (name) => `${name}-${process.pid}-${++counter}`;
+
+// Resolves with the next message on `queue`, acking it; rejects after a hang guard.
+function nextMessage(ch, queue) {
+  return new Promise((resolve, reject) => {
+    const guard = setTimeout(() => reject(new Error(`no message on ${queue}`)), 10000);
+    ch.consume(queue, (msg) => {
+      clearTimeout(guard);
+      ch.ack(msg);
+      ch.cancel(msg.fields.consumerTag).then(() => resolve(msg), reject);
+    });
+  });
+}
+
+test("the README example: a delayed exchange with confirms", async () => {
+  const conn = await amqp.connect(url);
+  const ch = await conn.createConfirmChannel();
+  const exchange = unique("retries");
+  const queue = unique("webhooks");
+  await ch.assertExchange(exchange, "x-delayed-message", { arguments: { "x-delayed-type": "direct" } });
+  await ch.assertQueue(queue);
+  await ch.bindQueue(queue, exchange, "webhook");
+  // amqplib sends integers below 128 as a signed byte, which the plugin (and dwellmq) read as
+  // "no delay": real delays are larger anyway.
+  ch.publish(exchange, "webhook", Buffer.from("later"), { headers: { "x-delay": 400 } });
+  ch.publish(exchange, "webhook", Buffer.from("sooner"), { headers: { "x-delay": 200 } });
+  await ch.waitForConfirms();
+  const first = await nextMessage(ch, queue);
+  assert.equal(first.content.toString(), "sooner");
+  assert.equal(first.properties.headers["x-delay"], -200);
+  const second = await nextMessage(ch, queue);
+  assert.equal(second.content.toString(), "later");
+  await conn.close();
+});
+
+test("publish, get, nack with requeue, and properties round trip", async () => {
+  const conn = await amqp.connect(url);
+  const ch = await conn.createChannel();
+  const queue = unique("q");
+  await ch.assertQueue(queue);
+  ch.sendToQueue(queue, Buffer.from("hello"), {
+    contentType: "text/plain",
+    correlationId: "c-1",
+    headers: { nested: { n: 1 }, list: [1, "two"] },
+  });
+  const got = await ch.get(queue);
+  assert.ok(got, "a message");
+  assert.equal(got.content.toString(), "hello");
+  assert.equal(got.properties.contentType, "text/plain");
+  assert.equal(got.properties.correlationId, "c-1");
+  assert.deepEqual(got.properties.headers.nested, { n: 1 });
+  assert.equal(got.fields.redelivered, false);
+  ch.nack(got, false, true);
+  const again = await ch.get(queue);
+  assert.equal(again.fields.redelivered, true);
+  ch.ack(again);
+  assert.equal(await ch.get(queue), false);
+  await conn.close();
+});
+
+test("a channel error is a 404 with RabbitMQ's text and the connection survives", async () => {
+  const conn = await amqp.connect(url);
+  const ch = await conn.createChannel();
+  ch.on("error", () => {});
+  const missing = unique("missing");
+  await assert.rejects(ch.checkQueue(missing), (err) => {
+    assert.equal(err.code, 404);
+    assert.match(err.message, new RegExp(`NOT_FOUND - no queue '${missing}' in vhost '/'`));
+    return true;
+  });
+  const fresh = await conn.createChannel();
+  const { queue } = await fresh.assertQueue("", { exclusive: true });
+  assert.match(queue, /^amq\.gen-/);
+  await conn.close();
+});
+
+test("topic routing through an exchange-to-exchange binding", async () => {
+  const conn = await amqp.connect(url);
+  const ch = await conn.createConfirmChannel();
+  const front = unique("front");
+  const back = unique("back");
+  const queue = unique("q");
+  await ch.assertExchange(front, "topic");
+  await ch.assertExchange(back, "fanout");
+  await ch.bindExchange(back, front, "orders.#");
+  await ch.assertQueue(queue);
+  await ch.bindQueue(queue, back, "");
+  ch.publish(front, "orders.eu.new", Buffer.from("routed"));
+  ch.publish(front, "users.new", Buffer.from("not routed"));
+  await ch.waitForConfirms();
+  const { messageCount } = await ch.checkQueue(queue);
+  assert.equal(messageCount, 1);
+  await conn.close();
+});
