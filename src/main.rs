@@ -6,6 +6,9 @@ use std::process::ExitCode;
 
 use tracing_subscriber::EnvFilter;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let command = match cli::parse(std::env::args().skip(1), |k| std::env::var(k).ok()) {
         Ok(command) => command,

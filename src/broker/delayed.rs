@@ -10,13 +10,14 @@
 //! A per-exchange index (due order) serves counts, listing, cancel and purge. Release routes
 //! each message through its exchange's bindings as they are then.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How far ahead of now the wheel holds messages; later ones wait in the ordered index.
 const HORIZON_MS: u64 = 1_000;
 use std::sync::Arc;
 
 use dwellmq_codec::{FieldTable, ShortStr};
+use dwellmq_core::routing::Destination;
 use dwellmq_core::Message;
 use dwellmq_timer::{Fired, TimerKey, TimerWheel};
 use parking_lot::Mutex;
@@ -66,16 +67,30 @@ struct Inner {
     beyond_horizon: BTreeSet<(u64, u64)>,
     /// Everything due at or before this is in the wheel.
     horizon_ms: u64,
-    held: HashMap<u64, Held>,
-    exchanges: HashMap<ExchangeKey, ExchangeIndex>,
+    /// By id. A B-tree, not a hash map: ids only grow, and a hash map holding a million
+    /// messages would stall publishers and releases for tens of milliseconds whenever it
+    /// rehashes.
+    held: BTreeMap<u64, Held>,
+    /// A B-tree: comparing two short names is cheaper than hashing them on every release.
+    exchanges: BTreeMap<ExchangeKey, ExchangeIndex>,
     next_id: u64,
     unroutable: u64,
     fired: Vec<Fired<u64>>,
 }
 
+/// Buffers `release_due` reuses, so a release allocates nothing in steady state.
+#[derive(Default)]
+struct ReleaseScratch {
+    released: Vec<Held>,
+    routes: Vec<Destination>,
+    targets: Vec<Arc<Queue>>,
+}
+
 /// Every message held by every delayed exchange of one broker.
 pub(crate) struct DelayedMessages {
     inner: Mutex<Inner>,
+    /// Taken before `inner` by the one releasing thread at a time.
+    scratch: Mutex<ReleaseScratch>,
 }
 
 fn key_of(vhost: &VHost, exchange: &Exchange) -> ExchangeKey {
@@ -89,12 +104,13 @@ impl DelayedMessages {
                 wheel: TimerWheel::new(now_ms),
                 beyond_horizon: BTreeSet::new(),
                 horizon_ms: now_ms.saturating_add(HORIZON_MS),
-                held: HashMap::new(),
-                exchanges: HashMap::new(),
+                held: BTreeMap::new(),
+                exchanges: BTreeMap::new(),
                 next_id: 1,
                 unroutable: 0,
                 fired: Vec::new(),
             }),
+            scratch: Mutex::new(ReleaseScratch::default()),
         }
     }
 
@@ -145,31 +161,31 @@ impl DelayedMessages {
     /// Releases everything due at `now_ms`, in due order (publish order within a millisecond),
     /// routing each through its exchange's current bindings. Returns how many were released.
     pub(crate) fn release_due(&self, now_ms: u64) -> usize {
-        let released: Vec<Held> = {
+        let mut scratch = self.scratch.lock();
+        let ReleaseScratch {
+            released,
+            routes,
+            targets,
+        } = &mut *scratch;
+        {
             let mut inner = self.inner.lock();
             inner.extend_horizon(now_ms);
             let mut fired = std::mem::take(&mut inner.fired);
             inner.wheel.advance(now_ms, &mut fired);
-            let held: Vec<Held> = fired
-                .drain(..)
-                .filter_map(|f| inner.take(f.value))
-                .collect();
+            released.extend(fired.drain(..).filter_map(|f| inner.take(f.value)));
             inner.fired = fired;
-            held
-        };
+        }
         let count = released.len();
-        let mut scratch = Vec::new();
-        let mut targets: Vec<Arc<Queue>> = Vec::new();
         let mut unroutable = 0;
-        for held in released {
+        for held in released.drain(..) {
             targets.clear();
             let headers = held.message.properties.headers.as_ref();
             held.vhost.route(
                 &held.exchange,
                 &held.message.routing_key,
                 headers,
-                &mut scratch,
-                &mut targets,
+                routes,
+                targets,
             );
             if targets.is_empty() {
                 unroutable += 1;

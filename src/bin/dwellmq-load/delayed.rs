@@ -47,6 +47,9 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     let max_delay: u64 = options.get("max-delay-ms", 10_000)?;
     let window: u64 = options.get("window", 5_000)?;
     let pid: Option<u32> = options.get("pid", 0u32).ok().filter(|&p| p != 0);
+    let worst: usize = options.get("worst", 0)?;
+    // Publish rate cap in messages per second (0 = as fast as confirms allow).
+    let rate: u64 = options.get("rate", 0)?;
     let tag = std::process::id();
     let exchange = format!("load-delayed-{tag}");
     let queue = format!("load-delayed-q-{tag}");
@@ -131,6 +134,7 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
 
     // Publish with confirms, keeping at most `window` unconfirmed.
     let started = Instant::now();
+    let publishing_started_us = wall_us();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut published = 0u64;
     let mut confirmed = 0u64;
@@ -138,7 +142,15 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     let mut props = BytesMut::new();
     while confirmed < messages {
         out.clear();
-        while published < messages && published - confirmed < window && out.len() < 64 * 1024 {
+        let allowed = if rate == 0 {
+            messages
+        } else {
+            (started.elapsed().as_secs_f64() * rate as f64) as u64 + 1
+        };
+        while published < messages.min(allowed)
+            && published - confirmed < window
+            && out.len() < 64 * 1024
+        {
             let delay = min_delay + rng.next() % (max_delay - min_delay + 1);
             let due_us = wall_us() + delay * 1000;
             let mut headers = FieldTable::new();
@@ -167,6 +179,11 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
         if !out.is_empty() {
             publisher.writer.write_all(&out).await?;
         }
+        if published == confirmed {
+            // Nothing outstanding: the rate cap holds the next publish back.
+            tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+            continue;
+        }
         // Read confirms.
         let frame = publisher.next_frame().await?;
         match frame.payload {
@@ -193,6 +210,7 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
         }
     }
     let schedule_secs = started.elapsed().as_secs_f64();
+    let started_us = publishing_started_us;
     let publishing_ended_us = wall_us();
     let rss_held = pid.and_then(rss_kib);
     let samples = tokio::task::spawn_blocking(move || consumer_thread.join())
@@ -213,7 +231,8 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
         .collect();
     let (p50, p99, p999, max) = percentiles(&mut lateness).ok_or("no messages received")?;
     println!(
-        "delayed: {messages} messages, delays uniform over {min_delay}-{max_delay} ms, confirms on"
+        "delayed: {messages} messages, delays uniform over {min_delay}-{max_delay} ms, confirms on, publish rate {}",
+        if rate == 0 { "unlimited".to_string() } else { format!("{rate}/s") }
     );
     println!(
         "  scheduled in {schedule_secs:.2} s = {:.0} msg/s (confirmed)",
@@ -234,6 +253,16 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
             println!(
                 "    {label} ({}): p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms",
                 set.len()
+            );
+        }
+    }
+    if worst > 0 {
+        let mut by_lateness = samples.clone();
+        by_lateness.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (due, late) in by_lateness.iter().take(worst) {
+            println!(
+                "    late {late:.2} ms, due at +{:.3} s",
+                due.saturating_sub(started_us) as f64 / 1e6
             );
         }
     }
