@@ -1451,3 +1451,53 @@ async fn a_client_that_never_finishes_the_handshake_is_dropped() {
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_body_in_thousands_of_tiny_frames_is_delivered_intact() {
+    let broker = broker().await;
+    let mut client = RawClient::open(broker.local_addr()).await;
+    client.open_channel(1).await;
+    declare_count(&mut client, 1, "tiny-frames", false).await;
+    // 1500 one-octet body frames: more than the broker keeps as separate slices.
+    let body: Vec<u8> = (0..1500u32).map(|i| (i % 251) as u8).collect();
+    let mut out = BytesMut::new();
+    encode_method(
+        &mut out,
+        1,
+        &Method::BasicPublish(dwellmq::codec::methods::BasicPublish {
+            exchange: "".into(),
+            routing_key: "tiny-frames".into(),
+            mandatory: false,
+            immediate: false,
+        }),
+    );
+    client.send_raw(&out).await;
+    client.send_content_header(1, body.len() as u64).await;
+    for octet in &body {
+        client.send_body(1, std::slice::from_ref(octet)).await;
+    }
+    assert_eq!(declare_count(&mut client, 1, "tiny-frames", true).await, 1);
+    client
+        .send_method(
+            1,
+            &Method::BasicGet(dwellmq::codec::methods::BasicGet {
+                queue: "tiny-frames".into(),
+                no_ack: true,
+            }),
+        )
+        .await;
+    assert!(matches!(
+        client.recv_method_on(1).await,
+        Method::BasicGetOk(_)
+    ));
+    match client.recv_non_heartbeat().await.payload {
+        FramePayload::Header(h) => assert_eq!(h.body_size, 1500),
+        other => panic!("expected a content header, got {other:?}"),
+    }
+    match client.recv_non_heartbeat().await.payload {
+        FramePayload::Body(chunk) => assert_eq!(&chunk[..], &body[..], "one frame, intact"),
+        other => panic!("expected a body frame, got {other:?}"),
+    }
+    client.close().await;
+    broker.shutdown().await;
+}

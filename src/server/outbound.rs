@@ -9,13 +9,12 @@ use dwellmq_codec::{
     constants::FRAME_END, encode_body_start, encode_header_raw, encode_heartbeat, encode_method,
     Method,
 };
-use dwellmq_core::Message;
+use dwellmq_core::{Body, Message};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-/// Bodies at least this large are queued as their own buffer (vectored write, no copy);
-/// smaller ones are copied into the batch, which costs less than one more iovec entry.
-const ZERO_COPY_BODY_MIN: usize = 1024;
+/// Buffers per `writev` call (Linux's IOV_MAX).
+const MAX_IOVECS: usize = 1024;
 
 /// Above this many queued bytes the connection counts as congested: queues stop delivering to
 /// its consumers until the writer has caught up.
@@ -64,20 +63,24 @@ impl FrameSink<'_> {
             &message.properties_encoded,
         );
         let chunk_max = (frame_max as usize).saturating_sub(8).max(1);
-        let mut offset = 0;
-        while offset < body.len() {
-            let end = (offset + chunk_max).min(body.len());
-            encode_body_start(&mut self.pending.tail, channel, end - offset);
-            if end - offset >= ZERO_COPY_BODY_MIN {
-                let head = self.pending.tail.split().freeze();
-                self.pending.segment_bytes += head.len() + (end - offset);
-                self.pending.segments.push(head);
-                self.pending.segments.push(body.slice(offset..end));
-            } else {
-                self.pending.tail.extend_from_slice(&body[offset..end]);
+        let pending = &mut *self.pending;
+        // Each body frame's payload goes out as its own buffers (vectored write): bodies are
+        // never copied between the publisher's read buffer and this socket, whatever the size.
+        let mut frame = |len: usize, pieces: &[Bytes]| {
+            encode_body_start(&mut pending.tail, channel, len);
+            let head = pending.tail.split().freeze();
+            pending.segment_bytes += head.len() + len;
+            pending.segments.push(head);
+            pending.segments.extend(pieces.iter().cloned());
+            pending.tail.extend_from_slice(&[FRAME_END]);
+        };
+        match &message.body {
+            Body::Single(b) if b.len() <= chunk_max => {
+                if !b.is_empty() {
+                    frame(b.len(), std::slice::from_ref(b));
+                }
             }
-            self.pending.tail.extend_from_slice(&[FRAME_END]);
-            offset = end;
+            body => body.for_each_frame(chunk_max, frame),
         }
     }
 
@@ -203,7 +206,7 @@ where
     while first < batch.len() {
         let slices: Vec<IoSlice<'_>> = batch[first..]
             .iter()
-            .take(64)
+            .take(MAX_IOVECS)
             .map(|b| IoSlice::new(b))
             .collect();
         let mut written = socket.write_vectored(&slices).await?;

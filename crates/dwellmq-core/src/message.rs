@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+
+use crate::body::Body;
 use dwellmq_codec::{BasicProperties, ShortStr};
 
 /// A message after routing: immutable, shared (`Arc`) by every queue that holds it.
@@ -19,8 +21,8 @@ pub struct Message {
     pub properties: BasicProperties,
     /// The same properties, encoded (flags word first) for the content header frame.
     pub properties_encoded: Bytes,
-    /// The body.
-    pub body: Bytes,
+    /// The body: slices of the publisher's read buffer.
+    pub body: Body,
     /// Dropped with the message: the embedding broker's accounting (e.g. a memory charge).
     pub guard: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
 }
@@ -31,7 +33,7 @@ impl Message {
         exchange: ShortStr,
         routing_key: ShortStr,
         properties: BasicProperties,
-        body: Bytes,
+        body: Body,
         guard: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
     ) -> Arc<Message> {
         let mut encoded = BytesMut::with_capacity(32);

@@ -112,7 +112,7 @@ mod tests {
             "".into(),
             "k".into(),
             BasicProperties::default(),
-            Bytes::from_static(body.as_bytes()),
+            Bytes::from_static(body.as_bytes()).into(),
             None,
         )
     }
@@ -128,7 +128,7 @@ mod tests {
         q.requeue(b);
         q.requeue(a);
         let order: Vec<_> = std::iter::from_fn(|| q.pop())
-            .map(|e| e.message.body.clone())
+            .map(|e| e.message.body.chunks()[0].clone())
             .collect();
         assert_eq!(order, ["a", "b", "c"]);
         assert_eq!(q.bytes(), 0);

@@ -3,7 +3,7 @@
 use bytes::{Bytes, BytesMut};
 use dwellmq_codec::methods::BasicPublish;
 use dwellmq_codec::ContentHeader;
-use dwellmq_core::{BrokerError, BrokerResult};
+use dwellmq_core::{Body, BrokerError, BrokerResult};
 
 use super::{unexpected_frame, Channel, ConnContext};
 
@@ -14,44 +14,59 @@ pub(super) struct PendingPublish {
     pub(super) body: BodyParts,
 }
 
-/// Body frames as they arrive: one frame is kept as the read buffer's slice (no copy);
-/// only a body split over several frames is joined.
+/// Body frames as they arrive, kept as slices of the read buffer (no copy).
 pub(super) enum BodyParts {
     Empty,
     One(Bytes),
-    Many(BytesMut),
+    Many(Vec<Bytes>),
+    /// A peer sending a great many tiny frames: joined, so a body cannot cost more in slice
+    /// headers than in octets.
+    Joined(BytesMut),
 }
+
+/// Beyond this many body frames the body is joined into one buffer.
+const MAX_BODY_SLICES: usize = 1024;
 
 impl BodyParts {
     pub(super) fn len(&self) -> usize {
         match self {
             BodyParts::Empty => 0,
             BodyParts::One(b) => b.len(),
-            BodyParts::Many(b) => b.len(),
+            BodyParts::Many(chunks) => chunks.iter().map(Bytes::len).sum(),
+            BodyParts::Joined(b) => b.len(),
         }
     }
 
     pub(super) fn push(&mut self, chunk: Bytes) {
         *self = match std::mem::replace(self, BodyParts::Empty) {
             BodyParts::Empty => BodyParts::One(chunk),
-            BodyParts::One(first) => {
-                let mut joined = BytesMut::with_capacity(first.len() + chunk.len());
-                joined.extend_from_slice(&first);
+            BodyParts::One(first) => BodyParts::Many(vec![first, chunk]),
+            BodyParts::Many(chunks) if chunks.len() >= MAX_BODY_SLICES => {
+                let total = chunks.iter().map(Bytes::len).sum::<usize>() + chunk.len();
+                let mut joined = BytesMut::with_capacity(total);
+                for c in &chunks {
+                    joined.extend_from_slice(c);
+                }
                 joined.extend_from_slice(&chunk);
-                BodyParts::Many(joined)
+                BodyParts::Joined(joined)
             }
-            BodyParts::Many(mut joined) => {
+            BodyParts::Many(mut chunks) => {
+                chunks.push(chunk);
+                BodyParts::Many(chunks)
+            }
+            BodyParts::Joined(mut joined) => {
                 joined.extend_from_slice(&chunk);
-                BodyParts::Many(joined)
+                BodyParts::Joined(joined)
             }
         }
     }
 
-    pub(super) fn into_bytes(self) -> Bytes {
+    pub(super) fn into_body(self) -> Body {
         match self {
-            BodyParts::Empty => Bytes::new(),
-            BodyParts::One(b) => b,
-            BodyParts::Many(b) => b.freeze(),
+            BodyParts::Empty => Body::default(),
+            BodyParts::One(b) => Body::Single(b),
+            BodyParts::Many(chunks) => Body::from_chunks(chunks),
+            BodyParts::Joined(joined) => Body::Single(joined.freeze()),
         }
     }
 }

@@ -155,7 +155,7 @@ impl Channel {
                 }
             }
         }
-        let body = pending.body.into_bytes();
+        let body = pending.body.into_body();
         let charge = cx.state.memory.charge(body.len());
         let message = Message::new(
             pending.method.exchange.clone(),
