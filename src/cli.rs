@@ -20,6 +20,8 @@ OPTIONS:
   --config FILE      TOML configuration file (listen, data_dir, in_memory, log_level, vhosts,
                      [[users]], [limits])                                env: DWELLMQ_CONFIG
   --log-level LEVEL  error|warn|info|debug|trace or a tracing filter      env: DWELLMQ_LOG
+  --timer-rt-priority N  run the delayed-message timer thread under SCHED_FIFO at priority
+                     N (1-99, Linux, needs CAP_SYS_NICE): releases stay on time on a busy host
   -h, --help         print this help
   -V, --version      print the version
 
@@ -46,6 +48,7 @@ struct Flags {
     in_memory: bool,
     config: Option<String>,
     log_level: Option<String>,
+    timer_rt_priority: Option<String>,
 }
 
 /// Parses `args` (without the program name) with `env` as the environment lookup.
@@ -74,6 +77,7 @@ pub(crate) fn parse(
             "--in-memory" => flags.in_memory = true,
             "--config" => flags.config = Some(value("--config")?),
             "--log-level" => flags.log_level = Some(value("--log-level")?),
+            "--timer-rt-priority" => flags.timer_rt_priority = Some(value("--timer-rt-priority")?),
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
@@ -109,6 +113,14 @@ pub(crate) fn parse(
     if let Some(level) = flags.log_level {
         log_level = level;
     }
+    if let Some(priority) = flags.timer_rt_priority {
+        let n: u8 = priority
+            .parse()
+            .ok()
+            .filter(|n| (1..=99).contains(n))
+            .ok_or_else(|| format!("invalid --timer-rt-priority '{priority}' (1-99)"))?;
+        config.timer_realtime_priority = Some(n);
+    }
     Ok(Command::Run(Box::new(Settings { config, log_level })))
 }
 
@@ -138,6 +150,13 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             }
             "log_level" => *log_level = string(value, "log_level")?,
             "vhosts" => config.vhosts = string_list(value, "vhosts")?,
+            "timer_realtime_priority" => {
+                let n = value
+                    .as_integer()
+                    .filter(|n| (1..=99).contains(n))
+                    .ok_or("timer_realtime_priority must be an integer from 1 to 99")?;
+                config.timer_realtime_priority = Some(n as u8);
+            }
             "users" => {
                 let users = value.as_array().ok_or("users must be an array of tables")?;
                 config.users = users.iter().map(user).collect::<Result<_, _>>()?;
@@ -267,6 +286,19 @@ mod tests {
         assert!(run(&["--listen"], &[])
             .unwrap_err()
             .contains("needs a value"));
+    }
+
+    #[test]
+    fn timer_priority_is_validated() {
+        let s = run(&["--timer-rt-priority", "10"], &[]).unwrap();
+        assert_eq!(s.config.timer_realtime_priority, Some(10));
+        assert!(run(&["--timer-rt-priority", "0"], &[]).is_err());
+        assert!(run(&["--timer-rt-priority", "high"], &[]).is_err());
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(&mut config, &mut level, "timer_realtime_priority = 20").unwrap();
+        assert_eq!(config.timer_realtime_priority, Some(20));
+        assert!(apply_file(&mut config, &mut level, "timer_realtime_priority = 100").is_err());
     }
 
     #[test]

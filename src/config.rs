@@ -98,6 +98,11 @@ pub struct BrokerConfig {
     pub limits: Limits,
     /// The clock.
     pub clock: ClockConfig,
+    /// Run the thread that releases delayed messages under the real-time `SCHED_FIFO` policy
+    /// at this priority (1-99; Linux, needs CAP_SYS_NICE). On a busy machine this keeps
+    /// releases on time when other threads compete for the cores; `None` leaves it a normal
+    /// thread.
+    pub timer_realtime_priority: Option<u8>,
 }
 
 impl Default for BrokerConfig {
@@ -112,6 +117,7 @@ impl Default for BrokerConfig {
             vhosts: vec!["/".into()],
             limits: Limits::default(),
             clock: ClockConfig::System,
+            timer_realtime_priority: None,
         }
     }
 }

@@ -46,6 +46,9 @@ pub(crate) fn spawn(state: Arc<BrokerState>) -> std::io::Result<JoinHandle<()>> 
 fn run(state: &BrokerState) {
     // Registered before the first look at the deadlines, so no wake-up can be missed.
     let _ = state.timer.thread.set(std::thread::current());
+    if let Some(priority) = state.config.timer_realtime_priority {
+        set_realtime_priority(priority);
+    }
     while !state.timer.stop.load(Ordering::Acquire) {
         let now = state.clock.now_ms();
         match state.delayed.next_wake() {
@@ -64,4 +67,29 @@ fn until_wall_ms(due_ms: u64) -> Duration {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     Duration::from_millis(due_ms).saturating_sub(now)
+}
+
+/// Puts the calling thread under `SCHED_FIFO` at `priority`; logs and carries on if refused.
+#[cfg(target_os = "linux")]
+fn set_realtime_priority(priority: u8) {
+    let param = libc::sched_param {
+        sched_priority: i32::from(priority.clamp(1, 99)),
+    };
+    // SAFETY: plain syscall on the calling thread (pid 0) with a valid, initialised parameter.
+    #[allow(unsafe_code)]
+    let result = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if result == 0 {
+        tracing::info!(priority, "timer thread runs under SCHED_FIFO");
+    } else {
+        let error = std::io::Error::last_os_error();
+        tracing::warn!(priority, %error, "cannot give the timer thread a real-time priority");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_realtime_priority(priority: u8) {
+    tracing::warn!(
+        priority,
+        "real-time priority for the timer thread is Linux-only; ignored"
+    );
 }
