@@ -11,9 +11,6 @@
 //! each message through its exchange's bindings as they are then.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-/// How far ahead of now the wheel holds messages; later ones wait in the ordered index.
-const HORIZON_MS: u64 = 1_000;
 use std::sync::Arc;
 
 use dwellmq_codec::{FieldTable, ShortStr};
@@ -25,6 +22,9 @@ use parking_lot::Mutex;
 use super::exchange::Exchange;
 use super::queue::Queue;
 use super::vhost::VHost;
+
+/// How far ahead of now the wheel holds messages; later ones wait in the ordered index.
+const HORIZON_MS: u64 = 1_000;
 
 /// Identifies a delayed exchange: (vhost, exchange name).
 type ExchangeKey = (ShortStr, ShortStr);
