@@ -226,23 +226,14 @@ async fn string_and_float_delays_are_read_like_the_plugin() {
 async fn a_non_numeric_delay_string_is_a_406_channel_error() {
     let t = start_manual().await;
     let ch = setup(&t, "direct").await;
-    publish_delayed(
+    let (code, text) = publish_error(
         &ch,
         "delayed",
         "k",
-        "bad",
-        Some(AMQPValue::LongString("soon".into())),
+        BasicProperties::default()
+            .with_headers(delay_headers(AMQPValue::LongString("soon".into()))),
     )
     .await;
-    let err = ch
-        .queue_declare(
-            "x".into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap_err();
-    let (code, text) = amqp_error(&err);
     assert_eq!(code, 406);
     assert!(text.contains("x-delay"), "{text}");
     // The connection is fine.

@@ -36,26 +36,9 @@ async fn passive_declare_of_missing_queue_is_404_and_only_closes_the_channel() {
 async fn publish_to_missing_exchange_is_404() {
     let t = start().await;
     let ch = t.channel().await;
-    ch.basic_publish(
-        "no-such-x".into(),
-        "k".into(),
-        BasicPublishOptions::default(),
-        b"x",
-        BasicProperties::default(),
-    )
-    .await
-    .unwrap();
-    // The error arrives asynchronously; the next synchronous call on the channel sees it.
-    let err = ch
-        .queue_declare(
-            "after".into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap_err();
+    let error = publish_error(&ch, "no-such-x", "k", BasicProperties::default()).await;
     assert_eq!(
-        amqp_error(&err),
+        error,
         (
             404,
             "NOT_FOUND - no exchange 'no-such-x' in vhost '/'".into()
@@ -173,17 +156,9 @@ async fn reserved_amq_names_are_refused_with_403() {
 async fn acking_an_unknown_delivery_tag_is_406() {
     let t = start().await;
     let ch = t.channel().await;
-    ch.basic_ack(42, BasicAckOptions::default()).await.unwrap();
-    let err = ch
-        .queue_declare(
-            "z".into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap_err();
+    let error = error_after(&ch, ch.basic_ack(42, BasicAckOptions::default())).await;
     assert_eq!(
-        amqp_error(&err),
+        error,
         (406, "PRECONDITION_FAILED - unknown delivery tag 42".into())
     );
 }

@@ -134,25 +134,6 @@ fn channel_error<T: std::fmt::Debug>(result: lapin::Result<T>) -> (u16, String) 
     amqp_error(&result.expect_err("the broker refuses"))
 }
 
-/// Runs `op` (an ack-family method, which the broker answers only on error) together with a
-/// synchronous method, queued in the same poll so that the broker's `channel.close` cannot
-/// overtake it; returns the channel error that the synchronous method ends with.
-async fn error_after<T>(
-    ch: &Channel,
-    op: impl std::future::Future<Output = lapin::Result<T>>,
-) -> (u16, String) {
-    let (_, declare) = futures_lite::future::zip(
-        op,
-        ch.queue_declare(
-            "after-error".into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        ),
-    )
-    .await;
-    channel_error(declare)
-}
-
 /// Waits (bounded) until the client has seen its connection closed by the broker.
 async fn assert_connection_closed(connection: &lapin::Connection) {
     eventually("the connection is closed", || {

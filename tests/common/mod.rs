@@ -106,3 +106,49 @@ pub fn amqp_error(error: &lapin::Error) -> (u16, String) {
         other => panic!("expected an AMQP protocol error, got {other:?}"),
     }
 }
+
+/// Runs `op` (a method the broker answers only on error: publish, ack, reject) together with a
+/// synchronous method, queued in the same poll so that the broker's `channel.close` cannot
+/// overtake it; returns the channel error that the synchronous method ends with.
+///
+/// Sending the synchronous method afterwards instead would race: if the close arrived first,
+/// the client would refuse to send it ("channel closing") without saying why.
+pub async fn error_after<T>(
+    ch: &Channel,
+    op: impl std::future::Future<Output = lapin::Result<T>>,
+) -> (u16, String) {
+    let (_, declare) = futures_lite::future::zip(
+        op,
+        ch.queue_declare(
+            "after-error".into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await;
+    amqp_error(&declare.expect_err("the broker closes the channel"))
+}
+
+/// Publishes on a channel in confirm mode and returns the channel error the broker answers
+/// with: the pending confirm carries it, so no other method has to race the `channel.close`.
+pub async fn publish_error(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    properties: lapin::BasicProperties,
+) -> (u16, String) {
+    ch.confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .expect("confirm mode");
+    let confirm = ch
+        .basic_publish(
+            exchange.into(),
+            routing_key.into(),
+            lapin::options::BasicPublishOptions::default(),
+            b"x",
+            properties,
+        )
+        .await
+        .expect("publish sent");
+    amqp_error(&confirm.await.expect_err("the broker closes the channel"))
+}
