@@ -50,21 +50,6 @@ async fn publish_delayed(
     .unwrap();
 }
 
-/// A synchronous round trip on `ch`: everything published before it has been handled.
-async fn sync(ch: &Channel) {
-    ch.exchange_declare(
-        "amq.direct".into(),
-        ExchangeKind::Direct,
-        ExchangeDeclareOptions {
-            passive: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
-}
-
 async fn setup(t: &TestBroker, inner: &str) -> Channel {
     let ch = t.channel().await;
     delayed_exchange(&ch, "delayed", inner).await;

@@ -330,17 +330,7 @@ async fn two_listen_addresses_both_accept() {
     // One broker behind both: what one client declares, the other sees.
     round_trip(&v4, "shared").await;
     let ch = v6.create_channel().await.unwrap();
-    let q = ch
-        .queue_declare(
-            "shared".into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    let q = passive_declare(&ch, "shared").await.unwrap();
     assert_eq!(q.name().as_str(), "shared");
     broker.shutdown().await;
 }
@@ -409,17 +399,7 @@ async fn a_configured_user_reaches_a_configured_vhost() {
         .await
         .expect("app may open /");
     let ch = root.create_channel().await.unwrap();
-    let err = ch
-        .queue_declare(
-            "in-staging".into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap_err();
+    let err = passive_declare(&ch, "in-staging").await.unwrap_err();
     assert_eq!(
         amqp_error(&err),
         (404, "NOT_FOUND - no queue 'in-staging' in vhost '/'".into())

@@ -12,17 +12,7 @@ use lapin::{BasicProperties, ExchangeKind};
 async fn passive_declare_of_missing_queue_is_404_and_only_closes_the_channel() {
     let t = start().await;
     let ch = t.channel().await;
-    let err = ch
-        .queue_declare(
-            "nope".into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap_err();
+    let err = passive_declare(&ch, "nope").await.unwrap_err();
     assert_eq!(
         amqp_error(&err),
         (404, "NOT_FOUND - no queue 'nope' in vhost '/'".into())
@@ -198,17 +188,7 @@ async fn exclusive_queue_is_locked_to_its_connection_and_deleted_with_it() {
     );
     t.connection.close(200, "bye".into()).await.unwrap();
     let och = other.create_channel().await.unwrap();
-    let err = och
-        .queue_declare(
-            "mine".into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap_err();
+    let err = passive_declare(&och, "mine").await.unwrap_err();
     assert_eq!(amqp_error(&err).0, 404);
 }
 

@@ -44,16 +44,7 @@ async fn publish(ch: &Channel, exchange: &str, key: &str, body: &str, headers: O
 /// Ready message count once everything published so far has been routed.
 async fn depth(t: &TestBroker, ch: &Channel, queue: &str) -> usize {
     // A synchronous round trip orders us after every earlier publish on this channel.
-    ch.queue_declare(
-        queue.into(),
-        QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    passive_declare(ch, queue).await.unwrap();
     t.broker.queue_info("/", queue).unwrap().messages
 }
 

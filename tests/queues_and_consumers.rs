@@ -41,21 +41,6 @@ async fn fill(ch: &Channel, queue: &str, bodies: &[&str]) {
     sync(ch).await;
 }
 
-/// A synchronous round trip on `ch`: everything sent before it has been handled.
-async fn sync(ch: &Channel) {
-    ch.exchange_declare(
-        "amq.direct".into(),
-        ExchangeKind::Direct,
-        ExchangeDeclareOptions {
-            passive: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .expect("sync round trip");
-}
-
 fn table(entries: &[(&str, AMQPValue)]) -> FieldTable {
     let mut t = FieldTable::default();
     for (k, v) in entries {

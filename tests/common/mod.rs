@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use dwellmq::{Broker, BrokerConfig, BrokerHandle};
 use futures_lite::StreamExt;
-use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+use lapin::options::{BasicConsumeOptions, ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection, ConnectionProperties, Consumer};
+use lapin::{Channel, Connection, ConnectionProperties, Consumer, ExchangeKind};
 
 /// 2026-01-01T00:00:00Z: where manual clocks start, so due times are easy to read.
 pub const T0_MS: u64 = 1_767_225_600_000;
@@ -66,6 +66,34 @@ pub async fn declare_queue(channel: &Channel, name: &str) {
         )
         .await
         .expect("queue declared");
+}
+
+/// A synchronous round trip on `ch`: everything sent on it before has been handled.
+pub async fn sync(ch: &Channel) {
+    ch.exchange_declare(
+        "amq.direct".into(),
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("sync round trip");
+}
+
+/// `queue.declare` with `passive`: the queue's counts, or the broker's refusal.
+pub async fn passive_declare(ch: &Channel, queue: &str) -> lapin::Result<lapin::Queue> {
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
 }
 
 /// Starts an auto-ack consumer on `queue`.
