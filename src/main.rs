@@ -10,6 +10,7 @@ use tracing_subscriber::EnvFilter;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    disable_transparent_huge_pages();
     let command = match cli::parse(std::env::args().skip(1), |k| std::env::var(k).ok()) {
         Ok(command) => command,
         Err(message) => {
@@ -58,6 +59,27 @@ fn main() -> ExitCode {
         broker.shutdown().await;
         ExitCode::SUCCESS
     })
+}
+
+/// Opts this process out of transparent huge pages. A broker holding millions of delayed
+/// messages grows its heap steadily; with huge pages every growth step is a fault that zeroes
+/// 2 MiB in one go, stalling the thread that hit it (the one reading a publisher's socket) for
+/// milliseconds on a virtual machine. With 4 KiB pages the same work is spread thinly. This is
+/// the same advice Redis gives for its latency.
+fn disable_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: a plain prctl on this process with constant integer arguments.
+        #[allow(unsafe_code)]
+        let result = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        if result != 0 {
+            // Not fatal: only latency suffers. Logging is not set up yet.
+            eprintln!(
+                "dwellmq: cannot opt out of transparent huge pages: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
 }
 
 async fn wait_for_signal() {

@@ -50,6 +50,8 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     let window: u64 = options.get("window", 500)?;
     let pid: Option<u32> = options.get("pid", 0u32).ok().filter(|&p| p != 0);
     let worst: usize = options.get("worst", 0)?;
+    // Optional CSV of every sample (due µs since publishing started, lateness ms) for plotting.
+    let dump = options.string("dump", "");
     // Publish rate cap in messages per second (0 = as fast as confirms allow).
     let rate: u64 = options.get("rate", 0)?;
     let tag = std::process::id();
@@ -64,7 +66,7 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
             1,
             Method::ExchangeDeclare(ExchangeDeclare {
                 exchange: exchange.as_str().into(),
-                kind: "x-delayed-message".into(),
+                kind: if std::env::var_os("DWELLMQ_LOAD_PLAIN").is_some() { "direct".into() } else { "x-delayed-message".into() },
                 auto_delete: true,
                 arguments: args,
                 ..Default::default()
@@ -142,6 +144,18 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     let mut confirmed = 0u64;
     let mut out = BytesMut::new();
     let mut props = BytesMut::new();
+    // Publish time stamps of unconfirmed messages, and how long each waited for its confirm.
+    let mut unconfirmed_since: std::collections::VecDeque<u64> = Default::default();
+    let mut confirm_ms: Vec<f64> = Vec::with_capacity(messages as usize);
+    let mut confirm_up_to = |tag: u64, confirmed: &mut u64, since: &mut std::collections::VecDeque<u64>| {
+        let now = wall_us();
+        while *confirmed < tag {
+            if let Some(stamp) = since.pop_front() {
+                confirm_ms.push(now.saturating_sub(stamp) as f64 / 1000.0);
+            }
+            *confirmed += 1;
+        }
+    };
     while confirmed < messages {
         out.clear();
         let allowed = if rate == 0 {
@@ -154,7 +168,9 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
             && out.len() < 64 * 1024
         {
             let delay = min_delay + rng.next() % (max_delay - min_delay + 1);
-            let due_us = wall_us() + delay * 1000;
+            let stamp_us = wall_us();
+            unconfirmed_since.push_back(stamp_us);
+            let due_us = stamp_us + delay * 1000;
             let mut headers = FieldTable::new();
             headers.insert("x-delay", FieldValue::I64(delay as i64));
             props.clear();
@@ -190,7 +206,7 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
         let frame = publisher.next_frame().await?;
         match frame.payload {
             FramePayload::Method(Method::BasicAck(ack)) => {
-                confirmed = confirmed.max(ack.delivery_tag)
+                confirm_up_to(ack.delivery_tag, &mut confirmed, &mut unconfirmed_since)
             }
             FramePayload::Method(Method::BasicNack(nack)) => {
                 return Err(format!("broker nacked {}", nack.delivery_tag).into())
@@ -204,7 +220,7 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
             dwellmq_codec::decode_frame(&mut publisher.buf, crate::raw_client::FRAME_MAX)
         {
             if let FramePayload::Method(Method::BasicAck(ack)) = frame.payload {
-                confirmed = confirmed.max(ack.delivery_tag);
+                confirm_up_to(ack.delivery_tag, &mut confirmed, &mut unconfirmed_since);
             }
         }
         if publisher.buf.is_empty() && published > confirmed && published == messages {
@@ -215,6 +231,12 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     let started_us = publishing_started_us;
     let publishing_ended_us = wall_us();
     let rss_held = pid.and_then(rss_kib);
+    if std::env::var_os("DWELLMQ_LOAD_SCHEDULE_ONLY").is_some() {
+        if let Some((p50, p99, p999, max)) = percentiles(&mut confirm_ms) {
+            println!("schedule only: {:.0} msg/s; publish to confirm: p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms", messages as f64 / schedule_secs);
+        }
+        std::process::exit(0);
+    }
     let samples = tokio::task::spawn_blocking(move || consumer_thread.join())
         .await?
         .map_err(|_| "consumer thread panicked")?;
@@ -240,6 +262,11 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
         "  scheduled in {schedule_secs:.2} s = {:.0} msg/s (confirmed)",
         messages as f64 / schedule_secs
     );
+    if let Some((p50, p99, p999, max)) = percentiles(&mut confirm_ms) {
+        println!(
+            "  publish to confirm: p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms"
+        );
+    }
     println!(
         "  received {received} / {messages} (lost {})",
         messages - received
@@ -267,6 +294,14 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
                 due.saturating_sub(started_us) as f64 / 1e6
             );
         }
+    }
+    if !dump.is_empty() {
+        use std::io::Write;
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&dump)?);
+        for (due, late) in &samples {
+            writeln!(file, "{},{late:.3}", due.saturating_sub(started_us))?;
+        }
+        file.flush()?;
     }
     if let (Some(before), Some(held)) = (rss_before, rss_held) {
         println!(
