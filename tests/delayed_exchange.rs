@@ -503,3 +503,83 @@ async fn far_future_messages_keep_publish_order_and_can_be_cancelled() {
     assert_eq!(t.broker.advance(Duration::from_secs(60)), 0);
     assert_eq!(t.broker.delayed_total(), 0);
 }
+
+#[tokio::test]
+async fn held_messages_count_toward_memory_until_released_cancelled_or_purged() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    let small = "s".repeat(1000);
+    let large = "L".repeat(40_000); // above the size that is packed: kept as published
+    for (body, delay) in [(&small, 100), (&large, 100), (&small, 200), (&small, 300)] {
+        publish_delayed(&ch, "delayed", "k", body, Some(AMQPValue::LongInt(delay))).await;
+    }
+    sync(&ch).await;
+    assert_eq!(t.broker.memory_used(), 43_000);
+    let held = t.broker.delayed_messages("/", "delayed", 10);
+    assert!(t.broker.cancel_delayed(held[3].id));
+    assert_eq!(t.broker.memory_used(), 42_000);
+
+    let mut consumer = consume_no_ack(&ch, "out").await;
+    t.broker.advance(Duration::from_millis(100));
+    let mut bodies = vec![
+        next_body(&mut consumer).await,
+        next_body(&mut consumer).await,
+    ];
+    bodies.sort_by_key(String::len);
+    assert_eq!(bodies, [small.clone(), large]);
+    sync(&ch).await;
+    assert_eq!(
+        t.broker.memory_used(),
+        1000,
+        "only the message due at 200 is left"
+    );
+    assert_eq!(t.broker.purge_delayed("/", "delayed"), 1);
+    assert_eq!(t.broker.memory_used(), 0);
+}
+
+#[tokio::test]
+async fn a_held_message_keeps_its_properties_key_and_exchange() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    let mut headers = delay_headers(AMQPValue::LongInt(250));
+    headers.insert("trace".into(), AMQPValue::LongString("abc".into()));
+    let props = BasicProperties::default()
+        .with_headers(headers)
+        .with_content_type("application/json".into())
+        .with_correlation_id("c-1".into())
+        .with_delivery_mode(2)
+        .with_priority(3);
+    ch.basic_publish(
+        "delayed".into(),
+        "k".into(),
+        BasicPublishOptions::default(),
+        b"{}",
+        props,
+    )
+    .await
+    .unwrap();
+    sync(&ch).await;
+    let mut consumer = consume_no_ack(&ch, "out").await;
+    t.broker.advance(Duration::from_millis(250));
+    let delivery = next_delivery(&mut consumer).await;
+    assert_eq!(delivery.exchange.as_str(), "delayed");
+    assert_eq!(delivery.routing_key.as_str(), "k");
+    assert_eq!(delivery.data, b"{}");
+    let p = &delivery.properties;
+    assert_eq!(
+        p.content_type().as_ref().map(|s| s.as_str()),
+        Some("application/json")
+    );
+    assert_eq!(p.correlation_id().as_ref().map(|s| s.as_str()), Some("c-1"));
+    assert_eq!(*p.delivery_mode(), Some(2));
+    assert_eq!(*p.priority(), Some(3));
+    let headers = p.headers().as_ref().expect("headers");
+    assert_eq!(
+        headers.inner().get("x-delay"),
+        Some(&AMQPValue::LongLongInt(-250))
+    );
+    assert_eq!(
+        headers.inner().get("trace"),
+        Some(&AMQPValue::LongString("abc".into()))
+    );
+}

@@ -9,22 +9,48 @@
 //!
 //! A per-exchange index (due order) serves counts, listing, cancel and purge. Release routes
 //! each message through its exchange's bindings as they are then.
+//!
+//! Small messages are held packed ([`PackedMessage`]): a message that waits a minute must not
+//! keep the publisher's whole read buffer alive for that minute.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use dwellmq_codec::{FieldTable, ShortStr};
 use dwellmq_core::routing::Destination;
-use dwellmq_core::Message;
+use dwellmq_core::{Message, PackedMessage};
 use dwellmq_timer::{Fired, TimerKey, TimerWheel};
 use parking_lot::Mutex;
 
 use super::exchange::Exchange;
+use super::memory::MemoryMonitor;
 use super::queue::Queue;
 use super::vhost::VHost;
 
 /// How far ahead of now the wheel holds messages; later ones wait in the ordered index.
 const HORIZON_MS: u64 = 1_000;
+
+/// Bodies up to this size are packed (copied once into a buffer of their own) while held.
+/// Larger bodies fill most of the read buffers they arrived in, so keeping their slices wastes
+/// little, and copying them would cost more than it saves.
+const PACK_BODY_MAX: usize = 16 * 1024;
+
+/// A held message's contents.
+enum Kept {
+    /// Copied into one exact-sized buffer; its memory is charged in bulk by `DelayedMessages`.
+    Packed(PackedMessage),
+    /// As published (a large body), carrying its own memory charge.
+    Shared(Arc<Message>),
+}
+
+impl Kept {
+    fn body_len(&self) -> usize {
+        match self {
+            Kept::Packed(packed) => packed.body_len(),
+            Kept::Shared(message) => message.body_len(),
+        }
+    }
+}
 
 /// Identifies a delayed exchange: (vhost, exchange name).
 type ExchangeKey = (ShortStr, ShortStr);
@@ -34,7 +60,7 @@ struct Held {
     due_ms: u64,
     vhost: Arc<VHost>,
     exchange: Arc<Exchange>,
-    message: Arc<Message>,
+    message: Kept,
     /// Set once the message is in the wheel; `None` while it waits beyond the horizon.
     timer: Option<TimerKey>,
 }
@@ -89,6 +115,7 @@ struct ReleaseScratch {
 /// Every message held by every delayed exchange of one broker.
 pub(crate) struct DelayedMessages {
     inner: Mutex<Inner>,
+    memory: Arc<MemoryMonitor>,
     /// Taken before `inner` by the one releasing thread at a time.
     scratch: Mutex<ReleaseScratch>,
 }
@@ -98,8 +125,9 @@ fn key_of(vhost: &VHost, exchange: &Exchange) -> ExchangeKey {
 }
 
 impl DelayedMessages {
-    pub(crate) fn new(now_ms: u64) -> Self {
+    pub(crate) fn new(now_ms: u64, memory: Arc<MemoryMonitor>) -> Self {
         DelayedMessages {
+            memory,
             inner: Mutex::new(Inner {
                 wheel: TimerWheel::new(now_ms),
                 beyond_horizon: BTreeSet::new(),
@@ -123,6 +151,14 @@ impl DelayedMessages {
         message: Arc<Message>,
         due_ms: u64,
     ) -> bool {
+        let message = if message.body_len() <= PACK_BODY_MAX {
+            // Packed outside the lock; the published message (and its charge) goes away.
+            let packed = PackedMessage::pack(&message);
+            self.memory.charge_bytes(packed.body_len());
+            Kept::Packed(packed)
+        } else {
+            Kept::Shared(message)
+        };
         let mut inner = self.inner.lock();
         let id = inner.next_id;
         inner.next_id += 1;
@@ -178,11 +214,14 @@ impl DelayedMessages {
         let count = released.len();
         let mut unroutable = 0;
         for held in released.drain(..) {
+            let Some(message) = self.into_message(held.message) else {
+                continue;
+            };
             targets.clear();
-            let headers = held.message.properties.headers.as_ref();
+            let headers = message.properties.headers.as_ref();
             held.vhost.route(
                 &held.exchange,
-                &held.message.routing_key,
+                &message.routing_key,
                 headers,
                 routes,
                 targets,
@@ -191,7 +230,7 @@ impl DelayedMessages {
                 unroutable += 1;
             }
             for queue in targets.drain(..) {
-                queue.publish(Arc::clone(&held.message));
+                queue.publish(Arc::clone(&message));
             }
         }
         if unroutable > 0 {
@@ -213,6 +252,7 @@ impl DelayedMessages {
         for &(due_ms, id) in &index.by_due {
             if let Some(held) = inner.held.remove(&id) {
                 inner.forget_timer(due_ms, id, held.timer);
+                self.discard(held.message);
             }
         }
         index.by_due.len()
@@ -224,6 +264,7 @@ impl DelayedMessages {
         match inner.take(id) {
             Some(held) => {
                 inner.forget_timer(held.due_ms, id, held.timer);
+                self.discard(held.message);
                 true
             }
             None => false,
@@ -260,11 +301,21 @@ impl DelayedMessages {
             .take(limit)
             .filter_map(|&(due_ms, id)| {
                 let held = inner.held.get(&id)?;
+                let (routing_key, headers) = match &held.message {
+                    Kept::Packed(packed) => (
+                        packed.routing_key().unwrap_or_default(),
+                        packed.properties().and_then(|p| p.headers),
+                    ),
+                    Kept::Shared(message) => (
+                        message.routing_key.clone(),
+                        message.properties.headers.clone(),
+                    ),
+                };
                 Some(DelayedMessageInfo {
                     id,
                     due_ms,
-                    routing_key: held.message.routing_key.to_string(),
-                    headers: held.message.properties.headers.clone(),
+                    routing_key: routing_key.to_string(),
+                    headers,
                     body_size: held.message.body_len(),
                 })
             })
@@ -279,6 +330,32 @@ impl DelayedMessages {
     /// Messages held in all exchanges.
     pub(crate) fn len(&self) -> usize {
         self.inner.lock().held.len()
+    }
+
+    /// The message to route at release; a packed one takes its memory charge along.
+    fn into_message(&self, kept: Kept) -> Option<Arc<Message>> {
+        match kept {
+            Kept::Shared(message) => Some(message),
+            Kept::Packed(packed) => {
+                let len = packed.body_len();
+                let guard = Box::new(self.memory.charge(len));
+                self.memory.release_bytes(len);
+                let message = packed.unpack(Some(guard));
+                if message.is_none() {
+                    // Unreachable for a message packed in this process; a store could feed
+                    // a corrupt one. Dropping it beats failing every release after it.
+                    tracing::error!("a held message could not be unpacked and was dropped");
+                }
+                message
+            }
+        }
+    }
+
+    /// Drops a held message that will never be released (cancelled or purged).
+    fn discard(&self, kept: Kept) {
+        if let Kept::Packed(packed) = kept {
+            self.memory.release_bytes(packed.body_len());
+        }
     }
 }
 

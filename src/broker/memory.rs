@@ -23,6 +23,16 @@ impl MemoryMonitor {
 
     /// Charges `bytes`; the returned guard gives them back when dropped.
     pub(crate) fn charge(self: &Arc<Self>, bytes: usize) -> MemoryCharge {
+        self.charge_bytes(bytes);
+        MemoryCharge {
+            monitor: Arc::clone(self),
+            bytes: bytes as i64,
+        }
+    }
+
+    /// Charges `bytes` without a guard: for holders that account in bulk (one guard per held
+    /// message would cost more than some messages) and call [`MemoryMonitor::release_bytes`].
+    pub(crate) fn charge_bytes(&self, bytes: usize) {
         let bytes = bytes as i64;
         let used = self.used.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if used > self.high_watermark && !*self.blocked.borrow() {
@@ -33,10 +43,11 @@ impl MemoryMonitor {
             );
             self.blocked.send_replace(true);
         }
-        MemoryCharge {
-            monitor: Arc::clone(self),
-            bytes,
-        }
+    }
+
+    /// Gives back bytes charged with [`MemoryMonitor::charge_bytes`].
+    pub(crate) fn release_bytes(&self, bytes: usize) {
+        self.release(bytes as i64);
     }
 
     fn release(&self, bytes: i64) {

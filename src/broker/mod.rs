@@ -57,10 +57,11 @@ impl BrokerState {
             }
         };
         let now = clock.now_ms();
+        let memory = MemoryMonitor::new(config.limits.memory_high_watermark);
         Arc::new(BrokerState {
-            delayed: DelayedMessages::new(now),
+            delayed: DelayedMessages::new(now, Arc::clone(&memory)),
             timer: timer_thread::TimerControl::default(),
-            memory: MemoryMonitor::new(config.limits.memory_high_watermark),
+            memory,
             config,
             vhosts,
             clock,

@@ -116,6 +116,17 @@ impl BasicProperties {
         s(out, &self.cluster_id);
     }
 
+    /// Decodes properties in the form [`BasicProperties::encode`] writes (flags word first).
+    /// Strings and tables are slices of `encoded`.
+    pub fn decode(encoded: &Bytes) -> Result<Self, CodecError> {
+        let mut properties = BasicProperties::default();
+        let mut i: &[u8] = encoded;
+        properties
+            .decode_into(encoded, &mut i)
+            .map_err(|_| CodecError::MalformedContentHeader)?;
+        Ok(properties)
+    }
+
     /// Reads the property-flags word(s) and the properties they announce.
     ///
     /// Fills `self` (all `None` on entry) in place: the struct is large, and building it field

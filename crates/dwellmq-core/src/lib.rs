@@ -5,10 +5,12 @@ pub mod arguments;
 mod body;
 mod error;
 mod message;
+mod packed;
 mod queue_messages;
 pub mod routing;
 
 pub use body::Body;
 pub use error::{BrokerError, BrokerResult};
-pub use message::Message;
+pub use message::{Message, MessageGuard};
+pub use packed::PackedMessage;
 pub use queue_messages::{QueueEntry, QueueMessages};

@@ -7,6 +7,9 @@ use bytes::{Bytes, BytesMut};
 use crate::body::Body;
 use dwellmq_codec::{BasicProperties, ShortStr};
 
+/// What a message carries to be dropped with it: the embedding broker's accounting.
+pub type MessageGuard = Box<dyn std::fmt::Debug + Send + Sync>;
+
 /// A message after routing: immutable, shared (`Arc`) by every queue that holds it.
 ///
 /// The properties are encoded once at publish time so that every delivery copies a ready-made
@@ -24,7 +27,7 @@ pub struct Message {
     /// The body: slices of the publisher's read buffer.
     pub body: Body,
     /// Dropped with the message: the embedding broker's accounting (e.g. a memory charge).
-    pub guard: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
+    pub guard: Option<MessageGuard>,
 }
 
 impl Message {
@@ -34,7 +37,7 @@ impl Message {
         routing_key: ShortStr,
         properties: BasicProperties,
         body: Body,
-        guard: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
+        guard: Option<MessageGuard>,
     ) -> Arc<Message> {
         let mut encoded = BytesMut::with_capacity(32);
         properties.encode(&mut encoded);

@@ -115,6 +115,15 @@ impl<T> TimerWheel<T> {
         self.slab.contains(key)
     }
 
+    /// The value of `key`'s timer and its due time, if it is still pending. O(1).
+    pub fn get(&self, key: TimerKey) -> Option<(u64, &T)> {
+        if !self.slab.contains(key) {
+            return None;
+        }
+        let entry = self.slab.entry(key.index);
+        Some((entry.due, &entry.value))
+    }
+
     /// Removes `key`'s timer and returns its value. O(1).
     ///
     /// Returns `None` if the timer already fired or was cancelled.

@@ -66,7 +66,11 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
             1,
             Method::ExchangeDeclare(ExchangeDeclare {
                 exchange: exchange.as_str().into(),
-                kind: if std::env::var_os("DWELLMQ_LOAD_PLAIN").is_some() { "direct".into() } else { "x-delayed-message".into() },
+                kind: if std::env::var_os("DWELLMQ_LOAD_PLAIN").is_some() {
+                    "direct".into()
+                } else {
+                    "x-delayed-message".into()
+                },
                 auto_delete: true,
                 arguments: args,
                 ..Default::default()
@@ -147,15 +151,16 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     // Publish time stamps of unconfirmed messages, and how long each waited for its confirm.
     let mut unconfirmed_since: std::collections::VecDeque<u64> = Default::default();
     let mut confirm_ms: Vec<f64> = Vec::with_capacity(messages as usize);
-    let mut confirm_up_to = |tag: u64, confirmed: &mut u64, since: &mut std::collections::VecDeque<u64>| {
-        let now = wall_us();
-        while *confirmed < tag {
-            if let Some(stamp) = since.pop_front() {
-                confirm_ms.push(now.saturating_sub(stamp) as f64 / 1000.0);
+    let mut confirm_up_to =
+        |tag: u64, confirmed: &mut u64, since: &mut std::collections::VecDeque<u64>| {
+            let now = wall_us();
+            while *confirmed < tag {
+                if let Some(stamp) = since.pop_front() {
+                    confirm_ms.push(now.saturating_sub(stamp) as f64 / 1000.0);
+                }
+                *confirmed += 1;
             }
-            *confirmed += 1;
-        }
-    };
+        };
     while confirmed < messages {
         out.clear();
         let allowed = if rate == 0 {

@@ -309,3 +309,19 @@ fn storage_is_reused_after_firing() {
     // 100 nodes were ever needed at once, so the new key reuses one.
     assert!(key.index < 100);
 }
+
+#[test]
+fn get_sees_pending_timers_only() {
+    let mut wheel = TimerWheel::new(0);
+    let fires = wheel.insert(10, "fires");
+    let cancelled = wheel.insert(20, "cancelled");
+    assert_eq!(wheel.get(fires), Some((10, &"fires")));
+    assert_eq!(wheel.cancel(cancelled), Some("cancelled"));
+    assert_eq!(wheel.get(cancelled), None);
+    advance_collect(&mut wheel, 10);
+    assert_eq!(wheel.get(fires), None);
+    // The storage is reused; the stale key still does not match.
+    let reused = wheel.insert(30, "new");
+    assert_eq!(wheel.get(fires), None);
+    assert_eq!(wheel.get(reused), Some((30, &"new")));
+}

@@ -1,0 +1,229 @@
+//! A message packed into one exact-sized buffer, for messages that wait a long time.
+//!
+//! A freshly published [`Message`] is made of slices of the publisher's read buffer, which is
+//! right while it passes straight through to a consumer. A message held for seconds or days
+//! would keep that whole buffer (tens of KiB, shared with hundreds of other messages) alive for
+//! as long as it waits; packed, it costs its own size. The same bytes are what a store writes.
+//!
+//! Layout (big-endian lengths):
+//!
+//! ```text
+//! u16 exchange length, exchange
+//! u16 routing key length, routing key
+//! u32 properties length, properties (flags word first, as in a content header)
+//! body: the rest
+//! ```
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use dwellmq_codec::{BasicProperties, ShortStr};
+
+use crate::body::Body;
+use crate::message::{Message, MessageGuard};
+
+/// A message in one contiguous buffer; see the module documentation for the layout.
+#[derive(Debug, Clone)]
+pub struct PackedMessage {
+    bytes: Bytes,
+    /// Where the body starts (validated on construction).
+    body_at: u32,
+}
+
+/// Offsets of the parts of a packed buffer.
+struct Layout {
+    exchange: std::ops::Range<usize>,
+    routing_key: std::ops::Range<usize>,
+    properties: std::ops::Range<usize>,
+}
+
+fn layout(bytes: &[u8]) -> Option<Layout> {
+    let mut at = 0;
+    let mut part = |width: usize| {
+        let len_bytes = bytes.get(at..at + width)?;
+        let len = len_bytes
+            .iter()
+            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
+        let range = at + width..at + width + len;
+        bytes.get(range.clone())?;
+        at = range.end;
+        Some(range)
+    };
+    Some(Layout {
+        exchange: part(2)?,
+        routing_key: part(2)?,
+        properties: part(4)?,
+    })
+}
+
+impl PackedMessage {
+    /// Copies `message` into one buffer of exactly its size.
+    pub fn pack(message: &Message) -> PackedMessage {
+        let exchange = clamp_u16(message.exchange.as_bytes());
+        let routing_key = clamp_u16(message.routing_key.as_bytes());
+        let properties = &message.properties_encoded;
+        let header = 2 + exchange.len() + 2 + routing_key.len() + 4 + properties.len();
+        let mut out = BytesMut::with_capacity(header + message.body_len());
+        out.put_u16(exchange.len() as u16);
+        out.put_slice(exchange);
+        out.put_u16(routing_key.len() as u16);
+        out.put_slice(routing_key);
+        out.put_u32(properties.len() as u32);
+        out.put_slice(properties);
+        for chunk in message.body.chunks() {
+            out.put_slice(chunk);
+        }
+        PackedMessage {
+            bytes: out.freeze(),
+            body_at: header as u32,
+        }
+    }
+
+    /// Accepts a packed buffer read back from elsewhere (a store); `None` if it is malformed.
+    pub fn from_bytes(bytes: Bytes) -> Option<PackedMessage> {
+        let body_at = u32::try_from(layout(&bytes)?.properties.end).ok()?;
+        Some(PackedMessage { bytes, body_at })
+    }
+
+    /// The packed octets.
+    pub fn as_bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Octets in memory.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether the buffer is empty (never, for a packed message).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Body size in octets.
+    pub fn body_len(&self) -> usize {
+        self.bytes.len() - self.body_at as usize
+    }
+
+    fn layout(&self) -> Layout {
+        // Validated when the value was built; an empty layout is unreachable.
+        layout(&self.bytes).unwrap_or(Layout {
+            exchange: 0..0,
+            routing_key: 0..0,
+            properties: 0..0,
+        })
+    }
+
+    /// The routing key the message was published with; `None` if the buffer is corrupt.
+    pub fn routing_key(&self) -> Option<ShortStr> {
+        ShortStr::from_utf8(self.bytes.slice(self.layout().routing_key))
+    }
+
+    /// The message's properties, decoded; `None` if the buffer is corrupt.
+    pub fn properties(&self) -> Option<BasicProperties> {
+        BasicProperties::decode(&self.bytes.slice(self.layout().properties)).ok()
+    }
+
+    /// Rebuilds the message, every part a slice of this buffer (nothing is copied); `None` if
+    /// the buffer is corrupt (only possible for one read back from a store).
+    pub fn unpack(&self, guard: Option<MessageGuard>) -> Option<Arc<Message>> {
+        let layout = self.layout();
+        let properties_encoded = self.bytes.slice(layout.properties.clone());
+        Some(Arc::new(Message {
+            exchange: ShortStr::from_utf8(self.bytes.slice(layout.exchange))?,
+            routing_key: ShortStr::from_utf8(self.bytes.slice(layout.routing_key))?,
+            properties: BasicProperties::decode(&properties_encoded).ok()?,
+            properties_encoded,
+            body: Body::Single(self.bytes.slice(self.body_at as usize..)),
+            guard,
+        }))
+    }
+}
+
+/// Names and keys from the wire are at most 255 octets; a longer locally built one is cut.
+fn clamp_u16(bytes: &[u8]) -> &[u8] {
+    &bytes[..bytes.len().min(usize::from(u16::MAX))]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dwellmq_codec::{FieldTable, FieldValue};
+
+    fn sample(body: Body) -> Arc<Message> {
+        let mut headers = FieldTable::new();
+        headers.insert("x-delay", FieldValue::I64(-5000));
+        let properties = BasicProperties {
+            content_type: Some("text/plain".into()),
+            headers: Some(headers),
+            delivery_mode: Some(2),
+            ..Default::default()
+        };
+        Message::new(
+            "delayed".into(),
+            "reminders.eu".into(),
+            properties,
+            body,
+            None,
+        )
+    }
+
+    #[test]
+    fn unpacks_what_was_packed() {
+        let original = sample(Body::Single(Bytes::from_static(b"hello, later")));
+        let packed = PackedMessage::pack(&original);
+        let back = packed.unpack(None).expect("valid");
+        assert_eq!(back.exchange, "delayed");
+        assert_eq!(back.routing_key, "reminders.eu");
+        assert_eq!(back.properties, original.properties);
+        assert_eq!(back.properties_encoded, original.properties_encoded);
+        assert_eq!(back.body.chunks(), [Bytes::from_static(b"hello, later")]);
+        assert_eq!(packed.body_len(), 12);
+        assert_eq!(packed.routing_key().expect("valid"), "reminders.eu");
+        assert_eq!(packed.properties(), Some(original.properties.clone()));
+    }
+
+    #[test]
+    fn joins_a_chunked_body_into_one_exact_sized_buffer() {
+        let body = Body::from_chunks(vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")]);
+        let original = sample(body);
+        let packed = PackedMessage::pack(&original);
+        let header = 2 + 7 + 2 + 12 + 4 + original.properties_encoded.len();
+        assert_eq!(packed.len(), header + 4);
+        let back = packed.unpack(None).expect("valid");
+        assert_eq!(back.body.chunks(), [Bytes::from_static(b"abcd")]);
+    }
+
+    #[test]
+    fn unpacking_shares_the_buffer() {
+        let packed = PackedMessage::pack(&sample(Body::Single(Bytes::from_static(b"xyz"))));
+        let back = packed.unpack(None).expect("valid");
+        let buffer = packed.as_bytes().as_ptr_range();
+        assert!(buffer.contains(&back.body.chunks()[0].as_ptr()));
+        assert!(buffer.contains(&back.routing_key.as_bytes().as_ptr()));
+    }
+
+    #[test]
+    fn from_bytes_accepts_a_packed_buffer_and_rejects_every_truncation() {
+        let packed = PackedMessage::pack(&sample(Body::Single(Bytes::from_static(b"body"))));
+        let bytes = packed.as_bytes().clone();
+        let again = PackedMessage::from_bytes(bytes.clone()).expect("valid");
+        assert_eq!(again.body_len(), 4);
+        let body_at = bytes.len() - 4;
+        for cut in 0..body_at {
+            assert!(
+                PackedMessage::from_bytes(bytes.slice(..cut)).is_none(),
+                "a buffer cut at {cut} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn corrupt_strings_or_properties_do_not_unpack() {
+        let packed = PackedMessage::pack(&sample(Body::default()));
+        let mut bytes = packed.as_bytes().to_vec();
+        bytes[2] = 0xFF; // first octet of the exchange name: not UTF-8
+        let corrupt = PackedMessage::from_bytes(Bytes::from(bytes)).expect("layout is intact");
+        assert!(corrupt.unpack(None).is_none());
+    }
+}
