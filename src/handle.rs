@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use dwellmq_timer::Clock;
 
-use crate::broker::delayed::DelayedMessageInfo;
+use crate::broker::delayed::{DelayedId, DelayedMessageInfo};
 use crate::broker::BrokerState;
 use crate::config::BrokerConfig;
 use crate::server::accept_loop;
@@ -184,7 +184,7 @@ impl BrokerHandle {
     pub fn advance(&self, by: Duration) -> usize {
         let clock = self.manual_clock();
         clock.advance(by);
-        self.state.delayed.release_due(clock.now_ms())
+        self.release_due(clock.now_ms())
     }
 
     /// Sets a manual clock to `now_ms` (never backwards) and releases what is due, like
@@ -192,7 +192,14 @@ impl BrokerHandle {
     pub fn set_now(&self, now_ms: u64) -> usize {
         let clock = self.manual_clock();
         clock.set_now(now_ms);
-        self.state.delayed.release_due(clock.now_ms())
+        self.release_due(clock.now_ms())
+    }
+
+    /// What the timer thread does under the system clock, all at once.
+    fn release_due(&self, now_ms: u64) -> usize {
+        let released = self.state.delayed.release_due(now_ms);
+        self.state.delayed.move_in(now_ms, None);
+        released
     }
 
     fn manual_clock(&self) -> &dwellmq_timer::ManualClock {
@@ -245,7 +252,7 @@ impl BrokerHandle {
     }
 
     /// Cancels one held message by id; false if it is unknown or already released.
-    pub fn cancel_delayed(&self, id: u64) -> bool {
+    pub fn cancel_delayed(&self, id: DelayedId) -> bool {
         self.state.delayed.cancel(id)
     }
 

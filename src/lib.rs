@@ -16,7 +16,7 @@ mod config;
 mod handle;
 mod server;
 
-pub use broker::delayed::DelayedMessageInfo;
+pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 pub use config::{BrokerConfig, ClockConfig, Limits, UserConfig};
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;

@@ -14,6 +14,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::BrokerState;
 
+/// How long one round of moving messages into the wheel may take before releases get their
+/// turn again (moving in runs a horizon ahead, so it can catch up later).
+const MOVE_IN_BUDGET: Duration = Duration::from_micros(300);
+
 /// How the rest of the broker reaches the timer thread.
 #[derive(Default)]
 pub(crate) struct TimerControl {
@@ -54,6 +58,7 @@ fn run(state: &BrokerState) {
         match state.delayed.next_wake() {
             Some(due) if due <= now => {
                 state.delayed.release_due(now);
+                state.delayed.move_in(now, Some(MOVE_IN_BUDGET));
             }
             Some(due) => std::thread::park_timeout(until_wall_ms(due)),
             None => std::thread::park(),

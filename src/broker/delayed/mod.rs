@@ -1,0 +1,457 @@
+//! Messages held by `x-delayed-message` exchanges until their due time.
+//!
+//! One [`DelayedMessages`] per broker, in two tiers. Messages due within [`HORIZON_MS`] sit in
+//! a timer wheel, their contents inside the wheel's entries; later ones wait in a map ordered by
+//! (due time, sequence) and move into the wheel shortly before they are due, a batch at a time,
+//! after the releases of the moment. So the wheel stays small and its cascades short however
+//! many messages are held, and a release reads only what was touched at most a horizon ago:
+//! the wheel, a small map of what is in it, and per-exchange counters. (On a virtual machine,
+//! memory untouched for tens of seconds can cost hundreds of microseconds per page to read
+//! again; a release that walked million-entry indexes paid that on the spot.) The ordered map
+//! is also where the store's delayed table will take over.
+//!
+//! Small messages are held packed ([`dwellmq_core::PackedMessage`]): a message that waits a
+//! minute must not keep the publisher's whole read buffer alive for that minute.
+//!
+//! Release routes each message through its exchange's bindings as they are then.
+
+mod held;
+mod info;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dwellmq_codec::ShortStr;
+use dwellmq_core::routing::Destination;
+use dwellmq_core::Message;
+use dwellmq_timer::{Fired, TimerKey, TimerWheel};
+use parking_lot::Mutex;
+
+use super::exchange::Exchange;
+use super::memory::MemoryMonitor;
+use super::queue::Queue;
+use super::vhost::VHost;
+use held::{ExchangeKey, Held, Kept};
+pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
+
+/// How far ahead of now the wheel holds messages; later ones wait in the ordered map.
+const HORIZON_MS: u64 = 1_000;
+
+/// Messages moved into the wheel per lock hold: publishers wait for the lock meanwhile.
+const MOVE_IN_BATCH: usize = 64;
+
+/// A wheel entry: the message's sequence number and the message.
+type WheelEntry = (u64, Held);
+
+/// Per delayed exchange: counts, and the due order of its messages beyond the horizon.
+#[derive(Default)]
+struct ExchangeIndex {
+    /// (due, sequence) of this exchange's messages in the ordered map.
+    beyond: BTreeSet<(u64, u64)>,
+    count: usize,
+    bytes: u64,
+}
+
+struct Inner {
+    wheel: TimerWheel<WheelEntry>,
+    /// Sequence number → wheel key, for the messages in the wheel (cancel, purge, listing).
+    in_wheel: BTreeMap<u64, TimerKey>,
+    /// Messages not yet in the wheel, by (due, sequence).
+    beyond: BTreeMap<(u64, u64), Held>,
+    /// Every message due at or before this is in the wheel (or released).
+    horizon_ms: u64,
+    /// B-trees, not hash maps: a hash map holding many entries stalls everything using it for
+    /// milliseconds whenever it rehashes.
+    exchanges: BTreeMap<ExchangeKey, ExchangeIndex>,
+    next_seq: u64,
+    unroutable: u64,
+    fired: Vec<Fired<WheelEntry>>,
+}
+
+/// A message leaving the holder at release.
+struct Released {
+    due_ms: u64,
+    seq: u64,
+    held: Held,
+}
+
+/// Buffers `release_due` reuses, so a release allocates nothing in steady state.
+#[derive(Default)]
+struct ReleaseScratch {
+    released: Vec<Released>,
+    routes: Vec<Destination>,
+    targets: Vec<Arc<Queue>>,
+}
+
+/// Every message held by every delayed exchange of one broker.
+pub(crate) struct DelayedMessages {
+    inner: Mutex<Inner>,
+    memory: Arc<MemoryMonitor>,
+    /// Taken before `inner` by the one releasing thread at a time.
+    scratch: Mutex<ReleaseScratch>,
+}
+
+fn key_of(vhost: &ShortStr, exchange: &ShortStr) -> ExchangeKey {
+    (vhost.clone(), exchange.clone())
+}
+
+impl DelayedMessages {
+    pub(crate) fn new(now_ms: u64, memory: Arc<MemoryMonitor>) -> Self {
+        DelayedMessages {
+            inner: Mutex::new(Inner {
+                wheel: TimerWheel::new(now_ms),
+                in_wheel: BTreeMap::new(),
+                beyond: BTreeMap::new(),
+                horizon_ms: now_ms.saturating_add(HORIZON_MS),
+                exchanges: BTreeMap::new(),
+                next_seq: 1,
+                unroutable: 0,
+                fired: Vec::new(),
+            }),
+            memory,
+            scratch: Mutex::new(ReleaseScratch::default()),
+        }
+    }
+
+    /// Holds `message` until `due_ms`. Returns true when the timer thread must wake sooner than
+    /// it planned.
+    pub(crate) fn hold(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        message: Arc<Message>,
+        due_ms: u64,
+    ) -> bool {
+        // Packed outside the lock; the published message (and its charge) goes away.
+        let message = Kept::new(message);
+        self.memory.charge_bytes(message.charged_by_holder());
+        let body_len = message.body_len() as u64;
+        let held = Held {
+            vhost: Arc::clone(vhost),
+            exchange: Arc::clone(exchange),
+            message,
+        };
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        let next_wake = inner.next_wake();
+        let index = inner
+            .exchanges
+            .entry(key_of(&vhost.name, &exchange.name))
+            .or_default();
+        index.count += 1;
+        index.bytes += body_len;
+        let wake_ms = if due_ms <= inner.horizon_ms {
+            let key = inner.wheel.insert(due_ms, (seq, held));
+            inner.in_wheel.insert(seq, key);
+            due_ms
+        } else {
+            index.beyond.insert((due_ms, seq));
+            inner.beyond.insert((due_ms, seq), held);
+            // It must move into the wheel a horizon ahead of its due time.
+            due_ms.saturating_sub(HORIZON_MS)
+        };
+        next_wake.is_none_or(|next| wake_ms < next)
+    }
+
+    /// When the timer thread must next act: the earliest due time in the wheel, or the moment
+    /// the next message beyond the horizon must move in.
+    pub(crate) fn next_wake(&self) -> Option<u64> {
+        self.inner.lock().next_wake()
+    }
+
+    /// Releases everything due at `now_ms`, in due order (publish order within a millisecond),
+    /// routing each through its exchange's current bindings. Returns how many were released.
+    pub(crate) fn release_due(&self, now_ms: u64) -> usize {
+        let mut scratch = self.scratch.lock();
+        let ReleaseScratch {
+            released,
+            routes,
+            targets,
+        } = &mut *scratch;
+        {
+            let mut guard = self.inner.lock();
+            let inner = &mut *guard;
+            let mut fired = std::mem::take(&mut inner.fired);
+            inner.wheel.advance(now_ms, &mut fired);
+            for Fired {
+                due_ms,
+                value: (seq, held),
+            } in fired.drain(..)
+            {
+                inner.in_wheel.remove(&seq);
+                inner.forget(&held, None);
+                released.push(Released { due_ms, seq, held });
+            }
+            inner.fired = fired;
+            // Messages due that never moved in (the clock jumped, or moving in fell behind).
+            let mut caught_up = false;
+            while let Some(entry) = inner.beyond.first_entry() {
+                let (due_ms, seq) = *entry.key();
+                if due_ms > now_ms {
+                    break;
+                }
+                let held = entry.remove();
+                inner.forget(&held, Some((due_ms, seq)));
+                released.push(Released { due_ms, seq, held });
+                caught_up = true;
+            }
+            if caught_up {
+                inner.horizon_ms = inner.horizon_ms.max(now_ms);
+                released.sort_by_key(|r| (r.due_ms, r.seq));
+            }
+        }
+        let count = released.len();
+        let mut unroutable = 0;
+        for Released { held, .. } in released.drain(..) {
+            let Some(message) = self.message_to_release(held.message) else {
+                continue;
+            };
+            targets.clear();
+            let headers = message.properties.headers.as_ref();
+            held.vhost.route(
+                &held.exchange,
+                &message.routing_key,
+                headers,
+                routes,
+                targets,
+            );
+            if targets.is_empty() {
+                unroutable += 1;
+            }
+            for queue in targets.drain(..) {
+                queue.publish(Arc::clone(&message));
+            }
+        }
+        if unroutable > 0 {
+            tracing::debug!(
+                unroutable,
+                "delayed messages found no route at release and were dropped"
+            );
+            self.inner.lock().unroutable += unroutable;
+        }
+        count
+    }
+
+    /// Moves the messages due within the horizon of `now_ms` into the wheel, in (due,
+    /// sequence) order and in batches, touching their contents so that release finds them
+    /// warm. Stops early once `budget` is spent or a moved message is already due; returns
+    /// whether it finished.
+    pub(crate) fn move_in(&self, now_ms: u64, budget: Option<Duration>) -> bool {
+        let target = now_ms.saturating_add(HORIZON_MS);
+        let started = Instant::now();
+        loop {
+            let mut guard = self.inner.lock();
+            let inner = &mut *guard;
+            for _ in 0..MOVE_IN_BATCH {
+                let Some(entry) = inner.beyond.first_entry() else {
+                    inner.horizon_ms = inner.horizon_ms.max(target);
+                    return true;
+                };
+                let (due_ms, seq) = *entry.key();
+                if due_ms > target {
+                    inner.horizon_ms = inner.horizon_ms.max(target);
+                    return true;
+                }
+                let held = entry.remove();
+                held.message.warm_up();
+                if let Some(index) = inner.exchanges.get_mut(&held.exchange_key()) {
+                    index.beyond.remove(&(due_ms, seq));
+                }
+                let key = inner.wheel.insert(due_ms, (seq, held));
+                inner.in_wheel.insert(seq, key);
+                // Everything due before this message is in; later ones with its due time may
+                // not be, so a new message due then must still queue behind them.
+                inner.horizon_ms = inner.horizon_ms.max(due_ms.saturating_sub(1));
+            }
+            // Moved-in messages already due (moving in fell behind) are released first.
+            let release_due = inner.wheel.next_due().is_some_and(|due| due <= now_ms);
+            drop(guard);
+            if release_due || budget.is_some_and(|b| started.elapsed() >= b) {
+                return false;
+            }
+        }
+    }
+
+    /// Drops every message held by the exchange (it was deleted, or an operator purged it).
+    pub(crate) fn purge_exchange(&self, vhost: &ShortStr, exchange: &ShortStr) -> usize {
+        let key = key_of(vhost, exchange);
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let Some(index) = inner.exchanges.remove(&key) else {
+            return 0;
+        };
+        for due_seq in &index.beyond {
+            if let Some(held) = inner.beyond.remove(due_seq) {
+                self.discard(held.message);
+            }
+        }
+        let in_wheel: Vec<(u64, TimerKey)> = inner
+            .in_wheel
+            .iter()
+            .filter(|(_, &timer)| {
+                inner
+                    .wheel
+                    .get(timer)
+                    .is_some_and(|(_, (_, held))| held.belongs_to(&key))
+            })
+            .map(|(&seq, &timer)| (seq, timer))
+            .collect();
+        for (seq, timer) in in_wheel {
+            inner.in_wheel.remove(&seq);
+            if let Some((_, held)) = inner.wheel.cancel(timer) {
+                self.discard(held.message);
+            }
+        }
+        index.count
+    }
+
+    /// Cancels one held message; false if it is unknown or already released.
+    pub(crate) fn cancel(&self, id: DelayedId) -> bool {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let held = match inner.beyond.remove(&(id.due_ms, id.seq)) {
+            Some(held) => {
+                inner.forget(&held, Some((id.due_ms, id.seq)));
+                held
+            }
+            None => {
+                let Some(&timer) = inner.in_wheel.get(&id.seq) else {
+                    return false;
+                };
+                if inner.wheel.get(timer).map(|(due, _)| due) != Some(id.due_ms) {
+                    return false;
+                }
+                inner.in_wheel.remove(&id.seq);
+                let Some((_, held)) = inner.wheel.cancel(timer) else {
+                    return false;
+                };
+                inner.forget(&held, None);
+                held
+            }
+        };
+        drop(guard);
+        self.discard(held.message);
+        true
+    }
+
+    /// (count, body bytes) held by an exchange.
+    pub(crate) fn stats(&self, vhost: &str, exchange: &str) -> (usize, u64) {
+        let inner = self.inner.lock();
+        inner
+            .exchanges
+            .get(&(ShortStr::from(vhost), ShortStr::from(exchange)))
+            .map(|i| (i.count, i.bytes))
+            .unwrap_or((0, 0))
+    }
+
+    /// Held messages of an exchange in due order, at most `limit`.
+    pub(crate) fn list(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        limit: usize,
+    ) -> Vec<DelayedMessageInfo> {
+        let key = (ShortStr::from(vhost), ShortStr::from(exchange));
+        let inner = self.inner.lock();
+        let Some(index) = inner.exchanges.get(&key) else {
+            return Vec::new();
+        };
+        // Everything in the wheel is due before everything beyond it.
+        let mut in_wheel: Vec<(DelayedId, &Held)> = inner
+            .in_wheel
+            .iter()
+            .filter_map(|(&seq, &timer)| {
+                let (due_ms, (_, held)) = inner.wheel.get(timer)?;
+                held.belongs_to(&key)
+                    .then_some((DelayedId { due_ms, seq }, held))
+            })
+            .collect();
+        in_wheel.sort_by_key(|(id, _)| *id);
+        let beyond = index.beyond.iter().filter_map(|&(due_ms, seq)| {
+            let held = inner.beyond.get(&(due_ms, seq))?;
+            Some((DelayedId { due_ms, seq }, held))
+        });
+        in_wheel
+            .into_iter()
+            .chain(beyond)
+            .take(limit)
+            .map(|(id, held)| {
+                let (routing_key, headers) = held.message.key_and_headers();
+                DelayedMessageInfo {
+                    id,
+                    due_ms: id.due_ms,
+                    routing_key: routing_key.to_string(),
+                    headers,
+                    body_size: held.message.body_len(),
+                }
+            })
+            .collect()
+    }
+
+    /// Messages that found no route when released, since start.
+    pub(crate) fn unroutable(&self) -> u64 {
+        self.inner.lock().unroutable
+    }
+
+    /// Messages held in all exchanges.
+    pub(crate) fn len(&self) -> usize {
+        let inner = self.inner.lock();
+        inner.wheel.len() + inner.beyond.len()
+    }
+
+    /// The message to route at release; a packed one takes its memory charge along.
+    fn message_to_release(&self, kept: Kept) -> Option<Arc<Message>> {
+        match kept {
+            Kept::Shared(message) => Some(message),
+            Kept::Packed(packed) => {
+                let len = packed.body_len();
+                let guard = Box::new(self.memory.charge(len));
+                self.memory.release_bytes(len);
+                let message = packed.unpack(Some(guard));
+                if message.is_none() {
+                    // Unreachable for a message packed in this process; a store could feed
+                    // a corrupt one. Dropping it beats failing every release after it.
+                    tracing::error!("a held message could not be unpacked and was dropped");
+                }
+                message
+            }
+        }
+    }
+
+    /// Drops a held message that will never be released (cancelled or purged).
+    fn discard(&self, kept: Kept) {
+        self.memory.release_bytes(kept.charged_by_holder());
+    }
+}
+
+impl Inner {
+    fn next_wake(&self) -> Option<u64> {
+        let moving_in = self
+            .beyond
+            .first_key_value()
+            .map(|(&(due, _), _)| due.saturating_sub(HORIZON_MS));
+        match (self.wheel.next_due(), moving_in) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Takes a message leaving the holder out of its exchange's counts (and, for one still
+    /// beyond the horizon, out of its exchange's due order).
+    fn forget(&mut self, held: &Held, beyond: Option<(u64, u64)>) {
+        let key = held.exchange_key();
+        if let Some(index) = self.exchanges.get_mut(&key) {
+            if let Some(due_seq) = beyond {
+                index.beyond.remove(&due_seq);
+            }
+            index.count -= 1;
+            index.bytes -= held.message.body_len() as u64;
+            if index.count == 0 {
+                self.exchanges.remove(&key);
+            }
+        }
+    }
+}
