@@ -7,7 +7,14 @@
 //! cargo run --release --bin dwellmq-load -- throughput --addr 127.0.0.1:5672 --pairs 1 --messages 2000000 --pid PID
 //! cargo run --release --bin dwellmq-load -- latency --addr 127.0.0.1:5672 --rate 20000 --seconds 10 --pid PID
 //! cargo run --release --bin dwellmq-load -- delayed --addr 127.0.0.1:5672 --messages 100000 --max-delay-ms 10000
+//! cargo run --release --bin dwellmq-load -- delayed --addr 127.0.0.1:5672 --messages 1000000 \
+//!     --min-delay-ms 1000 --max-delay-ms 60000 --rate 100000 --pid PID --worst 5 --dump late.csv
 //! ```
+//!
+//! `delayed` options: `--rate` caps publishing (messages per second, 0 = as fast as confirms
+//! allow), `--window` bounds unconfirmed messages, `--schedule-only true` stops after the
+//! confirms, `--worst N` prints the N latest releases, `--dump FILE` writes every sample as
+//! `due µs since start,lateness ms`.
 
 mod delayed;
 mod raw_client;
