@@ -236,6 +236,12 @@ impl BrokerHandle {
         self.state.delayed.stats(vhost, exchange).1
     }
 
+    /// When the delayed exchange's next message is due (ms since the Unix epoch), if it holds any.
+    pub fn delayed_next_due(&self, vhost: &str, exchange: &str) -> Option<u64> {
+        let first = self.state.delayed.list(vhost, exchange, 1);
+        first.first().map(|m| m.due_ms)
+    }
+
     /// Messages held by all delayed exchanges.
     pub fn delayed_total(&self) -> usize {
         self.state.delayed.len()

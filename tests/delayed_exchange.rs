@@ -608,11 +608,16 @@ async fn messages_from_both_tiers_release_in_due_then_publish_order() {
         .map(|m| m.due_ms - T0_MS)
         .collect();
     assert_eq!(listed, [2000, 2000, 4500]);
+    assert_eq!(
+        t.broker.delayed_next_due("/", "delayed"),
+        Some(T0_MS + 2000)
+    );
     assert_eq!(t.broker.set_now(T0_MS + 10_000), 3);
     for expected in ["a", "c", "d"] {
         assert_eq!(next_body(&mut consumer).await, expected);
     }
     assert_eq!(t.broker.delayed_total(), 0);
+    assert_eq!(t.broker.delayed_next_due("/", "delayed"), None);
 }
 
 #[tokio::test]
