@@ -111,6 +111,15 @@ impl VHost {
             .ok_or_else(|| self.no_exchange(name))
     }
 
+    /// Whether `exchange` is still declared here (not deleted, nor replaced by a new exchange of
+    /// the same name).
+    pub(crate) fn is_current(&self, exchange: &Arc<Exchange>) -> bool {
+        self.exchanges
+            .read()
+            .get(exchange.name.as_str())
+            .is_some_and(|current| Arc::ptr_eq(current, exchange))
+    }
+
     /// The queue called `name`, or `NOT_FOUND`.
     pub(crate) fn queue(&self, name: &str) -> BrokerResult<Arc<Queue>> {
         self.queues

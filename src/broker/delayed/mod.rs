@@ -41,6 +41,9 @@ const HORIZON_MS: u64 = 1_000;
 /// Messages moved into the wheel per lock hold: publishers wait for the lock meanwhile.
 const MOVE_IN_BATCH: usize = 64;
 
+/// Messages dropped per lock hold when an exchange is deleted or purged.
+const PURGE_CHUNK: usize = 1024;
+
 /// A wheel entry: the message's sequence number and the message.
 type WheelEntry = (u64, Held);
 
@@ -206,6 +209,11 @@ impl DelayedMessages {
         let count = released.len();
         let mut unroutable = 0;
         for Released { held, .. } in released.drain(..) {
+            if !held.vhost.is_current(&held.exchange) {
+                // Its exchange was deleted while a purge of its messages was under way.
+                self.discard(held.message);
+                continue;
+            }
             let Some(message) = self.message_to_release(held.message) else {
                 continue;
             };
@@ -277,17 +285,50 @@ impl DelayedMessages {
 
     /// Drops every message held by the exchange (it was deleted, or an operator purged it).
     pub(crate) fn purge_exchange(&self, vhost: &ShortStr, exchange: &ShortStr) -> usize {
+        let started = Instant::now();
+        let dropped = self.purge_exchange_locked(vhost, exchange);
+        if dropped > 0 {
+            tracing::info!(
+                vhost = %vhost,
+                exchange = %exchange,
+                dropped,
+                took_ms = started.elapsed().as_millis() as u64,
+                "dropped the messages a delayed exchange held"
+            );
+        }
+        dropped
+    }
+
+    /// Drops in chunks, taking the lock for [`PURGE_CHUNK`] messages at a time: an exchange
+    /// holding a million messages takes a few hundred milliseconds to purge, and releases must
+    /// not wait that long. A release that slips in between chunks finds the exchange gone (see
+    /// `release_due`) and drops its message too.
+    fn purge_exchange_locked(&self, vhost: &ShortStr, exchange: &ShortStr) -> usize {
         let key = key_of(vhost, exchange);
-        let mut guard = self.inner.lock();
-        let inner = &mut *guard;
-        let Some(index) = inner.exchanges.remove(&key) else {
+        let Some(index) = self.inner.lock().exchanges.remove(&key) else {
             return 0;
         };
-        for due_seq in &index.beyond {
-            if let Some(held) = inner.beyond.remove(due_seq) {
+        let mut dropped = 0;
+        let mut beyond = index.beyond.into_iter();
+        let mut chunk: Vec<Held> = Vec::with_capacity(PURGE_CHUNK);
+        loop {
+            {
+                let mut inner = self.inner.lock();
+                for due_seq in beyond.by_ref().take(PURGE_CHUNK) {
+                    chunk.extend(inner.beyond.remove(&due_seq));
+                }
+            }
+            if chunk.is_empty() {
+                break;
+            }
+            dropped += chunk.len();
+            // Freed outside the lock.
+            for held in chunk.drain(..) {
                 self.discard(held.message);
             }
         }
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
         let in_wheel: Vec<(u64, TimerKey)> = inner
             .in_wheel
             .iter()
@@ -301,11 +342,14 @@ impl DelayedMessages {
             .collect();
         for (seq, timer) in in_wheel {
             inner.in_wheel.remove(&seq);
-            if let Some((_, held)) = inner.wheel.cancel(timer) {
-                self.discard(held.message);
-            }
+            chunk.extend(inner.wheel.cancel(timer).map(|(_, held)| held));
         }
-        index.count
+        drop(guard);
+        dropped += chunk.len();
+        for held in chunk {
+            self.discard(held.message);
+        }
+        dropped
     }
 
     /// Cancels one held message; false if it is unknown or already released.
