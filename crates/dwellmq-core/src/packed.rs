@@ -227,3 +227,72 @@ mod tests {
         assert!(corrupt.unpack(None).is_none());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A store may hand back any bytes: reading them must never panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if let Some(packed) = PackedMessage::from_bytes(Bytes::from(bytes)) {
+                let _ = packed.unpack(None);
+                let _ = packed.routing_key();
+                let _ = packed.properties();
+                prop_assert!(packed.body_len() <= packed.len());
+            }
+        }
+
+        /// Corruption inside a well-formed layout: flipped octets anywhere.
+        #[test]
+        fn corrupted_packed_buffers_never_panic(
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        ) {
+            let mut headers = dwellmq_codec::FieldTable::new();
+            headers.insert("x-delay", dwellmq_codec::FieldValue::I64(-5));
+            let properties = BasicProperties {
+                headers: Some(headers),
+                content_type: Some("text/plain".into()),
+                ..Default::default()
+            };
+            let message = Message::new("ex".into(), "key".into(), properties, Body::default(), None);
+            let mut bytes = PackedMessage::pack(&message).as_bytes().to_vec();
+            for (at, value) in flips {
+                let at = at.index(bytes.len());
+                bytes[at] = value;
+            }
+            if let Some(packed) = PackedMessage::from_bytes(Bytes::from(bytes)) {
+                let _ = packed.unpack(None);
+                let _ = packed.properties();
+            }
+        }
+
+        #[test]
+        fn any_message_survives_packing(
+            exchange in "[a-z.]{0,40}",
+            key in "\\PC{0,60}",
+            body in proptest::collection::vec(any::<u8>(), 0..2048),
+            split in 0usize..2048,
+            priority in proptest::option::of(0u8..10),
+        ) {
+            let body = Bytes::from(body);
+            let split = split.min(body.len());
+            let chunks = vec![body.slice(..split), body.slice(split..)];
+            let properties = BasicProperties { priority, ..Default::default() };
+            let original = Message::new(
+                exchange.as_str().into(),
+                key.as_str().into(),
+                properties,
+                Body::from_chunks(chunks),
+                None,
+            );
+            let back = PackedMessage::pack(&original).unpack(None).expect("valid");
+            prop_assert_eq!(&back.exchange, &original.exchange);
+            prop_assert_eq!(&back.routing_key, &original.routing_key);
+            prop_assert_eq!(&back.properties, &original.properties);
+            prop_assert_eq!(back.body.chunks().concat(), body.to_vec());
+        }
+    }
+}
