@@ -32,7 +32,7 @@ use super::exchange::Exchange;
 use super::memory::MemoryMonitor;
 use super::queue::Queue;
 use super::vhost::VHost;
-use held::{ExchangeKey, Held, Kept};
+use held::{ExchangeKey, Held, Kept, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 
 /// How far ahead of now the wheel holds messages; later ones wait in the ordered map.
@@ -48,8 +48,9 @@ const PURGE_CHUNK: usize = 1024;
 type WheelEntry = (u64, Held);
 
 /// Per delayed exchange: counts, and the due order of its messages beyond the horizon.
-#[derive(Default)]
 struct ExchangeIndex {
+    /// What new messages of this exchange point at.
+    target: Arc<Target>,
     /// (due, sequence) of this exchange's messages in the ordered map.
     beyond: BTreeSet<(u64, u64)>,
     count: usize,
@@ -130,11 +131,6 @@ impl DelayedMessages {
         let message = Kept::new(message);
         self.memory.charge_bytes(message.charged_by_holder());
         let body_len = message.body_len() as u64;
-        let held = Held {
-            vhost: Arc::clone(vhost),
-            exchange: Arc::clone(exchange),
-            message,
-        };
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let seq = inner.next_seq;
@@ -143,9 +139,29 @@ impl DelayedMessages {
         let index = inner
             .exchanges
             .entry(key_of(&vhost.name, &exchange.name))
-            .or_default();
+            .or_insert_with(|| ExchangeIndex {
+                target: Arc::new(Target {
+                    vhost: Arc::clone(vhost),
+                    exchange: Arc::clone(exchange),
+                }),
+                beyond: BTreeSet::new(),
+                count: 0,
+                bytes: 0,
+            });
+        if !index.target.is(vhost, exchange) {
+            // A publish that raced with the exchange's deletion left an index for the old
+            // exchange; its messages are dropped at release, and new ones point here.
+            index.target = Arc::new(Target {
+                vhost: Arc::clone(vhost),
+                exchange: Arc::clone(exchange),
+            });
+        }
         index.count += 1;
         index.bytes += body_len;
+        let held = Held {
+            target: Arc::clone(&index.target),
+            message,
+        };
         let wake_ms = if due_ms <= inner.horizon_ms {
             let key = inner.wheel.insert(due_ms, (seq, held));
             inner.in_wheel.insert(seq, key);
@@ -209,7 +225,8 @@ impl DelayedMessages {
         let count = released.len();
         let mut unroutable = 0;
         for Released { held, .. } in released.drain(..) {
-            if !held.vhost.is_current(&held.exchange) {
+            let Target { vhost, exchange } = &*held.target;
+            if !vhost.is_current(exchange) {
                 // Its exchange was deleted while a purge of its messages was under way.
                 self.discard(held.message);
                 continue;
@@ -219,13 +236,7 @@ impl DelayedMessages {
             };
             targets.clear();
             let headers = message.properties.headers.as_ref();
-            held.vhost.route(
-                &held.exchange,
-                &message.routing_key,
-                headers,
-                routes,
-                targets,
-            );
+            vhost.route(exchange, &message.routing_key, headers, routes, targets);
             if targets.is_empty() {
                 unroutable += 1;
             }
