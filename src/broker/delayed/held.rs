@@ -89,6 +89,13 @@ pub(super) struct Held {
 pub(super) type ExchangeKey = (ShortStr, ShortStr);
 
 impl Target {
+    pub(super) fn new(vhost: &Arc<VHost>, exchange: &Arc<Exchange>) -> Arc<Target> {
+        Arc::new(Target {
+            vhost: Arc::clone(vhost),
+            exchange: Arc::clone(exchange),
+        })
+    }
+
     pub(super) fn is(&self, vhost: &Arc<VHost>, exchange: &Arc<Exchange>) -> bool {
         Arc::ptr_eq(&self.vhost, vhost) && Arc::ptr_eq(&self.exchange, exchange)
     }

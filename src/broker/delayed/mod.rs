@@ -140,10 +140,7 @@ impl DelayedMessages {
             .exchanges
             .entry(key_of(&vhost.name, &exchange.name))
             .or_insert_with(|| ExchangeIndex {
-                target: Arc::new(Target {
-                    vhost: Arc::clone(vhost),
-                    exchange: Arc::clone(exchange),
-                }),
+                target: Target::new(vhost, exchange),
                 beyond: BTreeSet::new(),
                 count: 0,
                 bytes: 0,
@@ -151,10 +148,7 @@ impl DelayedMessages {
         if !index.target.is(vhost, exchange) {
             // A publish that raced with the exchange's deletion left an index for the old
             // exchange; its messages are dropped at release, and new ones point here.
-            index.target = Arc::new(Target {
-                vhost: Arc::clone(vhost),
-                exchange: Arc::clone(exchange),
-            });
+            index.target = Target::new(vhost, exchange);
         }
         index.count += 1;
         index.bytes += body_len;
