@@ -660,6 +660,24 @@ def test_delayed_exchange_releases_in_due_order(conn, channel, name):
     publish_two_delayed_and_consume(conn, channel, name)
 
 
+def test_delayed_exchange_releases_messages_beyond_the_wheel_horizon(conn, channel, name):
+    # Delays over a second wait outside the timer wheel first and move in before they are due:
+    # the real timer thread's path, which the Rust tests drive only with the manual clock.
+    exchange, queue = name("delayed"), name("q")
+    channel.exchange_declare(
+        exchange, exchange_type="x-delayed-message", arguments={"x-delayed-type": "topic"}
+    )
+    channel.queue_declare(queue)
+    channel.queue_bind(queue, exchange, routing_key="later.#")
+    channel.confirm_delivery()
+    for body, delay in [(b"far", 1600), (b"near", 1200), (b"soon", 50)]:
+        channel.basic_publish(
+            exchange, "later.x", body, BasicProperties(headers={"x-delay": delay})
+        )
+    _, got = consume(conn, channel, queue, 3, auto_ack=True, timeout=15.0)
+    assert [body for _, _, body in got] == [b"soon", b"near", b"far"]
+
+
 def test_delayed_exchange_delivers_negated_x_delay_header(conn, channel, name):
     got = publish_two_delayed_and_consume(conn, channel, name)
     # dwellmq sends -delay as a signed 64-bit integer (tag 'l'), as current RabbitMQ does.
