@@ -1386,3 +1386,58 @@ async fn recover_without_requeue_is_not_implemented_like_rabbitmq() {
         (540, "NOT_IMPLEMENTED - requeue=false".into())
     );
 }
+
+#[tokio::test]
+async fn a_priority_queue_delivers_highest_priority_first_and_requeues_in_place() {
+    let t = start().await;
+    let ch = t.channel().await;
+    let mut args = FieldTable::default();
+    args.insert("x-max-priority".into(), AMQPValue::ShortShortUInt(3));
+    ch.queue_declare("prio".into(), QueueDeclareOptions::default(), args)
+        .await
+        .unwrap();
+    for (body, priority) in [
+        ("none", None),
+        ("p1", Some(1)),
+        ("p7", Some(7)),
+        ("p3", Some(3)),
+    ] {
+        let mut props = BasicProperties::default();
+        if let Some(p) = priority {
+            props = props.with_priority(p);
+        }
+        ch.basic_publish(
+            "".into(),
+            "prio".into(),
+            BasicPublishOptions::default(),
+            body.as_bytes(),
+            props,
+        )
+        .await
+        .unwrap();
+    }
+    sync(&ch).await;
+    // 7 is capped at the queue's maximum, 3, and then keeps publish order within that level.
+    let first = ch
+        .basic_get("prio".into(), BasicGetOptions { no_ack: false })
+        .await
+        .unwrap()
+        .expect("a message");
+    assert_eq!(body(&first.delivery), "p7");
+    ch.basic_reject(
+        first.delivery.delivery_tag,
+        BasicRejectOptions { requeue: true },
+    )
+    .await
+    .unwrap();
+    let order = drain_with_get(&ch, "prio").await;
+    assert_eq!(
+        order,
+        [
+            ("p7".to_string(), true),
+            ("p3".to_string(), false),
+            ("p1".to_string(), false),
+            ("none".to_string(), false),
+        ]
+    );
+}

@@ -55,6 +55,7 @@ impl Queue {
         arguments: FieldTable,
         config: QueueArguments,
     ) -> Self {
+        let messages = QueueMessages::with_max_priority(config.max_priority.unwrap_or(0));
         Queue {
             name,
             vhost,
@@ -64,7 +65,7 @@ impl Queue {
             arguments,
             config,
             inner: Mutex::new(QueueInner {
-                messages: QueueMessages::new(),
+                messages,
                 consumers: Vec::new(),
                 next_consumer: 0,
                 unacked: 0,

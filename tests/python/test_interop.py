@@ -576,12 +576,6 @@ def test_round_robin_between_two_consumers(conn, channel, name):
     assert len(got["one"]) == len(got["two"]) == 2
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="broker gap: x-max-priority is accepted but ignored; messages are delivered FIFO, "
-    "while RabbitMQ delivers the highest priority first",
-)
 def test_priority_queue_delivers_higher_priority_first(conn, channel, name):
     queue = name("q")
     channel.queue_declare(queue, arguments={"x-max-priority": 10})
