@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use dwellmq_codec::methods::{BasicDeliver, BasicGetOk};
 use dwellmq_codec::{Method, ShortStr};
-use dwellmq_core::QueueEntry;
+use dwellmq_core::{Message, QueueEntry};
 use parking_lot::Mutex;
 
 use super::queue::Queue;
@@ -126,6 +126,30 @@ impl DeliveryChannel {
             });
         }
         Ok(())
+    }
+
+    /// Delivers a direct reply-to message to the channel's reply consumer `tag` (no-ack: nothing
+    /// to track). False once the channel is closed.
+    pub(crate) fn deliver_reply(&self, tag: &ShortStr, message: &Message) -> bool {
+        let mut ledger = self.ledger.lock();
+        if self.closed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let delivery_tag = ledger.next_tag;
+        ledger.next_tag += 1;
+        let deliver = Method::BasicDeliver(BasicDeliver {
+            consumer_tag: tag.clone(),
+            delivery_tag,
+            redelivered: false,
+            exchange: message.exchange.clone(),
+            routing_key: message.routing_key.clone(),
+        });
+        self.outbound
+            .with(|sink| {
+                sink.method(self.id, &deliver);
+                sink.content(self.id, message, self.frame_max);
+            })
+            .is_some()
     }
 
     /// Sends `basic.get-ok` for `entry`; tracks it unless `no_ack`.

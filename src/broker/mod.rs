@@ -9,6 +9,7 @@ pub(crate) mod exchange;
 pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod queue;
+pub(crate) mod reply_to;
 pub(crate) mod timer_thread;
 pub(crate) mod vhost;
 
@@ -32,6 +33,8 @@ pub(crate) struct BrokerState {
     pub(crate) manual_clock: Option<Arc<ManualClock>>,
     /// Messages held by delayed exchanges.
     pub(crate) delayed: DelayedMessages,
+    /// Direct reply-to consumers, by reply address.
+    pub(crate) reply_consumers: reply_to::ReplyConsumers,
     /// Wakes the timer thread when an earlier deadline appears.
     pub(crate) timer: timer_thread::TimerControl,
     next_connection_id: AtomicU64,
@@ -61,6 +64,7 @@ impl BrokerState {
         Arc::new(BrokerState {
             delayed: DelayedMessages::new(now, Arc::clone(&memory)),
             timer: timer_thread::TimerControl::default(),
+            reply_consumers: reply_to::ReplyConsumers::default(),
             memory,
             config,
             vhosts,

@@ -204,6 +204,7 @@ fn server_start() -> ConnectionStart {
         ("connection.blocked", true),
         ("authentication_failure_close", true),
         ("per_consumer_qos", true),
+        ("direct_reply_to", true),
     ]
     .into_iter()
     .collect();

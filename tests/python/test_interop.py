@@ -586,13 +586,6 @@ def test_priority_queue_delivers_higher_priority_first(conn, channel, name):
     assert bodies == [b"high", b"mid", b"low", b"none"]
 
 
-@pytest.mark.xfail(
-    raises=pika.exceptions.ChannelClosedByBroker,
-    strict=True,
-    reason="broker gap: direct reply-to is not implemented; basic.consume on "
-    "'amq.rabbitmq.reply-to' closes the channel with 404 \"NOT_FOUND - no queue "
-    "'amq.rabbitmq.reply-to' in vhost '/'\"",
-)
 def test_direct_reply_to_rpc_roundtrip(conn, connect, name):
     server_queue = name("rpc")
     server_conn = connect()

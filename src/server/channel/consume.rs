@@ -10,6 +10,7 @@ use dwellmq_core::{arguments, BrokerError, BrokerResult};
 use super::{Channel, ConnContext};
 use crate::broker::delivery::Consumer;
 use crate::broker::names::server_generated_name;
+use crate::broker::reply_to::REPLY_QUEUE;
 
 impl Channel {
     /// `channel.flow`: pauses or resumes deliveries to this channel.
@@ -60,10 +61,17 @@ impl Channel {
         } else {
             m.consumer_tag
         };
-        if self.consumers.contains_key(&tag) {
+        let reply_tag_taken = self
+            .reply_consumer
+            .as_ref()
+            .is_some_and(|(reply_tag, _)| *reply_tag == tag);
+        if self.consumers.contains_key(&tag) || reply_tag_taken {
             return Err(BrokerError::NotAllowed(format!(
                 "attempt to reuse consumer tag '{tag}'"
             )));
+        }
+        if m.queue == REPLY_QUEUE {
+            return self.consume_replies(cx, tag, m.no_ack, m.no_wait);
         }
         let queue = self.queue_for(cx, &m.queue)?;
         let priority =
@@ -97,12 +105,61 @@ impl Channel {
     }
 
     /// `basic.cancel` from the client.
+    /// `basic.consume` on `amq.rabbitmq.reply-to`: makes this channel's requests answerable.
+    fn consume_replies(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        tag: ShortStr,
+        no_ack: bool,
+        no_wait: bool,
+    ) -> BrokerResult<()> {
+        if !no_ack {
+            return Err(BrokerError::PreconditionFailed(
+                "reply consumer cannot acknowledge".into(),
+            ));
+        }
+        if self.reply_consumer.is_some() {
+            return Err(BrokerError::PreconditionFailed(
+                "reply consumer already set".into(),
+            ));
+        }
+        let address = cx
+            .state
+            .reply_consumers
+            .register(&self.delivery, tag.clone());
+        self.reply_consumer = Some((tag.clone(), address));
+        if !no_wait {
+            self.reply(
+                cx,
+                Method::BasicConsumeOk(BasicConsumeOk { consumer_tag: tag }),
+            );
+        }
+        Ok(())
+    }
+
+    /// The reply address requests from this channel carry (`reply_to` rewritten), or
+    /// `PRECONDITION_FAILED` when the channel has no reply consumer.
+    pub(super) fn reply_address(&self) -> BrokerResult<ShortStr> {
+        match &self.reply_consumer {
+            Some((_, address)) => Ok(address.clone()),
+            None => Err(BrokerError::PreconditionFailed(
+                "fast reply consumer does not exist".into(),
+            )),
+        }
+    }
+
     pub(super) fn basic_cancel(
         &mut self,
         cx: &mut ConnContext<'_>,
         m: BasicCancel,
     ) -> BrokerResult<()> {
-        self.cancel_consumer(cx, &m.consumer_tag);
+        match &self.reply_consumer {
+            Some((tag, address)) if *tag == m.consumer_tag => {
+                cx.state.reply_consumers.unregister(address);
+                self.reply_consumer = None;
+            }
+            _ => self.cancel_consumer(cx, &m.consumer_tag),
+        }
         if !m.no_wait {
             self.reply(
                 cx,

@@ -59,6 +59,8 @@ pub(crate) struct Channel {
     consumer_prefetch: u32,
     /// The queue named by the last `queue.declare`, used when a method names queue "".
     last_queue: Option<ShortStr>,
+    /// The direct reply-to consumer: (consumer tag, reply address).
+    reply_consumer: Option<(ShortStr, ShortStr)>,
     route_scratch: Vec<Destination>,
     queue_scratch: Vec<Arc<Queue>>,
     settle_scratch: Vec<Unacked>,
@@ -77,6 +79,7 @@ impl Channel {
             mode: PublishMode::Plain,
             consumer_prefetch: 0,
             last_queue: None,
+            reply_consumer: None,
             route_scratch: Vec::new(),
             queue_scratch: Vec::new(),
             settle_scratch: Vec::new(),
@@ -157,6 +160,9 @@ impl Channel {
         let tags: Vec<ShortStr> = self.consumers.keys().cloned().collect();
         for tag in tags {
             self.cancel_consumer(cx, &tag);
+        }
+        if let Some((_, address)) = self.reply_consumer.take() {
+            cx.state.reply_consumers.unregister(&address);
         }
     }
 }

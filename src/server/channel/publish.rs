@@ -9,6 +9,7 @@ use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
 use super::settle::Settlement;
 use super::{Channel, ConnContext};
 use crate::broker::exchange::ExchangeKind;
+use crate::broker::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
 use crate::server::outbound::Outbound;
 
 /// A complete message as published, before routing.
@@ -143,6 +144,9 @@ impl Channel {
         if let Some(expiration) = &properties.expiration {
             arguments::parse_expiration(expiration)?;
         }
+        if properties.reply_to.as_deref() == Some(REPLY_QUEUE) {
+            properties.reply_to = Some(self.reply_address()?);
+        }
         let mut delay_ms = 0;
         if let ExchangeKind::Delayed(_) = exchange.kind {
             let delay = arguments::parse_x_delay(properties.headers.as_ref())?;
@@ -188,6 +192,18 @@ impl Channel {
             }
             _ => None,
         };
+        if publication.exchange.is_empty() && publication.routing_key.starts_with(REPLY_PREFIX) {
+            // A direct reply: straight to the requester's reply consumer, no queue.
+            let delivered = cx
+                .state
+                .reply_consumers
+                .deliver(&publication.routing_key, &publication.message);
+            if !delivered && publication.mandatory {
+                self.return_unroutable(cx, &publication);
+            }
+            self.confirm(confirm_tag);
+            return;
+        }
         // The exchange was checked when the content completed; a concurrent delete makes the
         // message unroutable, as in RabbitMQ.
         let exchange = cx.vhost.exchange(&publication.exchange).ok();
@@ -214,6 +230,11 @@ impl Channel {
         for queue in self.queue_scratch.drain(..) {
             queue.publish(Arc::clone(&publication.message));
         }
+        self.confirm(confirm_tag);
+    }
+
+    /// Marks a confirm-mode publish as done (its ack goes out with the read batch's).
+    fn confirm(&mut self, confirm_tag: Option<u64>) {
         if let (Some(tag), PublishMode::Confirm { acked_to, .. }) = (confirm_tag, &mut self.mode) {
             *acked_to = tag;
         }

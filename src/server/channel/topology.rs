@@ -11,6 +11,7 @@ use super::consume::notify_cancelled;
 use super::{Channel, ConnContext};
 use crate::broker::exchange::ExchangeKind;
 use crate::broker::queue::Queue;
+use crate::broker::reply_to::is_reply_name;
 use crate::broker::vhost::{ExchangeSpec, QueueSpec};
 
 impl Channel {
@@ -115,6 +116,26 @@ impl Channel {
         cx: &mut ConnContext<'_>,
         m: QueueDeclare,
     ) -> BrokerResult<()> {
+        if is_reply_name(&m.queue) {
+            // RabbitMQ answers any declare of a reply name as a passive one.
+            if !cx.state.reply_consumers.exists(&m.queue) {
+                return Err(BrokerError::NotFound(format!(
+                    "no queue '{}' in vhost '{}'",
+                    m.queue, cx.vhost.name
+                )));
+            }
+            if !m.no_wait {
+                self.reply(
+                    cx,
+                    Method::QueueDeclareOk(QueueDeclareOk {
+                        queue: m.queue,
+                        message_count: 0,
+                        consumer_count: 1,
+                    }),
+                );
+            }
+            return Ok(());
+        }
         let exclusive = m.exclusive;
         let queue = cx.vhost.declare_queue(
             QueueSpec {
