@@ -104,7 +104,6 @@ impl Channel {
         Ok(())
     }
 
-    /// `basic.cancel` from the client.
     /// `basic.consume` on `amq.rabbitmq.reply-to`: makes this channel's requests answerable.
     fn consume_replies(
         &mut self,
@@ -148,6 +147,7 @@ impl Channel {
         }
     }
 
+    /// `basic.cancel` from the client.
     pub(super) fn basic_cancel(
         &mut self,
         cx: &mut ConnContext<'_>,
