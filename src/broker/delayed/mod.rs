@@ -496,8 +496,10 @@ impl Inner {
             if let Some(due_seq) = beyond {
                 index.beyond.remove(&due_seq);
             }
-            index.count -= 1;
-            index.bytes -= held.message.body_len() as u64;
+            // Saturating: a message of a deleted exchange released while a new exchange of
+            // the same name already holds messages is counted against the new index.
+            index.count = index.count.saturating_sub(1);
+            index.bytes = index.bytes.saturating_sub(held.message.body_len() as u64);
             if index.count == 0 {
                 self.exchanges.remove(&key);
             }
