@@ -1,0 +1,174 @@
+//! Inspection and operator control of held messages: counts, listing, cancel, purge.
+
+use std::time::Instant;
+
+use dwellmq_codec::ShortStr;
+use dwellmq_timer::TimerKey;
+
+use super::held::Held;
+use super::{key_of, DelayedId, DelayedMessageInfo, DelayedMessages, PURGE_CHUNK};
+
+impl DelayedMessages {
+    /// Drops every message held by the exchange (it was deleted, or an operator purged it).
+    pub(crate) fn purge_exchange(&self, vhost: &ShortStr, exchange: &ShortStr) -> usize {
+        let started = Instant::now();
+        let dropped = self.drop_held_by(vhost, exchange);
+        if dropped > 0 {
+            tracing::info!(
+                vhost = %vhost,
+                exchange = %exchange,
+                dropped,
+                took_ms = started.elapsed().as_millis() as u64,
+                "dropped the messages a delayed exchange held"
+            );
+        }
+        dropped
+    }
+
+    /// Drops in chunks, taking the lock for [`PURGE_CHUNK`] messages at a time: an exchange
+    /// holding a million messages takes a few hundred milliseconds to purge, and releases must
+    /// not wait that long. A release that slips in between chunks finds the exchange gone (see
+    /// `release_due`) and drops its message too.
+    fn drop_held_by(&self, vhost: &ShortStr, exchange: &ShortStr) -> usize {
+        let key = key_of(vhost, exchange);
+        let Some(index) = self.inner.lock().exchanges.remove(&key) else {
+            return 0;
+        };
+        let mut dropped = 0;
+        let mut beyond = index.beyond.into_iter();
+        let mut chunk: Vec<Held> = Vec::with_capacity(PURGE_CHUNK);
+        loop {
+            {
+                let mut inner = self.inner.lock();
+                for due_seq in beyond.by_ref().take(PURGE_CHUNK) {
+                    chunk.extend(inner.beyond.remove(&due_seq));
+                }
+            }
+            if chunk.is_empty() {
+                break;
+            }
+            dropped += chunk.len();
+            // Freed outside the lock.
+            for held in chunk.drain(..) {
+                self.discard(held.message);
+            }
+        }
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let in_wheel: Vec<(u64, TimerKey)> = inner
+            .in_wheel
+            .iter()
+            .filter(|(_, &timer)| {
+                inner
+                    .wheel
+                    .get(timer)
+                    .is_some_and(|(_, (_, held))| held.belongs_to(&key))
+            })
+            .map(|(&seq, &timer)| (seq, timer))
+            .collect();
+        for (seq, timer) in in_wheel {
+            inner.in_wheel.remove(&seq);
+            chunk.extend(inner.wheel.cancel(timer).map(|(_, held)| held));
+        }
+        drop(guard);
+        dropped += chunk.len();
+        for held in chunk {
+            self.discard(held.message);
+        }
+        dropped
+    }
+
+    /// Cancels one held message; false if it is unknown or already released.
+    pub(crate) fn cancel(&self, id: DelayedId) -> bool {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let held = match inner.beyond.remove(&(id.due_ms, id.seq)) {
+            Some(held) => {
+                inner.forget(&held, Some((id.due_ms, id.seq)));
+                held
+            }
+            None => {
+                let Some(&timer) = inner.in_wheel.get(&id.seq) else {
+                    return false;
+                };
+                if inner.wheel.get(timer).map(|(due, _)| due) != Some(id.due_ms) {
+                    return false;
+                }
+                inner.in_wheel.remove(&id.seq);
+                let Some((_, held)) = inner.wheel.cancel(timer) else {
+                    return false;
+                };
+                inner.forget(&held, None);
+                held
+            }
+        };
+        drop(guard);
+        self.discard(held.message);
+        true
+    }
+
+    /// (count, body bytes) held by an exchange.
+    pub(crate) fn stats(&self, vhost: &str, exchange: &str) -> (usize, u64) {
+        let inner = self.inner.lock();
+        inner
+            .exchanges
+            .get(&(ShortStr::from(vhost), ShortStr::from(exchange)))
+            .map(|i| (i.count, i.bytes))
+            .unwrap_or((0, 0))
+    }
+
+    /// Held messages of an exchange in due order, at most `limit`.
+    pub(crate) fn list(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        limit: usize,
+    ) -> Vec<DelayedMessageInfo> {
+        let key = (ShortStr::from(vhost), ShortStr::from(exchange));
+        let inner = self.inner.lock();
+        let Some(index) = inner.exchanges.get(&key) else {
+            return Vec::new();
+        };
+        // Everything in the wheel is due before everything beyond it.
+        let mut in_wheel: Vec<(DelayedId, &Held)> = inner
+            .in_wheel
+            .iter()
+            .filter_map(|(&seq, &timer)| {
+                let (due_ms, (_, held)) = inner.wheel.get(timer)?;
+                held.belongs_to(&key)
+                    .then_some((DelayedId { due_ms, seq }, held))
+            })
+            .collect();
+        in_wheel.sort_by_key(|(id, _)| *id);
+        let beyond = index.beyond.iter().filter_map(|&(due_ms, seq)| {
+            let held = inner.beyond.get(&(due_ms, seq))?;
+            Some((DelayedId { due_ms, seq }, held))
+        });
+        in_wheel
+            .into_iter()
+            .chain(beyond)
+            .take(limit)
+            .map(|(id, held)| {
+                let (routing_key, headers) = held.message.key_and_headers();
+                DelayedMessageInfo {
+                    id,
+                    due_ms: id.due_ms,
+                    routing_key: routing_key.to_string(),
+                    headers,
+                    body_size: held.message.body_len(),
+                }
+            })
+            .collect()
+    }
+
+    /// Messages that found no route when released, since start.
+    pub(crate) fn unroutable(&self) -> u64 {
+        self.inner.lock().unroutable
+    }
+
+    /// Messages held in all exchanges.
+    pub(crate) fn len(&self) -> usize {
+        let inner = self.inner.lock();
+        inner.wheel.len() + inner.beyond.len()
+    }
+}
