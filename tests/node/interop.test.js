@@ -125,3 +125,44 @@ test("topic routing through an exchange-to-exchange binding", async () => {
   assert.equal(messageCount, 1);
   await conn.close();
 });
+
+test("direct reply-to: an RPC round trip through amq.rabbitmq.reply-to", async () => {
+  const conn = await amqp.connect(url);
+  const client = await conn.createChannel();
+  const server = await conn.createChannel();
+  const requests = unique("rpc");
+  await server.assertQueue(requests);
+  await server.consume(
+    requests,
+    (msg) => {
+      assert.match(msg.properties.replyTo, /^amq\.rabbitmq\.reply-to\./);
+      server.sendToQueue(msg.properties.replyTo, Buffer.from(`pong:${msg.content}`), {
+        correlationId: msg.properties.correlationId,
+      });
+    },
+    { noAck: true },
+  );
+  const reply = new Promise((resolve, reject) => {
+    const guard = setTimeout(() => reject(new Error("no reply")), 10000);
+    client
+      .consume(
+        "amq.rabbitmq.reply-to",
+        (msg) => {
+          clearTimeout(guard);
+          resolve(msg);
+        },
+        { noAck: true },
+      )
+      .then(() =>
+        client.sendToQueue(requests, Buffer.from("ping"), {
+          replyTo: "amq.rabbitmq.reply-to",
+          correlationId: "c-42",
+        }),
+      )
+      .catch(reject);
+  });
+  const msg = await reply;
+  assert.equal(msg.content.toString(), "pong:ping");
+  assert.equal(msg.properties.correlationId, "c-42");
+  await conn.close();
+});
