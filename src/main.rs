@@ -69,9 +69,12 @@ fn main() -> ExitCode {
 fn disable_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
     {
+        // The kernel reads the variadic arguments as full unsigned longs: pass them as such.
+        let (disable, unused): (libc::c_ulong, libc::c_ulong) = (1, 0);
         // SAFETY: a plain prctl on this process with constant integer arguments.
         #[allow(unsafe_code)]
-        let result = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        let result =
+            unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, disable, unused, unused, unused) };
         if result != 0 {
             // Not fatal: only latency suffers. Logging is not set up yet.
             eprintln!(
