@@ -57,17 +57,7 @@ async fn a_request_and_its_reply_round_trip_through_the_pseudo_queue() {
         "{address:?}"
     );
     // The address answers a (passive) declare while its consumer exists.
-    let declared = server
-        .queue_declare(
-            address.as_str().into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    let declared = passive_declare(&server, address.as_str()).await.unwrap();
     assert_eq!(
         (declared.message_count(), declared.consumer_count()),
         (0, 1)
@@ -168,15 +158,7 @@ async fn a_reply_to_an_address_that_is_gone_is_dropped_or_returned() {
         "the consumer ends with its channel"
     );
 
-    let error = server
-        .queue_declare(
-            address.as_str().into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
+    let error = passive_declare(&server, address.as_str())
         .await
         .unwrap_err();
     assert_eq!(
