@@ -45,6 +45,15 @@ impl MemoryMonitor {
         }
     }
 
+    /// Turns bytes already charged with [`MemoryMonitor::charge_bytes`] into a guard that gives
+    /// them back when dropped (a held message's share of a bulk charge, handed to the message).
+    pub(crate) fn adopt(self: &Arc<Self>, bytes: usize) -> MemoryCharge {
+        MemoryCharge {
+            monitor: Arc::clone(self),
+            bytes: bytes as i64,
+        }
+    }
+
     /// Gives back bytes charged with [`MemoryMonitor::charge_bytes`].
     pub(crate) fn release_bytes(&self, bytes: usize) {
         self.release(bytes as i64);

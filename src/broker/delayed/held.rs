@@ -77,6 +77,8 @@ impl Kept {
 pub(super) struct Target {
     pub(super) vhost: Arc<VHost>,
     pub(super) exchange: Arc<Exchange>,
+    /// (vhost, exchange name), built once rather than per message at every release.
+    pub(super) key: ExchangeKey,
 }
 
 /// A message waiting for its due time.
@@ -93,6 +95,7 @@ impl Target {
         Arc::new(Target {
             vhost: Arc::clone(vhost),
             exchange: Arc::clone(exchange),
+            key: (vhost.name.clone(), exchange.name.clone()),
         })
     }
 
@@ -102,14 +105,11 @@ impl Target {
 }
 
 impl Held {
-    pub(super) fn exchange_key(&self) -> ExchangeKey {
-        (
-            self.target.vhost.name.clone(),
-            self.target.exchange.name.clone(),
-        )
+    pub(super) fn exchange_key(&self) -> &ExchangeKey {
+        &self.target.key
     }
 
     pub(super) fn belongs_to(&self, key: &ExchangeKey) -> bool {
-        self.target.vhost.name == key.0 && self.target.exchange.name == key.1
+        self.target.key == *key
     }
 }

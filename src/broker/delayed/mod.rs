@@ -220,7 +220,9 @@ impl DelayedMessages {
         let count = released.len();
         let mut unroutable = 0;
         for Released { held, .. } in released.drain(..) {
-            let Target { vhost, exchange } = &*held.target;
+            let Target {
+                vhost, exchange, ..
+            } = &*held.target;
             if !vhost.is_current(exchange) {
                 // Its exchange was deleted while a purge of its messages was under way.
                 self.discard(held.message);
@@ -271,7 +273,7 @@ impl DelayedMessages {
                 }
                 let held = entry.remove();
                 held.message.warm_up();
-                if let Some(index) = inner.exchanges.get_mut(&held.exchange_key()) {
+                if let Some(index) = inner.exchanges.get_mut(held.exchange_key()) {
                     index.beyond.remove(&(due_ms, seq));
                 }
                 let key = inner.wheel.insert(due_ms, (seq, held));
@@ -294,9 +296,7 @@ impl DelayedMessages {
         match kept {
             Kept::Shared(message) => Some(message),
             Kept::Packed(packed) => {
-                let len = packed.body_len();
-                let guard = Box::new(self.memory.charge(len));
-                self.memory.release_bytes(len);
+                let guard = Box::new(self.memory.adopt(packed.body_len()));
                 let message = packed.unpack(Some(guard));
                 if message.is_none() {
                     // Unreachable for a message packed in this process; a store could feed
@@ -330,7 +330,7 @@ impl Inner {
     /// beyond the horizon, out of its exchange's due order).
     fn forget(&mut self, held: &Held, beyond: Option<(u64, u64)>) {
         let key = held.exchange_key();
-        if let Some(index) = self.exchanges.get_mut(&key) {
+        if let Some(index) = self.exchanges.get_mut(key) {
             if let Some(due_seq) = beyond {
                 index.beyond.remove(&due_seq);
             }
@@ -339,7 +339,7 @@ impl Inner {
             index.count = index.count.saturating_sub(1);
             index.bytes = index.bytes.saturating_sub(held.message.body_len() as u64);
             if index.count == 0 {
-                self.exchanges.remove(&key);
+                self.exchanges.remove(key);
             }
         }
     }
