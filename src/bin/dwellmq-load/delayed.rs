@@ -12,7 +12,7 @@ use dwellmq_codec::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::raw_client::{Error, RawClient};
-use crate::stats::{drain_frames, percentiles};
+use crate::stats::{drain_frames, summary_ms};
 use crate::Options;
 
 fn wall_us() -> u64 {
@@ -238,16 +238,18 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     let started_us = publishing_started_us;
     let publishing_ended_us = wall_us();
     let rss_held = pid.and_then(rss_kib);
+    println!(
+        "delayed: {messages} messages, delays uniform over {min_delay}-{max_delay} ms, confirms on, publish rate {}",
+        if rate == 0 { "unlimited".to_string() } else { format!("{rate}/s") }
+    );
+    println!(
+        "  scheduled in {schedule_secs:.2} s = {:.0} msg/s (confirmed)",
+        messages as f64 / schedule_secs
+    );
+    if let Some(summary) = summary_ms(&mut confirm_ms) {
+        println!("  publish to confirm: {summary}");
+    }
     if schedule_only {
-        println!(
-            "delayed, scheduling only: {messages} messages in {schedule_secs:.2} s = {:.0} msg/s (confirmed)",
-            messages as f64 / schedule_secs
-        );
-        if let Some((p50, p99, p999, max)) = percentiles(&mut confirm_ms) {
-            println!(
-                "  publish to confirm: p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms"
-            );
-        }
         // The consumer thread waits for releases that this run does not measure.
         std::process::exit(0);
     }
@@ -267,36 +269,19 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
         .filter(|&&(due, _)| due >= publishing_ended_us)
         .map(|&(_, l)| l)
         .collect();
-    let (p50, p99, p999, max) = percentiles(&mut lateness).ok_or("no messages received")?;
-    println!(
-        "delayed: {messages} messages, delays uniform over {min_delay}-{max_delay} ms, confirms on, publish rate {}",
-        if rate == 0 { "unlimited".to_string() } else { format!("{rate}/s") }
-    );
-    println!(
-        "  scheduled in {schedule_secs:.2} s = {:.0} msg/s (confirmed)",
-        messages as f64 / schedule_secs
-    );
-    if let Some((p50, p99, p999, max)) = percentiles(&mut confirm_ms) {
-        println!(
-            "  publish to confirm: p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms"
-        );
-    }
     println!(
         "  received {received} / {messages} (lost {})",
         messages - received
     );
-    println!(
-        "  lateness (receive - due): p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms"
-    );
+    let summary = summary_ms(&mut lateness).ok_or("no messages received")?;
+    println!("  lateness (receive - due): {summary}");
     for (label, set) in [
         ("due while publishing", &mut during),
         ("due after publishing", &mut after),
     ] {
-        if let Some((p50, p99, p999, max)) = percentiles(set) {
-            println!(
-                "    {label} ({}): p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms",
-                set.len()
-            );
+        let count = set.len();
+        if let Some(summary) = summary_ms(set) {
+            println!("    {label} ({count}): {summary}");
         }
     }
     if worst > 0 {

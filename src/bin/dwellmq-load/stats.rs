@@ -22,6 +22,14 @@ pub(crate) fn percentiles(samples: &mut [f64]) -> Option<(f64, f64, f64, f64)> {
     Some((at(0.50), at(0.99), at(0.999), samples[samples.len() - 1]))
 }
 
+/// "p50 … ms, p99 … ms, p99.9 … ms, max … ms" for millisecond `samples` (sorted in place).
+pub(crate) fn summary_ms(samples: &mut [f64]) -> Option<String> {
+    let (p50, p99, p999, max) = percentiles(samples)?;
+    Some(format!(
+        "p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms, max {max:.2} ms"
+    ))
+}
+
 /// Counts content body frames in `buf` and drops every complete frame; calls `on_body` with
 /// each body's payload.
 pub(crate) fn drain_frames(buf: &mut bytes::BytesMut, mut on_body: impl FnMut(&[u8])) -> usize {
