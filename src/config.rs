@@ -3,6 +3,8 @@
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
+pub use dwellmq_core::queue::ExpiryMode;
+
 /// A user who may connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserConfig {
@@ -103,6 +105,10 @@ pub struct BrokerConfig {
     /// releases on time when other threads compete for the cores; `None` leaves it a normal
     /// thread.
     pub timer_realtime_priority: Option<u8>,
+    /// When expired messages leave their queues: at their deadline wherever they are
+    /// (`OnTime`, the default), or only from the head of the queue as RabbitMQ does
+    /// (`HeadOnly`, for exact fidelity).
+    pub expiry_mode: ExpiryMode,
 }
 
 impl Default for BrokerConfig {
@@ -118,6 +124,7 @@ impl Default for BrokerConfig {
             limits: Limits::default(),
             clock: ClockConfig::System,
             timer_realtime_priority: None,
+            expiry_mode: ExpiryMode::OnTime,
         }
     }
 }
@@ -130,6 +137,12 @@ impl BrokerConfig {
             data_dir: None,
             ..BrokerConfig::default()
         }
+    }
+
+    /// The same, expiring messages only from the head of their queues, as RabbitMQ does.
+    pub fn with_head_only_expiry(mut self) -> Self {
+        self.expiry_mode = ExpiryMode::HeadOnly;
+        self
     }
 
     /// The same, with a manual clock starting at `start_ms`.

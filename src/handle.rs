@@ -14,6 +14,7 @@ use crate::broker::delayed::{DelayedId, DelayedMessageInfo};
 use crate::broker::BrokerState;
 use crate::config::BrokerConfig;
 use crate::server::accept_loop;
+pub use dwellmq_core::queue::DeathReason;
 
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +111,8 @@ pub struct QueueInfo {
     pub messages: usize,
     /// Attached consumers.
     pub consumers: usize,
+    /// Delivered and not yet acknowledged.
+    pub unacked: usize,
 }
 
 impl BrokerHandle {
@@ -135,6 +138,7 @@ impl BrokerHandle {
             name: queue.name.to_string(),
             messages: queue.message_count(),
             consumers: queue.consumer_count(),
+            unacked: queue.unacked_count(),
         })
     }
 
@@ -183,22 +187,42 @@ impl BrokerHandle {
     /// a programming error in the test, not a runtime condition.
     pub fn advance(&self, by: Duration) -> usize {
         let clock = self.manual_clock();
-        clock.advance(by);
-        self.release_due(clock.now_ms())
+        let target = clock.now_ms().saturating_add(by.as_millis() as u64);
+        self.release_due(target)
     }
 
     /// Sets a manual clock to `now_ms` (never backwards) and releases what is due, like
     /// [`BrokerHandle::advance`].
     pub fn set_now(&self, now_ms: u64) -> usize {
-        let clock = self.manual_clock();
-        clock.set_now(now_ms);
-        self.release_due(clock.now_ms())
+        let target = now_ms.max(self.manual_clock().now_ms());
+        self.release_due(target)
     }
 
-    /// What the timer thread does under the system clock, all at once.
-    fn release_due(&self, now_ms: u64) -> usize {
-        let released = self.state.delayed.release_due(now_ms);
-        self.state.delayed.move_in(now_ms, None);
+    /// What the timer thread does under the system clock, all at once: every deadline up to
+    /// `target_ms` is served at its own time, in order, so a chain of deadlines (a message
+    /// that expires into a queue where it waits again) plays out as it would in real time.
+    fn release_due(&self, target_ms: u64) -> usize {
+        let clock = self.manual_clock();
+        let mut released = 0;
+        let mut due_queues = Vec::new();
+        // Rounds at one instant; a deadline that keeps re-arming itself at `now` is a bug, and
+        // must not hang the test that advances the clock.
+        let mut rounds_at_now = 0;
+        loop {
+            let now = clock.now_ms();
+            released += self.state.delayed.release_due(now);
+            crate::broker::timer_thread::tick_queues(&self.state, now, &mut due_queues);
+            self.state.delayed.move_in(now, None);
+            match self.state.runtime.next_wake() {
+                Some(next) if next <= now && rounds_at_now < 1000 => rounds_at_now += 1,
+                Some(next) if next <= target_ms && next > now => {
+                    rounds_at_now = 0;
+                    clock.set_now(next);
+                }
+                _ => break,
+            }
+        }
+        clock.set_now(target_ms);
         released
     }
 
@@ -267,6 +291,12 @@ impl BrokerHandle {
         self.state
             .delayed
             .purge_exchange(&vhost.into(), &exchange.into())
+    }
+
+    /// Messages that left their queues for `reason` since start: (dead-lettered, dropped
+    /// because the queue has no dead-letter exchange).
+    pub fn death_counts(&self, reason: DeathReason) -> (u64, u64) {
+        self.state.runtime.deaths.get(reason)
     }
 
     /// Held messages that found no route when released (dropped), since start.

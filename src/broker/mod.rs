@@ -3,13 +3,16 @@
 //! Everything here is reached from connection tasks through `Arc`s and short locks; there is no
 //! broker-wide task or channel hop on the publish → deliver path.
 
+pub(crate) mod consumer;
+pub(crate) mod dead_letter;
+pub(crate) mod deadlines;
 pub(crate) mod delayed;
-pub(crate) mod delivery;
 pub(crate) mod exchange;
 pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod queue;
 pub(crate) mod reply_to;
+pub(crate) mod runtime;
 pub(crate) mod timer_thread;
 pub(crate) mod vhost;
 
@@ -22,6 +25,7 @@ use dwellmq_timer::{ManualClock, SharedClock, SystemClock};
 use crate::config::{BrokerConfig, ClockConfig, UserConfig};
 use delayed::DelayedMessages;
 use memory::MemoryMonitor;
+use runtime::Runtime;
 use vhost::VHost;
 
 /// State shared by every connection of one broker.
@@ -32,26 +36,26 @@ pub(crate) struct BrokerState {
     pub(crate) clock: SharedClock,
     pub(crate) manual_clock: Option<Arc<ManualClock>>,
     /// Messages held by delayed exchanges.
-    pub(crate) delayed: DelayedMessages,
+    pub(crate) delayed: Arc<DelayedMessages>,
+    /// What queues share: clock, deadlines, accounting.
+    pub(crate) runtime: Arc<Runtime>,
     /// Direct reply-to consumers, by reply address.
     pub(crate) reply_consumers: reply_to::ReplyConsumers,
     /// Wakes the timer thread when an earlier deadline appears.
-    pub(crate) timer: timer_thread::TimerControl,
+    pub(crate) timer: Arc<timer_thread::TimerControl>,
     next_connection_id: AtomicU64,
     pub(crate) open_connections: AtomicUsize,
     /// Outbound buffers of open connections (for `BrokerHandle::settle`).
-    pub(crate) outbounds:
-        parking_lot::Mutex<Vec<std::sync::Weak<crate::server::outbound::Outbound>>>,
+    pub(crate) outbounds: parking_lot::Mutex<Vec<std::sync::Weak<dyn IdleProbe>>>,
+}
+
+/// Whether a connection has written everything queued for it (`BrokerHandle::settle`).
+pub(crate) trait IdleProbe: Send + Sync {
+    fn is_idle(&self) -> bool;
 }
 
 impl BrokerState {
     pub(crate) fn new(config: BrokerConfig) -> Arc<Self> {
-        let mut vhosts: HashMap<String, Arc<VHost>> = HashMap::new();
-        for name in std::iter::once("/").chain(config.vhosts.iter().map(String::as_str)) {
-            vhosts
-                .entry(name.to_string())
-                .or_insert_with(|| Arc::new(VHost::new(name.into())));
-        }
         let (clock, manual_clock): (SharedClock, _) = match config.clock {
             ClockConfig::System => (Arc::new(SystemClock), None),
             ClockConfig::Manual { start_ms } => {
@@ -59,11 +63,18 @@ impl BrokerState {
                 (manual.clone(), Some(manual))
             }
         };
-        let now = clock.now_ms();
         let memory = MemoryMonitor::new(config.limits.memory_high_watermark);
+        let runtime = Runtime::new(clock.clone(), Arc::clone(&memory), config.expiry_mode);
+        let mut vhosts: HashMap<String, Arc<VHost>> = HashMap::new();
+        for name in std::iter::once("/").chain(config.vhosts.iter().map(String::as_str)) {
+            vhosts
+                .entry(name.to_string())
+                .or_insert_with(|| VHost::shared(name.into(), Arc::clone(&runtime)));
+        }
         Arc::new(BrokerState {
-            delayed: DelayedMessages::new(now, Arc::clone(&memory)),
-            timer: timer_thread::TimerControl::default(),
+            delayed: Arc::clone(&runtime.delayed),
+            timer: Arc::clone(&runtime.timer),
+            runtime,
             reply_consumers: reply_to::ReplyConsumers::default(),
             memory,
             config,

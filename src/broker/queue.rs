@@ -1,28 +1,39 @@
-//! A queue: ready messages, consumers, and the delivery loop that joins them.
+//! A queue in a vhost: its declaration, and core's queue state machine behind a lock.
+//!
+//! Every operation runs one command on [`QueueState`] with the current time and then carries out
+//! its effects: deliveries while the lock is still held (so each consumer sees queue order),
+//! dead letters, deadlines and expiry after it is released (dead letters route through the
+//! vhost, possibly back into this queue).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 use dwellmq_codec::{FieldTable, ShortStr};
 use dwellmq_core::arguments::QueueArguments;
-use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry, QueueMessages};
+use dwellmq_core::queue::{
+    Cancelled, ConsumeRefused, ConsumerSlot, DeathReason, Effect, Effects, PublishOutcome,
+    QueueSettings, QueueState,
+};
+use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry};
 use parking_lot::Mutex;
 
-use super::delivery::{Consumer, DeliveryChannel};
+use super::consumer::Consumer;
+use super::runtime::Runtime;
+use super::vhost::VHost;
 
 /// Who owns an exclusive queue: the id of the connection that declared it.
 pub(crate) type ConnectionId = u64;
 
-struct QueueInner {
-    messages: QueueMessages,
-    /// Highest `x-priority` first; equal priorities in subscription order.
-    consumers: Vec<Arc<Consumer>>,
-    /// Round-robin cursor within a priority group.
-    next_consumer: usize,
-    /// Delivered and not yet settled.
-    unacked: usize,
-    deleted: bool,
-    /// An auto-delete queue is deleted when its last consumer goes, once it has had one.
-    had_consumer: bool,
+struct Inner {
+    state: QueueState<Arc<Consumer>>,
+    /// Reused by every command.
+    effects: Effects<Arc<Consumer>>,
+}
+
+/// What a command left to do once the queue's lock is released.
+#[derive(Default)]
+struct Aftermath {
+    dead: Vec<(Arc<Message>, DeathReason)>,
+    expire: bool,
 }
 
 /// A queue in a vhost.
@@ -34,18 +45,17 @@ pub(crate) struct Queue {
     pub(crate) auto_delete: bool,
     /// Arguments as declared (for equivalence checks on redeclare).
     pub(crate) arguments: FieldTable,
-    #[allow(dead_code)] // read by TTL, length limits and dead-lettering
+    #[allow(dead_code)] // read by policies and quorum-style queues
     pub(crate) config: QueueArguments,
-    inner: Mutex<QueueInner>,
-}
-
-/// What removing a consumer left behind.
-pub(crate) struct ConsumerRemoved {
-    /// The queue is auto-delete and has just lost its last consumer.
-    pub(crate) should_auto_delete: bool,
+    settings: QueueSettings,
+    runtime: Arc<Runtime>,
+    /// The vhost, for dead-lettering and `x-expires` (unset in some unit tests).
+    home: OnceLock<Weak<VHost>>,
+    inner: Mutex<Inner>,
 }
 
 impl Queue {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         name: ShortStr,
         vhost: ShortStr,
@@ -54,8 +64,10 @@ impl Queue {
         auto_delete: bool,
         arguments: FieldTable,
         config: QueueArguments,
+        runtime: Arc<Runtime>,
     ) -> Self {
-        let messages = QueueMessages::with_max_priority(config.max_priority.unwrap_or(0));
+        let settings = QueueSettings::from_arguments(&config, durable, runtime.expiry_mode);
+        let now = runtime.clock.now_ms();
         Queue {
             name,
             vhost,
@@ -64,15 +76,20 @@ impl Queue {
             auto_delete,
             arguments,
             config,
-            inner: Mutex::new(QueueInner {
-                messages,
-                consumers: Vec::new(),
-                next_consumer: 0,
-                unacked: 0,
-                deleted: false,
-                had_consumer: false,
+            inner: Mutex::new(Inner {
+                state: QueueState::new(settings.clone(), auto_delete, now),
+                effects: Effects::new(),
             }),
+            settings,
+            runtime,
+            home: OnceLock::new(),
         }
+    }
+
+    /// Ties the queue to its vhost and arms its first deadline (`x-expires`).
+    pub(crate) fn start(self: &Arc<Self>, home: Weak<VHost>) {
+        let _ = self.home.set(home);
+        self.run(|state, now, fx| state.start(now, fx));
     }
 
     /// `RESOURCE_LOCKED` unless `connection` may use this queue.
@@ -88,77 +105,120 @@ impl Queue {
         }
     }
 
-    /// Enqueues a routed message and delivers what consumers can take.
-    pub(crate) fn publish(self: &Arc<Self>, message: Arc<Message>) {
-        let mut inner = self.inner.lock();
-        if inner.deleted {
-            return;
+    /// Runs one command, then carries out its effects.
+    fn run<R>(
+        self: &Arc<Self>,
+        command: impl FnOnce(&mut QueueState<Arc<Consumer>>, u64, &mut Effects<Arc<Consumer>>) -> R,
+    ) -> R {
+        let now = self.runtime.clock.now_ms();
+        let mut after = Aftermath::default();
+        let result = {
+            let mut guard = self.inner.lock();
+            let Inner { state, effects } = &mut *guard;
+            let result = command(state, now, effects);
+            if !effects.is_empty() {
+                self.apply(state, effects, &mut after);
+            }
+            result
+        };
+        if !after.dead.is_empty() {
+            self.dead_letter(after.dead, now);
         }
-        inner.messages.push(message);
-        self.deliver_ready(&mut inner);
+        if after.expire {
+            self.expire();
+        }
+        result
     }
 
-    /// Delivers ready messages to consumers with credit, until either runs out: the highest
-    /// priority group that can take a message gets it, round-robin within the group (RabbitMQ's
-    /// consumer priorities; with equal priorities this is plain round-robin).
-    fn deliver_ready(self: &Arc<Self>, inner: &mut QueueInner) {
-        'messages: while !inner.messages.is_empty() && !inner.consumers.is_empty() {
-            let mut group_start = 0;
-            while group_start < inner.consumers.len() {
-                let priority = inner.consumers[group_start].priority;
-                let group_len = inner.consumers[group_start..]
-                    .iter()
-                    .take_while(|c| c.priority == priority)
-                    .count();
-                for attempt in 0..group_len {
-                    let index = group_start + (inner.next_consumer + attempt) % group_len;
-                    let Some(entry) = inner.messages.pop() else {
-                        break 'messages;
-                    };
-                    let consumer = Arc::clone(&inner.consumers[index]);
-                    match consumer.channel.try_deliver(&consumer, self, entry) {
-                        Ok(()) => {
-                            if !consumer.no_ack {
-                                inner.unacked += 1;
-                            }
-                            inner.next_consumer = index - group_start + 1;
-                            continue 'messages;
-                        }
-                        Err(entry) => inner.messages.requeue(entry),
+    fn apply(
+        self: &Arc<Self>,
+        state: &mut QueueState<Arc<Consumer>>,
+        effects: &mut Effects<Arc<Consumer>>,
+        after: &mut Aftermath,
+    ) {
+        for effect in effects.drain() {
+            match effect {
+                Effect::Deliver { consumer, entry } => {
+                    if let Err(entry) = consumer.sink.deliver(self, &consumer, entry) {
+                        state.undelivered(&consumer.credit, entry);
                     }
                 }
-                group_start += group_len;
+                Effect::DeadLetter { message, reason } => after.dead.push((message, reason)),
+                Effect::Dropped { reason } => self.runtime.deaths.dropped(reason),
+                Effect::Arm { at_ms } => {
+                    if self.runtime.deadlines.arm(at_ms, self) {
+                        self.runtime.timer.wake();
+                    }
+                }
+                Effect::Expire => after.expire = true,
+                // Nothing is stored yet: a persist is done as soon as it is asked for.
+                Effect::Persist { .. } | Effect::Forget { .. } => {}
             }
-            break;
         }
     }
 
-    /// Tries to deliver again (after an ack, a qos or flow change, or a drained socket).
-    pub(crate) fn drain(self: &Arc<Self>) {
-        let mut inner = self.inner.lock();
-        self.deliver_ready(&mut inner);
+    /// Routes dead messages to the dead-letter exchange.
+    fn dead_letter(&self, dead: Vec<(Arc<Message>, DeathReason)>, now_ms: u64) {
+        let vhost = self.home.get().and_then(Weak::upgrade);
+        let (Some(vhost), Some(target)) = (vhost, &self.settings.dead_letter) else {
+            return;
+        };
+        for (message, reason) in dead {
+            self.runtime.deaths.dead_lettered(reason);
+            super::dead_letter::route(
+                &vhost,
+                &self.runtime,
+                &self.name,
+                target,
+                &message,
+                reason,
+                now_ms,
+            );
+        }
     }
 
-    /// `count` delivered messages were acked or dropped.
-    pub(crate) fn settled(self: &Arc<Self>, count: usize) {
-        let mut inner = self.inner.lock();
-        inner.unacked = inner.unacked.saturating_sub(count);
-        self.deliver_ready(&mut inner);
+    /// `x-expires` elapsed: the queue deletes itself.
+    fn expire(self: &Arc<Self>) {
+        let Some(vhost) = self.home.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        tracing::debug!(queue = %self.name, vhost = %self.vhost, "queue expired (x-expires)");
+        if let Ok(deleted) = vhost.delete_queue_instance(self) {
+            super::consumer::notify_cancelled(&deleted.consumers);
+            for exchange in &deleted.removed_exchanges {
+                self.runtime.delayed.purge_exchange(&self.vhost, exchange);
+            }
+        }
+    }
+
+    /// Enqueues a routed message and delivers what consumers can take.
+    pub(crate) fn publish(self: &Arc<Self>, message: Arc<Message>) -> PublishOutcome {
+        self.run(|state, now, fx| state.publish(message, now, fx))
+    }
+
+    /// Delivers what consumers can take (after a qos or flow change, or a drained socket).
+    pub(crate) fn drain(self: &Arc<Self>) {
+        self.run(|state, now, fx| state.drain(now, fx));
+    }
+
+    /// It is time for this queue's next deadline.
+    pub(crate) fn tick(self: &Arc<Self>) {
+        self.run(|state, now, fx| state.tick(now, fx));
+    }
+
+    /// Delivered messages were acked (or were no-ack and are done).
+    pub(crate) fn ack<'a>(self: &Arc<Self>, entries: impl IntoIterator<Item = &'a QueueEntry>) {
+        self.run(|state, now, fx| state.ack(entries, now, fx));
+    }
+
+    /// Delivered messages were rejected without requeue: dead-lettered or dropped.
+    pub(crate) fn reject(self: &Arc<Self>, entries: impl IntoIterator<Item = QueueEntry>) {
+        self.run(|state, now, fx| state.reject(entries, now, fx));
     }
 
     /// Puts delivered messages back, marked redelivered, at their original positions.
     pub(crate) fn requeue(self: &Arc<Self>, entries: impl IntoIterator<Item = QueueEntry>) {
-        let mut inner = self.inner.lock();
-        for mut entry in entries {
-            inner.unacked = inner.unacked.saturating_sub(1);
-            if inner.deleted {
-                continue;
-            }
-            entry.redelivered = true;
-            entry.acquired_count += 1;
-            inner.messages.requeue(entry);
-        }
-        self.deliver_ready(&mut inner);
+        self.run(|state, now, fx| state.requeue(entries, now, fx));
     }
 
     /// Adds a consumer; `ACCESS_REFUSED` if exclusivity forbids it. `on_added` runs once the
@@ -166,94 +226,89 @@ impl Queue {
     pub(crate) fn add_consumer(
         self: &Arc<Self>,
         consumer: Arc<Consumer>,
+        priority: i64,
+        exclusive: bool,
         on_added: impl FnOnce(),
     ) -> BrokerResult<()> {
-        let mut inner = self.inner.lock();
-        if inner.deleted {
-            return Err(BrokerError::NotFound(format!(
+        let slot = ConsumerSlot {
+            id: consumer.id,
+            credit: Arc::clone(&consumer.credit),
+            handle: consumer,
+            priority,
+            exclusive,
+        };
+        let refused = self.run(|state, now, fx| {
+            state.can_consume(slot.exclusive)?;
+            // consume-ok goes out before the first delivery.
+            on_added();
+            state.consume(slot, now, fx)
+        });
+        match refused {
+            Ok(()) => Ok(()),
+            Err(ConsumeRefused::Deleted) => Err(BrokerError::NotFound(format!(
                 "no queue '{}' in vhost '{}'",
                 self.name, self.vhost
-            )));
-        }
-        let exclusive_held = inner.consumers.iter().any(|c| c.exclusive);
-        if exclusive_held || (consumer.exclusive && !inner.consumers.is_empty()) {
-            return Err(BrokerError::AccessRefused(format!(
+            ))),
+            Err(ConsumeRefused::ExclusiveInUse) => Err(BrokerError::AccessRefused(format!(
                 "queue '{}' in vhost '{}' in exclusive use",
                 self.name, self.vhost
-            )));
-        }
-        on_added();
-        let at = inner
-            .consumers
-            .iter()
-            .position(|c| c.priority < consumer.priority)
-            .unwrap_or(inner.consumers.len());
-        inner.consumers.insert(at, consumer);
-        inner.had_consumer = true;
-        self.deliver_ready(&mut inner);
-        Ok(())
-    }
-
-    /// Removes the consumer `tag` of `channel`.
-    pub(crate) fn remove_consumer(
-        &self,
-        channel: &DeliveryChannel,
-        tag: &ShortStr,
-    ) -> ConsumerRemoved {
-        let mut inner = self.inner.lock();
-        let before = inner.consumers.len();
-        inner
-            .consumers
-            .retain(|c| !(std::ptr::eq(&*c.channel, channel) && c.tag == *tag));
-        let removed = inner.consumers.len() != before;
-        ConsumerRemoved {
-            should_auto_delete: removed
-                && self.auto_delete
-                && inner.had_consumer
-                && inner.consumers.is_empty()
-                && !inner.deleted,
+            ))),
         }
     }
 
-    /// `basic.get`: hands the head message to `channel`; false when the queue is empty.
-    pub(crate) fn get(self: &Arc<Self>, channel: &DeliveryChannel, no_ack: bool) -> bool {
-        let mut inner = self.inner.lock();
-        let Some(entry) = inner.messages.pop() else {
-            return false;
-        };
-        let remaining = inner.messages.len() as u32;
-        if !no_ack {
-            inner.unacked += 1;
-        }
-        channel.deliver_get(self, entry, no_ack, remaining);
-        true
+    /// Removes consumer `id`.
+    pub(crate) fn remove_consumer(self: &Arc<Self>, id: u64) -> Cancelled<Arc<Consumer>> {
+        self.run(|state, now, fx| state.cancel(id, now, fx))
+    }
+
+    /// `basic.get`: the head message and how many remain, or `None` when none is ready.
+    pub(crate) fn get(self: &Arc<Self>, no_ack: bool) -> Option<(QueueEntry, usize)> {
+        self.run(|state, now, fx| state.get(no_ack, now, fx))
     }
 
     /// Drops every ready message; returns how many.
-    pub(crate) fn purge(&self) -> usize {
-        self.inner.lock().messages.purge()
+    pub(crate) fn purge(self: &Arc<Self>) -> usize {
+        self.run(|state, now, fx| {
+            state.tick(now, fx);
+            state.purge(fx)
+        })
     }
 
-    /// Ready messages (what `queue.declare-ok` reports).
-    pub(crate) fn message_count(&self) -> usize {
-        self.inner.lock().messages.len()
+    /// The queue was redeclared (it counts as used for `x-expires`).
+    pub(crate) fn redeclared(self: &Arc<Self>) {
+        self.run(|state, now, fx| state.redeclared(now, fx));
+    }
+
+    /// Ready messages (what `queue.declare-ok` reports), once expired ones are gone.
+    pub(crate) fn message_count(self: &Arc<Self>) -> usize {
+        self.run(|state, now, fx| {
+            state.tick(now, fx);
+            state.ready()
+        })
+    }
+
+    /// Delivered and not yet settled.
+    pub(crate) fn unacked_count(&self) -> usize {
+        self.inner.lock().state.unacked()
     }
 
     /// Consumers attached.
     pub(crate) fn consumer_count(&self) -> usize {
-        self.inner.lock().consumers.len()
+        self.inner.lock().state.consumer_count()
     }
 
     /// Whether the queue has been deleted (its consumers were cancelled by the server).
     pub(crate) fn is_deleted(&self) -> bool {
-        self.inner.lock().deleted
+        self.inner.lock().state.is_deleted()
     }
 
     /// Marks the queue deleted, drops its messages, and returns its consumers (to notify them).
     pub(crate) fn mark_deleted(&self) -> (usize, Vec<Arc<Consumer>>) {
-        let mut inner = self.inner.lock();
-        inner.deleted = true;
-        let count = inner.messages.purge();
-        (count, std::mem::take(&mut inner.consumers))
+        let mut guard = self.inner.lock();
+        let Inner { state, effects } = &mut *guard;
+        let result = state.delete(effects);
+        // Only store hooks can come out of a delete.
+        effects.drain();
+        result
     }
 }

@@ -13,7 +13,7 @@ use dwellmq_codec::ShortStr;
 use dwellmq_core::Message;
 use parking_lot::Mutex;
 
-use super::delivery::DeliveryChannel;
+use super::consumer::DeliverySink;
 use super::names::server_generated_name;
 
 /// The pseudo-queue a reply consumer consumes from.
@@ -28,7 +28,7 @@ pub(crate) fn is_reply_name(name: &str) -> bool {
 }
 
 struct ReplyConsumer {
-    channel: Arc<DeliveryChannel>,
+    channel: Arc<dyn DeliverySink>,
     tag: ShortStr,
 }
 
@@ -40,15 +40,11 @@ pub(crate) struct ReplyConsumers {
 
 impl ReplyConsumers {
     /// Registers a reply consumer; returns its reply address.
-    pub(crate) fn register(&self, channel: &Arc<DeliveryChannel>, tag: ShortStr) -> ShortStr {
+    pub(crate) fn register(&self, channel: Arc<dyn DeliverySink>, tag: ShortStr) -> ShortStr {
         let address = ShortStr::from(server_generated_name(REPLY_PREFIX));
-        self.by_address.lock().insert(
-            address.clone(),
-            ReplyConsumer {
-                channel: Arc::clone(channel),
-                tag,
-            },
-        );
+        self.by_address
+            .lock()
+            .insert(address.clone(), ReplyConsumer { channel, tag });
         address
     }
 

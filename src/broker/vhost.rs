@@ -1,17 +1,18 @@
 //! A virtual host: its exchanges and queues, and the operations on them.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use dwellmq_codec::{FieldTable, ShortStr};
 use dwellmq_core::routing::{Binding, Destination, RoutingKind};
 use dwellmq_core::{arguments, BrokerError, BrokerResult};
 use parking_lot::RwLock;
 
-use super::delivery::Consumer;
+use super::consumer::Consumer;
 use super::exchange::{Exchange, ExchangeKind};
 use super::names::server_generated_name;
 use super::queue::{ConnectionId, Queue};
+use super::runtime::Runtime;
 
 /// The exchanges every vhost starts with, as RabbitMQ predeclares them.
 const PREDECLARED: &[(&str, RoutingKind)] = &[
@@ -58,6 +59,9 @@ pub(crate) struct VHost {
     pub(crate) name: ShortStr,
     exchanges: RwLock<HashMap<ShortStr, Arc<Exchange>>>,
     queues: RwLock<HashMap<ShortStr, Arc<Queue>>>,
+    runtime: Arc<Runtime>,
+    /// This vhost, for its queues (dead-lettering, `x-expires`).
+    me: Weak<VHost>,
 }
 
 fn bool_text(b: bool) -> &'static str {
@@ -69,7 +73,18 @@ fn bool_text(b: bool) -> &'static str {
 }
 
 impl VHost {
+    /// A vhost whose queues share `runtime`.
+    pub(crate) fn shared(name: ShortStr, runtime: Arc<Runtime>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self::build(name, runtime, me.clone()))
+    }
+
+    /// A vhost on a runtime of its own (unit tests); its queues cannot dead-letter.
+    #[cfg(test)]
     pub(crate) fn new(name: ShortStr) -> Self {
+        Self::build(name, Runtime::standalone(), Weak::new())
+    }
+
+    fn build(name: ShortStr, runtime: Arc<Runtime>, me: Weak<VHost>) -> Self {
         let exchanges = PREDECLARED
             .iter()
             .map(|&(name, kind)| {
@@ -91,6 +106,8 @@ impl VHost {
             name,
             exchanges: RwLock::new(exchanges),
             queues: RwLock::new(HashMap::new()),
+            runtime,
+            me,
         }
     }
 
@@ -281,7 +298,10 @@ impl VHost {
                 d.auto_delete,
                 &d.arguments,
             )?;
-            return Ok(Arc::clone(existing));
+            let existing = Arc::clone(existing);
+            drop(queues);
+            existing.redeclared();
+            return Ok(existing);
         }
         let config = arguments::parse_queue_arguments(
             &name,
@@ -299,8 +319,11 @@ impl VHost {
             d.auto_delete,
             d.arguments,
             config,
+            Arc::clone(&self.runtime),
         ));
         queues.insert(name, Arc::clone(&queue));
+        drop(queues);
+        queue.start(self.me.clone());
         Ok(queue)
     }
 

@@ -16,11 +16,11 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::channel::{Channel, ConnContext};
+use super::delivery::DeliveryChannel;
 use super::frames::{Fault, FaultOrExit};
 use super::handshake::{negotiate, ClientCapabilities, Negotiated};
 use super::outbound::{run_writer, Outbound};
 use super::shutdown_requested;
-use crate::broker::delivery::DeliveryChannel;
 use crate::broker::queue::ConnectionId;
 use crate::broker::vhost::VHost;
 use crate::broker::BrokerState;
@@ -75,7 +75,8 @@ pub(crate) async fn serve(
         {
             let mut outbounds = state.outbounds.lock();
             outbounds.retain(|o| o.strong_count() > 0);
-            outbounds.push(Arc::downgrade(&outbound));
+            let probe: Arc<dyn crate::broker::IdleProbe> = Arc::clone(&outbound) as _;
+            outbounds.push(Arc::downgrade(&probe));
         }
         let mut buf = BytesMut::with_capacity(64 * 1024);
 

@@ -2,6 +2,7 @@
 
 pub(crate) mod channel;
 pub(crate) mod connection;
+pub(crate) mod delivery;
 pub(crate) mod frames;
 pub(crate) mod handshake;
 pub(crate) mod outbound;

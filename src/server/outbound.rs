@@ -2,13 +2,14 @@
 //! connection task, or a queue delivering to one of its consumers) and a single writer task
 //! drains everything accumulated with as few syscalls as possible.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use dwellmq_codec::{
     constants::FRAME_END, encode_body_start, encode_header_raw, encode_heartbeat, encode_method,
     Method,
 };
+use dwellmq_core::queue::Congestion;
 use dwellmq_core::{Body, Message};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -38,7 +39,8 @@ pub(crate) struct Outbound {
     data: Notify,
     /// Wakes the connection task when a congested buffer has drained.
     writable: Notify,
-    congested: AtomicBool,
+    /// Read by queues before they deliver to this connection's consumers.
+    congested: Arc<Congestion>,
 }
 
 /// Appends frames to a locked outbound buffer.
@@ -101,7 +103,7 @@ impl Outbound {
             pending: Mutex::new(Pending::default()),
             data: Notify::new(),
             writable: Notify::new(),
-            congested: AtomicBool::new(false),
+            congested: Arc::new(Congestion::default()),
         }
     }
 
@@ -117,7 +119,7 @@ impl Outbound {
             pending: &mut pending,
         });
         if pending.segment_bytes + pending.tail.len() > CONGESTED_BYTES {
-            self.congested.store(true, Ordering::Release);
+            self.congested.set(true);
         }
         drop(pending);
         if was_empty {
@@ -131,9 +133,9 @@ impl Outbound {
         self.with(|sink| sink.method(channel, method));
     }
 
-    /// Whether queues should hold back deliveries until the writer catches up.
-    pub(crate) fn is_congested(&self) -> bool {
-        self.congested.load(Ordering::Acquire)
+    /// The congestion flag queues read.
+    pub(crate) fn congestion(&self) -> Arc<Congestion> {
+        Arc::clone(&self.congested)
     }
 
     /// Whether nothing is waiting to be written.
@@ -167,6 +169,12 @@ impl Outbound {
     }
 }
 
+impl crate::broker::IdleProbe for Outbound {
+    fn is_idle(&self) -> bool {
+        Outbound::is_idle(self)
+    }
+}
+
 /// Drains `outbound` into `socket` until the connection closes or a write fails.
 pub(crate) async fn run_writer<W>(outbound: std::sync::Arc<Outbound>, mut socket: W)
 where
@@ -188,7 +196,7 @@ where
             outbound.close();
             break;
         }
-        if outbound.congested.swap(false, Ordering::AcqRel) {
+        if outbound.congested.set(false) {
             outbound.writable.notify_one();
         }
     }

@@ -3,9 +3,11 @@
 
 pub mod arguments;
 mod body;
+pub mod dead_letter;
 mod error;
 mod message;
 mod packed;
+pub mod queue;
 mod queue_messages;
 pub mod routing;
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::body::Body;
+use crate::dead_letter::Death;
 use dwellmq_codec::{BasicProperties, ShortStr};
 
 /// What a message carries to be dropped with it: the embedding broker's accounting.
@@ -28,6 +29,10 @@ pub struct Message {
     pub body: Body,
     /// Dropped with the message: the embedding broker's accounting (e.g. a memory charge).
     pub guard: Option<MessageGuard>,
+    /// The broker's own dead-letter history, most recent first (what `x-death` is written
+    /// from). Empty for a message a client published: an `x-death` header it sent is not
+    /// history.
+    pub deaths: Vec<Death>,
 }
 
 impl Message {
@@ -48,6 +53,30 @@ impl Message {
             properties_encoded: encoded.freeze(),
             body,
             guard,
+            deaths: Vec::new(),
+        })
+    }
+
+    /// A dead-lettered message: `properties` already carry the `x-death` headers written from
+    /// `deaths`.
+    pub fn dead_lettered(
+        exchange: ShortStr,
+        routing_key: ShortStr,
+        properties: BasicProperties,
+        body: Body,
+        guard: Option<MessageGuard>,
+        deaths: Vec<Death>,
+    ) -> Arc<Message> {
+        let mut encoded = BytesMut::with_capacity(64);
+        properties.encode(&mut encoded);
+        Arc::new(Message {
+            exchange,
+            routing_key,
+            properties,
+            properties_encoded: encoded.freeze(),
+            body,
+            guard,
+            deaths,
         })
     }
 

@@ -141,6 +141,9 @@ impl PackedMessage {
             properties_encoded,
             body: Body::Single(bytes.slice(layout.properties.end..)),
             guard,
+            // Not packed: a dead-lettered message held by a delayed exchange keeps its
+            // `x-death` header, but a later death starts a new history.
+            deaths: Vec::new(),
         }))
     }
 }

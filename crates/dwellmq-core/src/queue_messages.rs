@@ -18,6 +18,9 @@ pub struct QueueEntry {
     pub delivery_count: u32,
     /// Returns to the queue of any kind.
     pub acquired_count: u32,
+    /// When the message expires (milliseconds since the epoch): the lower of its `expiration`
+    /// and the queue's `x-message-ttl`, fixed when it was enqueued; a requeue keeps it.
+    pub expires_at: Option<u64>,
 }
 
 /// Ready messages, highest priority level first and then by `seq`.
@@ -58,13 +61,19 @@ impl QueueMessages {
         }
     }
 
-    fn level_of(&self, message: &Message) -> usize {
+    /// The priority level `message` waits in.
+    pub fn level_of(&self, message: &Message) -> usize {
         let priority = usize::from(message.properties.priority.unwrap_or(0));
         priority.min(self.levels.len() - 1)
     }
 
-    /// Appends a newly published message.
-    pub fn push(&mut self, message: Arc<Message>) {
+    /// Appends a newly published message; returns its position (`seq`).
+    pub fn push(&mut self, message: Arc<Message>) -> u64 {
+        self.push_expiring(message, None)
+    }
+
+    /// Appends a newly published message that expires at `expires_at`; returns its `seq`.
+    pub fn push_expiring(&mut self, message: Arc<Message>, expires_at: Option<u64>) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.ready_bytes += message.body_len() as u64;
@@ -76,7 +85,9 @@ impl QueueMessages {
             redelivered: false,
             delivery_count: 0,
             acquired_count: 0,
+            expires_at,
         });
+        seq
     }
 
     /// Puts a delivered message back at its original position.
@@ -107,6 +118,16 @@ impl QueueMessages {
         Some(entry)
     }
 
+    /// Takes the message at position `seq` of priority level `level`, wherever it is.
+    pub fn remove(&mut self, level: usize, seq: u64) -> Option<QueueEntry> {
+        let level = self.levels.get_mut(level)?;
+        let at = level.binary_search_by_key(&seq, |e| e.seq).ok()?;
+        let entry = level.remove(at)?;
+        self.ready_bytes -= entry.message.body_len() as u64;
+        self.len -= 1;
+        Some(entry)
+    }
+
     /// The message at the head.
     pub fn peek(&self) -> Option<&QueueEntry> {
         self.levels.iter().rev().find_map(|level| level.front())
@@ -119,6 +140,11 @@ impl QueueMessages {
         self.len = 0;
         self.ready_bytes = 0;
         n
+    }
+
+    /// Every ready message, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &QueueEntry> {
+        self.levels.iter().flat_map(|level| level.iter())
     }
 
     /// Number of ready messages.

@@ -8,7 +8,9 @@ use dwellmq_codec::{Method, ShortStr};
 use dwellmq_core::{arguments, BrokerError, BrokerResult};
 
 use super::{Channel, ConnContext};
-use crate::broker::delivery::Consumer;
+use dwellmq_core::queue::ConsumerCredit;
+
+use crate::broker::consumer::{next_consumer_id, notify_cancelled, Consumer, DeliverySink};
 use crate::broker::names::server_generated_name;
 use crate::broker::reply_to::REPLY_QUEUE;
 
@@ -19,7 +21,10 @@ impl Channel {
         cx: &mut ConnContext<'_>,
         m: ChannelFlow,
     ) -> BrokerResult<()> {
-        self.delivery.flow_active.store(m.active, Ordering::Relaxed);
+        self.delivery
+            .credit
+            .flow_active
+            .store(m.active, Ordering::Relaxed);
         self.reply(
             cx,
             Method::ChannelFlowOk(ChannelFlowOk { active: m.active }),
@@ -39,6 +44,7 @@ impl Channel {
         }
         if m.global {
             self.delivery
+                .credit
                 .global_prefetch
                 .store(u32::from(m.prefetch_count), Ordering::Relaxed);
         } else {
@@ -76,14 +82,16 @@ impl Channel {
         let queue = self.queue_for(cx, &m.queue)?;
         let priority =
             arguments::parse_consumer_priority(&queue.name, &cx.vhost.name, &m.arguments)?;
+        let sink: Arc<dyn DeliverySink> = Arc::clone(&self.delivery) as _;
         let consumer = Arc::new(Consumer {
+            id: next_consumer_id(),
             tag: tag.clone(),
-            channel: Arc::clone(&self.delivery),
-            no_ack: m.no_ack,
-            exclusive: m.exclusive,
-            priority,
-            prefetch: self.consumer_prefetch,
-            unacked: Default::default(),
+            credit: Arc::new(ConsumerCredit::new(
+                Arc::clone(&self.delivery.credit),
+                self.consumer_prefetch,
+                m.no_ack,
+            )),
+            sink,
             cancel_notify: cx.consumer_cancel_notify,
         });
         let consume_ok = (!m.no_wait).then(|| {
@@ -95,7 +103,7 @@ impl Channel {
         let channel_id = self.id();
         // consume-ok must reach the client before the first delivery, so it is queued from
         // inside the queue's lock, after the checks and before delivery starts.
-        queue.add_consumer(Arc::clone(&consumer), || {
+        queue.add_consumer(Arc::clone(&consumer), priority, m.exclusive, || {
             if let Some(ok) = &consume_ok {
                 outbound.send_method(channel_id, ok);
             }
@@ -125,7 +133,7 @@ impl Channel {
         let address = cx
             .state
             .reply_consumers
-            .register(&self.delivery, tag.clone());
+            .register(Arc::clone(&self.delivery) as _, tag.clone());
         self.reply_consumer = Some((tag.clone(), address));
         if !no_wait {
             self.reply(
@@ -174,10 +182,10 @@ impl Channel {
     /// Removes a consumer (client cancel or channel close); deletes an auto-delete queue that
     /// lost its last consumer.
     pub(super) fn cancel_consumer(&mut self, cx: &mut ConnContext<'_>, tag: &ShortStr) {
-        let Some((_, queue)) = self.consumers.remove(tag) else {
+        let Some((consumer, queue)) = self.consumers.remove(tag) else {
             return;
         };
-        let removed = queue.remove_consumer(&self.delivery, tag);
+        let removed = queue.remove_consumer(consumer.id);
         if removed.should_auto_delete {
             cx.exclusive_queues.retain(|q| !Arc::ptr_eq(q, &queue));
             if let Ok(deleted) = cx.vhost.delete_queue_instance(&queue) {
@@ -190,8 +198,13 @@ impl Channel {
     /// `basic.get`.
     pub(super) fn basic_get(&mut self, cx: &mut ConnContext<'_>, m: BasicGet) -> BrokerResult<()> {
         let queue = self.queue_for(cx, &m.queue)?;
-        if !queue.get(&self.delivery, m.no_ack) {
-            self.reply(cx, Method::BasicGetEmpty);
+        match queue.get(m.no_ack) {
+            Some((entry, remaining)) => {
+                let remaining = u32::try_from(remaining).unwrap_or(u32::MAX);
+                self.delivery
+                    .deliver_get(&queue, entry, m.no_ack, remaining);
+            }
+            None => self.reply(cx, Method::BasicGetEmpty),
         }
         Ok(())
     }
@@ -205,20 +218,5 @@ impl Channel {
     /// Delivers again to every queue this channel consumes from (the socket drained).
     pub(crate) fn on_writable(&self) {
         self.drain_consumed_queues();
-    }
-}
-
-/// Tells consumers of a deleted queue that they are gone (`basic.cancel` from the server).
-pub(crate) fn notify_cancelled(consumers: &[Arc<Consumer>]) {
-    for consumer in consumers {
-        if consumer.cancel_notify {
-            consumer.channel.outbound.send_method(
-                consumer.channel.id,
-                &Method::BasicCancel(BasicCancel {
-                    consumer_tag: consumer.tag.clone(),
-                    no_wait: true,
-                }),
-            );
-        }
     }
 }

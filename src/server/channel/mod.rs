@@ -15,12 +15,13 @@ use dwellmq_codec::{Method, ShortStr};
 use dwellmq_core::routing::Destination;
 use dwellmq_core::{BrokerError, BrokerResult};
 
-pub(crate) use consume::notify_cancelled;
+pub(crate) use crate::broker::consumer::notify_cancelled;
 use content::PendingPublish;
 use publish::PublishMode;
-use settle::Settlement;
+use settle::{Return, Settlement};
 
-use crate::broker::delivery::{Consumer, DeliveryChannel, Unacked};
+use super::delivery::{DeliveryChannel, Unacked};
+use crate::broker::consumer::Consumer;
 use crate::broker::queue::{ConnectionId, Queue};
 use crate::broker::vhost::VHost;
 use crate::broker::BrokerState;
@@ -155,7 +156,7 @@ impl Channel {
         self.pending = None;
         let mut unacked = std::mem::take(&mut self.settle_scratch);
         self.delivery.close(&mut unacked);
-        self.return_to_queues(&mut unacked, true);
+        self.return_to_queues(&mut unacked, Return::Requeue);
         self.settle_scratch = unacked;
         let tags: Vec<ShortStr> = self.consumers.keys().cloned().collect();
         for tag in tags {

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use dwellmq_codec::methods::*;
 use dwellmq_codec::{reply_code, FieldValue, Method, ShortStr};
+use dwellmq_core::queue::PublishOutcome;
 use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
 
 use super::settle::Settlement;
@@ -227,10 +228,41 @@ impl Channel {
             cx.state
                 .hold_delayed(cx.vhost, exchange, Arc::clone(&publication.message), due_ms);
         }
+        let mut rejected = false;
         for queue in self.queue_scratch.drain(..) {
-            queue.publish(Arc::clone(&publication.message));
+            // `x-overflow` = reject-publish: the other queues still take it; the publisher
+            // hears a nack.
+            rejected |= queue.publish(Arc::clone(&publication.message)) == PublishOutcome::Rejected;
         }
-        self.confirm(confirm_tag);
+        if rejected {
+            self.nack(cx.outbound, confirm_tag);
+        } else {
+            self.confirm(confirm_tag);
+        }
+    }
+
+    /// A confirm-mode publish that a queue refused: the acks gathered before it go out first,
+    /// then its `basic.nack`, so that no `multiple` ack ever covers it.
+    fn nack(&mut self, outbound: &Outbound, confirm_tag: Option<u64>) {
+        let Some(tag) = confirm_tag else {
+            return;
+        };
+        self.flush_confirms(outbound);
+        if let PublishMode::Confirm {
+            acked_to, sent_to, ..
+        } = &mut self.mode
+        {
+            outbound.send_method(
+                self.delivery.id,
+                &Method::BasicNack(BasicNack {
+                    delivery_tag: tag,
+                    multiple: false,
+                    requeue: false,
+                }),
+            );
+            *acked_to = tag;
+            *sent_to = tag;
+        }
     }
 
     /// Marks a confirm-mode publish as done (its ack goes out with the read batch's).

@@ -8,7 +8,18 @@ use dwellmq_core::{BrokerError, BrokerResult};
 
 use super::publish::PublishMode;
 use super::{Channel, ConnContext};
-use crate::broker::delivery::Unacked;
+use crate::server::delivery::Unacked;
+
+/// Where settled messages go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Return {
+    /// Acked: done.
+    Ack,
+    /// Back to the queue, marked redelivered.
+    Requeue,
+    /// Rejected without requeue: dead-lettered (or dropped).
+    Reject,
+}
 
 /// An ack-family operation buffered by a transaction.
 pub(super) enum Settlement {
@@ -33,13 +44,21 @@ impl Channel {
     }
 
     pub(super) fn settle(&mut self, settlement: Settlement) -> BrokerResult<()> {
-        let (tag, multiple, requeue) = match settlement {
-            Settlement::Ack { tag, multiple } => (tag, multiple, None),
+        let (tag, multiple, how) = match settlement {
+            Settlement::Ack { tag, multiple } => (tag, multiple, Return::Ack),
             Settlement::Reject {
                 tag,
                 multiple,
                 requeue,
-            } => (tag, multiple, Some(requeue)),
+            } => (
+                tag,
+                multiple,
+                if requeue {
+                    Return::Requeue
+                } else {
+                    Return::Reject
+                },
+            ),
         };
         let mut settled = std::mem::take(&mut self.settle_scratch);
         if self.delivery.settle(tag, multiple, &mut settled).is_none() {
@@ -48,21 +67,18 @@ impl Channel {
                 "unknown delivery tag {tag}"
             )));
         }
-        let requeue = requeue == Some(true);
-        self.return_to_queues(&mut settled, requeue);
+        self.return_to_queues(&mut settled, how);
         self.settle_scratch = settled;
-        if self.delivery.global_prefetch.load(Ordering::Relaxed) != 0 {
+        if self.delivery.credit.global_prefetch.load(Ordering::Relaxed) != 0 {
             self.drain_consumed_queues();
         }
         Ok(())
     }
 
-    /// Hands settled messages back to their queues, grouped by queue: requeued, or done.
-    pub(super) fn return_to_queues(&self, settled: &mut Vec<Unacked>, requeue: bool) {
+    /// Hands settled messages back to their queues, grouped by queue.
+    pub(super) fn return_to_queues(&self, settled: &mut Vec<Unacked>, how: Return) {
         for unacked in settled.iter() {
-            if let Some(consumer) = &unacked.consumer {
-                consumer.unacked.fetch_sub(1, Ordering::Relaxed);
-            }
+            unacked.release_credit(&self.delivery.credit);
         }
         let mut rest = &settled[..];
         while let Some(first) = rest.first() {
@@ -71,10 +87,11 @@ impl Channel {
                 .take_while(|u| Arc::ptr_eq(&u.queue, &first.queue))
                 .count();
             let queue = Arc::clone(&first.queue);
-            if requeue {
-                queue.requeue(rest[..run].iter().map(|u| u.entry.clone()));
-            } else {
-                queue.settled(run);
+            let entries = &rest[..run];
+            match how {
+                Return::Ack => queue.ack(entries.iter().map(|u| &u.entry)),
+                Return::Requeue => queue.requeue(entries.iter().map(|u| u.entry.clone())),
+                Return::Reject => queue.reject(entries.iter().map(|u| u.entry.clone())),
             }
             rest = &rest[run..];
         }
@@ -103,7 +120,7 @@ impl Channel {
     pub(super) fn requeue_all_unacked(&mut self) {
         let mut all = std::mem::take(&mut self.settle_scratch);
         self.delivery.take_all(&mut all);
-        self.return_to_queues(&mut all, true);
+        self.return_to_queues(&mut all, Return::Requeue);
         self.settle_scratch = all;
     }
 }

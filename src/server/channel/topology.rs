@@ -7,8 +7,8 @@ use dwellmq_codec::{FieldTable, Method, ShortStr};
 use dwellmq_core::routing::{Binding, Destination, RoutingKind};
 use dwellmq_core::{arguments, BrokerError, BrokerResult};
 
-use super::consume::notify_cancelled;
 use super::{Channel, ConnContext};
+use crate::broker::consumer::notify_cancelled;
 use crate::broker::exchange::ExchangeKind;
 use crate::broker::queue::Queue;
 use crate::broker::reply_to::is_reply_name;

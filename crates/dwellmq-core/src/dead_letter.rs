@@ -1,0 +1,190 @@
+//! Dead-lettering: the message a queue's dead-letter exchange receives, with the `x-death`
+//! history RabbitMQ writes, and the cycle rule.
+//!
+//! `x-death` is an array of tables, most recent first, one per (queue, reason): `count`,
+//! `reason`, `queue`, `time` (the first death for that pair, in seconds), `exchange` and
+//! `routing-keys` (where the message was published before that death, `CC` included), and
+//! `original-expiration` when the message had a per-message TTL (the `expiration` property is
+//! removed, so the message does not expire again). `x-first-death-*` are set once,
+//! `x-last-death-*` every time. The history lives in [`Message::deaths`]; the headers are
+//! written from it, so an `x-death` a client published is never mistaken for history.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use dwellmq_codec::{FieldTable, FieldValue, ShortStr};
+
+use crate::message::{Message, MessageGuard};
+use crate::queue::{DeadLetterTarget, DeathReason};
+
+/// One (queue, reason) entry of a message's dead-letter history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Death {
+    /// The queue the message died in.
+    pub queue: ShortStr,
+    /// Why.
+    pub reason: DeathReason,
+    /// How many times it died there for this reason.
+    pub count: u64,
+    /// The first such death, seconds since the epoch.
+    pub time_s: u64,
+    /// The exchange it had been published to before that death.
+    pub exchange: ShortStr,
+    /// Its routing keys then (`CC` included, `BCC` not).
+    pub routing_keys: Vec<ShortStr>,
+    /// Its `expiration` property then.
+    pub original_expiration: Option<ShortStr>,
+}
+
+/// A dead-lettered message, ready to be routed.
+#[derive(Debug)]
+pub struct DeadLettered {
+    /// The message as the dead-letter exchange receives it.
+    pub message: Arc<Message>,
+    /// The routing keys to route it with (the dead-letter routing key, or all of the message's
+    /// own keys, `CC` and `BCC` included).
+    pub routing_keys: Vec<ShortStr>,
+}
+
+/// The string elements of a `CC` or `BCC` header.
+fn keys_in<'a>(headers: Option<&'a FieldTable>, name: &str) -> impl Iterator<Item = ShortStr> + 'a {
+    let values = match headers.and_then(|h| h.get(name)) {
+        Some(FieldValue::Array(values)) => values.as_slice(),
+        _ => &[],
+    };
+    values.iter().filter_map(|v| match v {
+        FieldValue::LongStr(s) => ShortStr::from_utf8(s.clone()),
+        _ => None,
+    })
+}
+
+/// Builds the message that `queue`'s dead-letter exchange receives for `message`, which died
+/// there at `now_ms` for `reason`. `guard` is the accounting the new message carries.
+pub fn dead_letter(
+    message: &Message,
+    queue: &ShortStr,
+    reason: DeathReason,
+    target: &DeadLetterTarget,
+    now_ms: u64,
+    guard: Option<MessageGuard>,
+) -> DeadLettered {
+    let mut properties = message.properties.clone();
+    let mut headers = properties.headers.take().unwrap_or_default();
+    let mut own_keys = vec![message.routing_key.clone()];
+    own_keys.extend(keys_in(Some(&headers), "CC"));
+    let mut routing_keys = own_keys.clone();
+    routing_keys.extend(keys_in(Some(&headers), "BCC"));
+
+    let original_expiration = properties.expiration.take();
+    let first_death = message.deaths.is_empty();
+    let mut deaths = message.deaths.clone();
+    match deaths
+        .iter()
+        .position(|d| d.queue == *queue && d.reason == reason)
+    {
+        Some(at) => {
+            let mut death = deaths.remove(at);
+            death.count += 1;
+            deaths.insert(0, death);
+        }
+        None => deaths.insert(
+            0,
+            Death {
+                queue: queue.clone(),
+                reason,
+                count: 1,
+                time_s: now_ms / 1000,
+                exchange: message.exchange.clone(),
+                routing_keys: own_keys,
+                original_expiration,
+            },
+        ),
+    }
+
+    headers.remove("BCC");
+    let routing_key = match &target.routing_key {
+        Some(key) => {
+            headers.remove("CC");
+            routing_keys = vec![key.clone()];
+            key.clone()
+        }
+        None => message.routing_key.clone(),
+    };
+    write_death_headers(&mut headers, &deaths, first_death);
+    properties.headers = Some(headers);
+    let message = Message::dead_lettered(
+        target.exchange.clone(),
+        routing_key,
+        properties,
+        message.body.clone(),
+        guard,
+        deaths,
+    );
+    DeadLettered {
+        message,
+        routing_keys,
+    }
+}
+
+/// Whether dead-lettering a message with this history into `queue` closes a cycle that must
+/// be dropped: `queue` is in the history and no `rejected` death happened since it was there.
+pub fn is_cycle(deaths: &[Death], queue: &str) -> bool {
+    for death in deaths {
+        if death.reason == DeathReason::Rejected {
+            return false;
+        }
+        if death.queue.as_str() == queue {
+            return true;
+        }
+    }
+    false
+}
+
+fn long_str(s: &ShortStr) -> FieldValue {
+    FieldValue::LongStr(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+fn death_table(death: &Death) -> FieldValue {
+    let mut table = FieldTable::new();
+    table.insert("count", FieldValue::I64(death.count as i64));
+    table.insert(
+        "reason",
+        FieldValue::LongStr(Bytes::from_static(death.reason.name().as_bytes())),
+    );
+    table.insert("queue", long_str(&death.queue));
+    table.insert("time", FieldValue::Timestamp(death.time_s));
+    table.insert("exchange", long_str(&death.exchange));
+    table.insert(
+        "routing-keys",
+        FieldValue::Array(death.routing_keys.iter().map(long_str).collect()),
+    );
+    if let Some(expiration) = &death.original_expiration {
+        table.insert("original-expiration", long_str(expiration));
+    }
+    FieldValue::Table(table)
+}
+
+fn write_death_headers(headers: &mut FieldTable, deaths: &[Death], first_death: bool) {
+    headers.insert(
+        "x-death",
+        FieldValue::Array(deaths.iter().map(death_table).collect()),
+    );
+    let Some(last) = deaths.first() else {
+        return;
+    };
+    let death_headers = [
+        ("queue", long_str(&last.queue)),
+        (
+            "reason",
+            FieldValue::LongStr(Bytes::from_static(last.reason.name().as_bytes())),
+        ),
+        ("exchange", long_str(&last.exchange)),
+    ];
+    for (field, value) in death_headers {
+        // Set at the first death (replacing any a client sent), never changed after.
+        if first_death {
+            headers.insert(format!("x-first-death-{field}"), value.clone());
+        }
+        headers.insert(format!("x-last-death-{field}"), value);
+    }
+}

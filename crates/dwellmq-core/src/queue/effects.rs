@@ -1,0 +1,131 @@
+//! What a queue asks its caller to do: the effects of one command.
+//!
+//! The caller owns an [`Effects`] and reuses it, so a command allocates nothing in steady state.
+//! Invariants (also in ARCHITECTURE.md):
+//! - `Deliver` effects come in queue order and must be carried out before the queue's lock is
+//!   released (another command may deliver the next message to the same consumer).
+//! - `DeadLetter` effects are carried out after the lock is released: they route through the
+//!   vhost, possibly into this very queue.
+//! - `Arm` asks for `tick` at or after the given time; an early or extra tick is harmless.
+//! - `Persist` precedes the confirm of the message it names; `Forget` follows its last use.
+//! - `Expire` means the queue itself is unused past `x-expires` and must be deleted.
+
+use std::sync::Arc;
+
+use crate::message::Message;
+use crate::queue_messages::QueueEntry;
+
+/// Why a message left a queue without being consumed (`x-death`'s `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeathReason {
+    /// `basic.reject` or `basic.nack` with requeue=false.
+    Rejected,
+    /// Its TTL passed.
+    Expired,
+    /// The queue's length limit pushed it out (or refused it, with `reject-publish-dlx`).
+    Maxlen,
+    /// A quorum queue's delivery limit was exceeded.
+    DeliveryLimit,
+}
+
+impl DeathReason {
+    /// The name RabbitMQ writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeathReason::Rejected => "rejected",
+            DeathReason::Expired => "expired",
+            DeathReason::Maxlen => "maxlen",
+            DeathReason::DeliveryLimit => "delivery_limit",
+        }
+    }
+
+    /// Parses a name RabbitMQ writes.
+    pub fn from_name(name: &[u8]) -> Option<Self> {
+        Some(match name {
+            b"rejected" => DeathReason::Rejected,
+            b"expired" => DeathReason::Expired,
+            b"maxlen" => DeathReason::Maxlen,
+            b"delivery_limit" => DeathReason::DeliveryLimit,
+            _ => return None,
+        })
+    }
+}
+
+/// One effect. `C` is the shell's handle for a consumer.
+#[derive(Debug)]
+pub enum Effect<C> {
+    /// Write `entry` to `consumer` (basic.deliver). Its credit is already counted.
+    Deliver {
+        /// Who gets it.
+        consumer: C,
+        /// The message and its queue state.
+        entry: QueueEntry,
+    },
+    /// Route `message` to the queue's dead-letter exchange.
+    DeadLetter {
+        /// The message as it was in the queue.
+        message: Arc<Message>,
+        /// Why it died.
+        reason: DeathReason,
+    },
+    /// A message left the queue for good without a dead-letter exchange to go to.
+    Dropped {
+        /// Why.
+        reason: DeathReason,
+    },
+    /// Call `tick` at or after this time (milliseconds since the epoch).
+    Arm {
+        /// When.
+        at_ms: u64,
+    },
+    /// The queue has been unused for its `x-expires` period: delete it.
+    Expire,
+    /// Store hook: a persistent message entered a durable queue.
+    Persist {
+        /// Its position in the queue.
+        seq: u64,
+    },
+    /// Store hook: a persisted message left the queue for good.
+    Forget {
+        /// Its position in the queue.
+        seq: u64,
+    },
+}
+
+/// A reusable sink of effects.
+#[derive(Debug)]
+pub struct Effects<C> {
+    items: Vec<Effect<C>>,
+}
+
+impl<C> Default for Effects<C> {
+    fn default() -> Self {
+        Effects { items: Vec::new() }
+    }
+}
+
+impl<C> Effects<C> {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn push(&mut self, effect: Effect<C>) {
+        self.items.push(effect);
+    }
+
+    /// Takes the effects out in order, leaving the sink empty (its buffer kept).
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Effect<C>> {
+        self.items.drain(..)
+    }
+
+    /// Whether no effect is pending.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The pending effects.
+    pub fn as_slice(&self) -> &[Effect<C>] {
+        &self.items
+    }
+}

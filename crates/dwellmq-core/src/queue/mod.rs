@@ -1,0 +1,585 @@
+//! A queue as a driven state machine: commands carry `now` in, effects come out.
+//!
+//! The queue keeps its ready messages in order (priority levels included), counts what it has
+//! delivered and not yet had settled, chooses consumers (highest `x-priority` first, round-robin
+//! within a priority, exclusive consumers), and applies TTL, length limits, dead-lettering and
+//! `x-expires`. It never writes a frame, never routes, never reads a clock: it says what must
+//! happen through [`Effects`], and the caller does it. `C` is the caller's handle for a
+//! consumer, handed back in [`Effect::Deliver`].
+
+mod credit;
+mod effects;
+mod settings;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use credit::{ChannelCredit, Congestion, ConsumerCredit};
+pub use effects::{DeathReason, Effect, Effects};
+pub use settings::{DeadLetterTarget, ExpiryMode, QueueSettings};
+
+use crate::arguments::{parse_expiration, Overflow};
+use crate::message::Message;
+use crate::queue_messages::{QueueEntry, QueueMessages};
+
+/// A consumer attached to a queue.
+#[derive(Debug)]
+pub struct ConsumerSlot<C> {
+    /// Unique among the queue's consumers; names it in [`QueueState::cancel`].
+    pub id: u64,
+    /// The caller's handle, returned in deliver effects.
+    pub handle: C,
+    /// `x-priority`.
+    pub priority: i64,
+    /// `exclusive`: no other consumer may share the queue.
+    pub exclusive: bool,
+    /// Its prefetch and its channel's.
+    pub credit: Arc<ConsumerCredit>,
+}
+
+/// What became of a published message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// Taken (delivered, enqueued, or expired/dead-lettered as its TTL required).
+    Accepted,
+    /// Refused by `x-overflow` = `reject-publish` or `reject-publish-dlx` (nack under confirms).
+    Rejected,
+}
+
+/// Why a consumer was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumeRefused {
+    /// The queue is deleted.
+    Deleted,
+    /// An exclusive consumer holds the queue, or an exclusive one asked to share it.
+    ExclusiveInUse,
+}
+
+/// What removing a consumer left behind.
+#[derive(Debug)]
+pub struct Cancelled<C> {
+    /// The removed consumer's handle, if it was attached.
+    pub handle: Option<C>,
+    /// The queue is auto-delete and has just lost its last consumer.
+    pub should_auto_delete: bool,
+}
+
+/// One queue's state.
+#[derive(Debug)]
+pub struct QueueState<C> {
+    settings: QueueSettings,
+    auto_delete: bool,
+    messages: QueueMessages,
+    /// Ready messages with a deadline: (expires_at, seq) → priority level.
+    expiring: BTreeMap<(u64, u64), usize>,
+    /// The earliest tick already asked for.
+    armed_at: Option<u64>,
+    consumers: Vec<ConsumerSlot<C>>,
+    /// Round-robin cursor within a priority group.
+    next_consumer: usize,
+    /// Delivered and not yet settled.
+    unacked: usize,
+    deleted: bool,
+    /// An auto-delete queue is deleted when its last consumer goes, once it has had one.
+    had_consumer: bool,
+    /// The last time the queue was used (`x-expires`): declared, consumed from, or read.
+    last_used_ms: u64,
+    expire_requested: bool,
+}
+
+impl<C: Clone> QueueState<C> {
+    /// A new, empty queue declared at `now_ms`.
+    pub fn new(settings: QueueSettings, auto_delete: bool, now_ms: u64) -> Self {
+        QueueState {
+            messages: QueueMessages::with_max_priority(settings.max_priority),
+            settings,
+            auto_delete,
+            expiring: BTreeMap::new(),
+            armed_at: None,
+            consumers: Vec::new(),
+            next_consumer: 0,
+            unacked: 0,
+            deleted: false,
+            had_consumer: false,
+            last_used_ms: now_ms,
+            expire_requested: false,
+        }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &QueueSettings {
+        &self.settings
+    }
+
+    /// Ready messages.
+    pub fn ready(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Body bytes of ready messages.
+    pub fn ready_bytes(&self) -> u64 {
+        self.messages.bytes()
+    }
+
+    /// Delivered and not yet settled.
+    pub fn unacked(&self) -> usize {
+        self.unacked
+    }
+
+    /// Attached consumers.
+    pub fn consumer_count(&self) -> usize {
+        self.consumers.len()
+    }
+
+    /// Whether the queue has been deleted.
+    pub fn is_deleted(&self) -> bool {
+        self.deleted
+    }
+
+    /// The ready messages, in no particular order (inspection).
+    pub fn ready_entries(&self) -> impl Iterator<Item = &QueueEntry> {
+        self.messages.iter()
+    }
+
+    /// Arms the first deadline of a queue that was just created (`x-expires`).
+    pub fn start(&mut self, now_ms: u64, fx: &mut Effects<C>) {
+        self.arm(now_ms, fx);
+    }
+
+    /// A message routed to this queue.
+    pub fn publish(
+        &mut self,
+        message: Arc<Message>,
+        now_ms: u64,
+        fx: &mut Effects<C>,
+    ) -> PublishOutcome {
+        if self.deleted {
+            return PublishOutcome::Accepted;
+        }
+        if self.settings.overflow != Overflow::DropHead && self.would_overflow(&message) {
+            if self.settings.overflow == Overflow::RejectPublishDlx {
+                self.dead_letter(message, DeathReason::Maxlen, fx);
+            }
+            return PublishOutcome::Rejected;
+        }
+        let expires_at = self.ttl_of(&message).map(|ttl| now_ms.saturating_add(ttl));
+        let mut fresh = None;
+        if expires_at == Some(now_ms) {
+            // TTL 0: delivered only if a consumer can take it at once, else it dies now.
+            if !self.messages.is_empty() || self.pick_consumer().is_none() {
+                self.dead_letter(message, DeathReason::Expired, fx);
+                return PublishOutcome::Accepted;
+            }
+        }
+        let persist = self.is_persisted(&message);
+        let level = self.messages.level_of(&message);
+        let seq = self.messages.push_expiring(message, expires_at);
+        if persist {
+            fx.push(Effect::Persist { seq });
+        }
+        if let Some(at) = expires_at {
+            self.expiring.insert((at, seq), level);
+            if at == now_ms {
+                fresh = Some(seq);
+            }
+        }
+        self.deliver_ready(now_ms, fresh, fx);
+        self.enforce_length(fx);
+        self.arm(now_ms, fx);
+        PublishOutcome::Accepted
+    }
+
+    /// Adds a consumer and delivers what it can take.
+    pub fn consume(
+        &mut self,
+        slot: ConsumerSlot<C>,
+        now_ms: u64,
+        fx: &mut Effects<C>,
+    ) -> Result<(), ConsumeRefused> {
+        self.can_consume(slot.exclusive)?;
+        let at = self
+            .consumers
+            .iter()
+            .position(|c| c.priority < slot.priority)
+            .unwrap_or(self.consumers.len());
+        self.consumers.insert(at, slot);
+        self.had_consumer = true;
+        self.last_used_ms = now_ms;
+        self.deliver_ready(now_ms, None, fx);
+        Ok(())
+    }
+
+    /// Whether a consumer (exclusive or not) would be accepted now.
+    pub fn can_consume(&self, exclusive: bool) -> Result<(), ConsumeRefused> {
+        if self.deleted {
+            return Err(ConsumeRefused::Deleted);
+        }
+        let exclusive_held = self.consumers.iter().any(|c| c.exclusive);
+        if exclusive_held || (exclusive && !self.consumers.is_empty()) {
+            return Err(ConsumeRefused::ExclusiveInUse);
+        }
+        Ok(())
+    }
+
+    /// Removes consumer `id`.
+    pub fn cancel(&mut self, id: u64, now_ms: u64, fx: &mut Effects<C>) -> Cancelled<C> {
+        let Some(at) = self.consumers.iter().position(|c| c.id == id) else {
+            return Cancelled {
+                handle: None,
+                should_auto_delete: false,
+            };
+        };
+        let slot = self.consumers.remove(at);
+        self.last_used_ms = now_ms;
+        let should_auto_delete =
+            self.auto_delete && self.had_consumer && self.consumers.is_empty() && !self.deleted;
+        self.arm(now_ms, fx);
+        Cancelled {
+            handle: Some(slot.handle),
+            should_auto_delete,
+        }
+    }
+
+    /// Delivers again what consumers can take (credit came back: an ack elsewhere on the
+    /// channel, qos, flow, a drained socket).
+    pub fn drain(&mut self, now_ms: u64, fx: &mut Effects<C>) {
+        self.deliver_ready(now_ms, None, fx);
+        self.arm(now_ms, fx);
+    }
+
+    /// `basic.get`: the head message, if any, and how many remain ready. `no_ack` messages are
+    /// settled at once; the others count as unacked.
+    pub fn get(
+        &mut self,
+        no_ack: bool,
+        now_ms: u64,
+        fx: &mut Effects<C>,
+    ) -> Option<(QueueEntry, usize)> {
+        self.last_used_ms = now_ms;
+        let entry = self.pop_live(now_ms, None, fx);
+        if let Some(entry) = &entry {
+            if no_ack {
+                self.forget(entry, fx);
+            } else {
+                self.unacked += 1;
+            }
+        }
+        self.arm(now_ms, fx);
+        entry.map(|e| (e, self.messages.len()))
+    }
+
+    /// Delivered messages were acked.
+    pub fn ack<'a>(
+        &mut self,
+        entries: impl IntoIterator<Item = &'a QueueEntry>,
+        now_ms: u64,
+        fx: &mut Effects<C>,
+    ) {
+        for entry in entries {
+            self.unacked = self.unacked.saturating_sub(1);
+            self.forget(entry, fx);
+        }
+        self.deliver_ready(now_ms, None, fx);
+        self.arm(now_ms, fx);
+    }
+
+    /// Delivered messages were rejected without requeue: dead-lettered (reason `rejected`).
+    pub fn reject(
+        &mut self,
+        entries: impl IntoIterator<Item = QueueEntry>,
+        now_ms: u64,
+        fx: &mut Effects<C>,
+    ) {
+        for entry in entries {
+            self.unacked = self.unacked.saturating_sub(1);
+            self.forget(&entry, fx);
+            self.dead_letter(entry.message, DeathReason::Rejected, fx);
+        }
+        self.deliver_ready(now_ms, None, fx);
+        self.arm(now_ms, fx);
+    }
+
+    /// Delivered messages come back (nack/reject with requeue, recover, a consumer's channel
+    /// closed): marked redelivered, at their original positions, keeping their expiry.
+    pub fn requeue(
+        &mut self,
+        entries: impl IntoIterator<Item = QueueEntry>,
+        now_ms: u64,
+        fx: &mut Effects<C>,
+    ) {
+        for mut entry in entries {
+            self.unacked = self.unacked.saturating_sub(1);
+            if self.deleted {
+                continue;
+            }
+            entry.redelivered = true;
+            entry.acquired_count += 1;
+            self.put_back(entry);
+        }
+        self.deliver_ready(now_ms, None, fx);
+        self.arm(now_ms, fx);
+    }
+
+    /// A deliver effect could not be carried out (the channel closed meanwhile): the message
+    /// goes back as if never delivered.
+    pub fn undelivered(&mut self, credit: &ConsumerCredit, entry: QueueEntry) {
+        if !credit.no_ack {
+            credit.settled(1);
+            self.unacked = self.unacked.saturating_sub(1);
+        }
+        if !self.deleted {
+            self.put_back(entry);
+        }
+    }
+
+    /// Drops every ready message; returns how many.
+    pub fn purge(&mut self, fx: &mut Effects<C>) -> usize {
+        if self.settings.durable {
+            for entry in self.messages.iter() {
+                if entry.message.is_persistent() {
+                    fx.push(Effect::Forget { seq: entry.seq });
+                }
+            }
+        }
+        self.expiring.clear();
+        self.messages.purge()
+    }
+
+    /// The queue is redeclared: it counts as used (`x-expires`).
+    pub fn redeclared(&mut self, now_ms: u64, fx: &mut Effects<C>) {
+        self.last_used_ms = now_ms;
+        self.arm(now_ms, fx);
+    }
+
+    /// Marks the queue deleted, drops its messages, and returns how many there were and its
+    /// consumers (to notify them).
+    pub fn delete(&mut self, fx: &mut Effects<C>) -> (usize, Vec<C>) {
+        self.deleted = true;
+        let count = self.purge(fx);
+        let consumers = self.consumers.drain(..).map(|c| c.handle).collect();
+        (count, consumers)
+    }
+
+    /// It is now `now_ms`: expire what is due and check `x-expires`.
+    pub fn tick(&mut self, now_ms: u64, fx: &mut Effects<C>) {
+        if self.armed_at.is_some_and(|at| at <= now_ms) {
+            self.armed_at = None;
+        }
+        if self.deleted {
+            return;
+        }
+        self.expire_due(now_ms, fx);
+        if let Some(deadline) = self.queue_expiry_deadline() {
+            if deadline <= now_ms && !self.expire_requested {
+                self.expire_requested = true;
+                fx.push(Effect::Expire);
+            }
+        }
+        self.arm(now_ms, fx);
+    }
+
+    fn ttl_of(&self, message: &Message) -> Option<u64> {
+        // Validated at publish; a value that does not parse here means no per-message TTL.
+        let per_message = message
+            .properties
+            .expiration
+            .as_ref()
+            .and_then(|e| parse_expiration(e).ok());
+        match (per_message, self.settings.message_ttl) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn is_persisted(&self, message: &Message) -> bool {
+        self.settings.durable && message.is_persistent()
+    }
+
+    fn forget(&self, entry: &QueueEntry, fx: &mut Effects<C>) {
+        if self.is_persisted(&entry.message) {
+            fx.push(Effect::Forget { seq: entry.seq });
+        }
+    }
+
+    fn would_overflow(&self, message: &Message) -> bool {
+        let s = &self.settings;
+        s.max_length
+            .is_some_and(|max| self.messages.len() as u64 + 1 > max)
+            || s.max_length_bytes
+                .is_some_and(|max| self.messages.bytes() + message.body_len() as u64 > max)
+    }
+
+    fn over_length(&self) -> bool {
+        let s = &self.settings;
+        s.max_length
+            .is_some_and(|max| self.messages.len() as u64 > max)
+            || s.max_length_bytes
+                .is_some_and(|max| self.messages.bytes() > max)
+    }
+
+    /// `drop-head`: the oldest ready messages go until the queue is within its limits.
+    fn enforce_length(&mut self, fx: &mut Effects<C>) {
+        while self.over_length() {
+            let Some(entry) = self.messages.pop() else {
+                break;
+            };
+            self.unindex(&entry);
+            self.forget(&entry, fx);
+            self.dead_letter(entry.message, DeathReason::Maxlen, fx);
+        }
+    }
+
+    fn dead_letter(&self, message: Arc<Message>, reason: DeathReason, fx: &mut Effects<C>) {
+        if self.settings.dead_letter.is_some() {
+            fx.push(Effect::DeadLetter { message, reason });
+        } else {
+            fx.push(Effect::Dropped { reason });
+        }
+    }
+
+    fn put_back(&mut self, entry: QueueEntry) {
+        if let Some(at) = entry.expires_at {
+            let level = self.messages.level_of(&entry.message);
+            self.expiring.insert((at, entry.seq), level);
+        }
+        self.messages.requeue(entry);
+    }
+
+    fn unindex(&mut self, entry: &QueueEntry) {
+        if let Some(at) = entry.expires_at {
+            self.expiring.remove(&(at, entry.seq));
+        }
+    }
+
+    /// The head message that has not expired (expired ones met on the way die); `fresh` is a
+    /// TTL-0 message published at this instant, which may still be delivered.
+    fn pop_live(
+        &mut self,
+        now_ms: u64,
+        fresh: Option<u64>,
+        fx: &mut Effects<C>,
+    ) -> Option<QueueEntry> {
+        loop {
+            let entry = self.messages.pop()?;
+            self.unindex(&entry);
+            let expired = entry.expires_at.is_some_and(|at| at <= now_ms);
+            if expired && fresh != Some(entry.seq) {
+                self.forget(&entry, fx);
+                self.dead_letter(entry.message, DeathReason::Expired, fx);
+                continue;
+            }
+            return Some(entry);
+        }
+    }
+
+    /// The consumer that gets the next message: the highest priority group with a consumer that
+    /// has credit, round-robin within the group.
+    fn pick_consumer(&mut self) -> Option<usize> {
+        let mut group_start = 0;
+        while group_start < self.consumers.len() {
+            let priority = self.consumers[group_start].priority;
+            let group_len = self.consumers[group_start..]
+                .iter()
+                .take_while(|c| c.priority == priority)
+                .count();
+            for attempt in 0..group_len {
+                let index = group_start + (self.next_consumer + attempt) % group_len;
+                if self.consumers[index].credit.can_take() {
+                    self.next_consumer = index - group_start + 1;
+                    return Some(index);
+                }
+            }
+            group_start += group_len;
+        }
+        None
+    }
+
+    fn deliver_ready(&mut self, now_ms: u64, fresh: Option<u64>, fx: &mut Effects<C>) {
+        while !self.messages.is_empty() {
+            let Some(index) = self.pick_consumer() else {
+                break;
+            };
+            let Some(entry) = self.pop_live(now_ms, fresh, fx) else {
+                break;
+            };
+            let slot = &self.consumers[index];
+            slot.credit.took();
+            if slot.credit.no_ack {
+                self.forget(&entry, fx);
+            } else {
+                self.unacked += 1;
+            }
+            fx.push(Effect::Deliver {
+                consumer: slot.handle.clone(),
+                entry,
+            });
+        }
+    }
+
+    /// Expired ready messages die: all that are due (on time), or those at the head.
+    fn expire_due(&mut self, now_ms: u64, fx: &mut Effects<C>) {
+        match self.settings.expiry_mode {
+            ExpiryMode::OnTime => {
+                while let Some((&(at, seq), &level)) = self.expiring.first_key_value() {
+                    if at > now_ms {
+                        break;
+                    }
+                    self.expiring.remove(&(at, seq));
+                    if let Some(entry) = self.messages.remove(level, seq) {
+                        self.forget(&entry, fx);
+                        self.dead_letter(entry.message, DeathReason::Expired, fx);
+                    }
+                }
+            }
+            ExpiryMode::HeadOnly => {
+                while self
+                    .messages
+                    .peek()
+                    .and_then(|e| e.expires_at)
+                    .is_some_and(|at| at <= now_ms)
+                {
+                    if let Some(entry) = self.messages.pop() {
+                        self.unindex(&entry);
+                        self.forget(&entry, fx);
+                        self.dead_letter(entry.message, DeathReason::Expired, fx);
+                    }
+                }
+            }
+        }
+    }
+
+    fn queue_expiry_deadline(&self) -> Option<u64> {
+        let expires = self.settings.expires?;
+        self.consumers
+            .is_empty()
+            .then(|| self.last_used_ms.saturating_add(expires))
+    }
+
+    /// Asks for a tick at the next deadline, unless an earlier one is already asked for.
+    fn arm(&mut self, now_ms: u64, fx: &mut Effects<C>) {
+        let message_deadline = match self.settings.expiry_mode {
+            ExpiryMode::OnTime => self.expiring.first_key_value().map(|(&(at, _), _)| at),
+            ExpiryMode::HeadOnly => self.messages.peek().and_then(|e| e.expires_at),
+        };
+        let queue_deadline = if self.expire_requested {
+            None
+        } else {
+            self.queue_expiry_deadline()
+        };
+        let next = match (message_deadline, queue_deadline) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(at) => at,
+                None => return,
+            },
+        };
+        // A deadline already passed is served by the next tick as soon as possible.
+        let next = next.max(now_ms);
+        if self.armed_at.is_none_or(|armed| next < armed) {
+            self.armed_at = Some(next);
+            fx.push(Effect::Arm { at_ms: next });
+        }
+    }
+}

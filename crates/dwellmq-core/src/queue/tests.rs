@@ -1,0 +1,376 @@
+//! Scenario tests: declare, publish, advance time, assert the effects. No sockets.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use dwellmq_codec::{BasicProperties, ShortStr};
+
+use super::*;
+use crate::arguments::Overflow;
+
+/// Consumers are named by a number in these tests.
+type Q = QueueState<u32>;
+
+fn message(body: &'static str, expiration: Option<&str>) -> Arc<Message> {
+    Message::new(
+        "ex".into(),
+        "key".into(),
+        BasicProperties {
+            expiration: expiration.map(ShortStr::from),
+            ..Default::default()
+        },
+        Bytes::from_static(body.as_bytes()).into(),
+        None,
+    )
+}
+
+fn dlx() -> Option<DeadLetterTarget> {
+    Some(DeadLetterTarget {
+        exchange: "dlx".into(),
+        routing_key: None,
+    })
+}
+
+fn channel() -> Arc<ChannelCredit> {
+    Arc::new(ChannelCredit::new(Arc::new(Congestion::default())))
+}
+
+fn slot(id: u32, prefetch: u32) -> ConsumerSlot<u32> {
+    ConsumerSlot {
+        id: u64::from(id),
+        handle: id,
+        priority: 0,
+        exclusive: false,
+        credit: Arc::new(ConsumerCredit::new(channel(), prefetch, false)),
+    }
+}
+
+/// A compact view of effects: ("deliver", consumer, body) / ("dead", reason, body) / ...
+fn summary(fx: &mut Effects<u32>) -> Vec<String> {
+    fx.drain()
+        .map(|e| match e {
+            Effect::Deliver { consumer, entry } => {
+                format!("deliver {consumer} {}", body(&entry.message))
+            }
+            Effect::DeadLetter { message, reason } => {
+                format!("dead {} {}", reason.name(), body(&message))
+            }
+            Effect::Dropped { reason } => format!("dropped {}", reason.name()),
+            Effect::Arm { at_ms } => format!("arm {at_ms}"),
+            Effect::Expire => "expire".into(),
+            Effect::Persist { seq } => format!("persist {seq}"),
+            Effect::Forget { seq } => format!("forget {seq}"),
+        })
+        .collect()
+}
+
+fn body(m: &Message) -> String {
+    String::from_utf8_lossy(&m.body.chunks()[0]).into_owned()
+}
+
+#[test]
+fn per_message_ttl_expires_on_time_behind_a_longer_one() {
+    let mut q = Q::new(
+        QueueSettings {
+            dead_letter: dlx(),
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    q.publish(message("long", Some("10000")), 0, &mut fx);
+    q.publish(message("short", Some("100")), 0, &mut fx);
+    assert_eq!(summary(&mut fx), ["arm 10000", "arm 100"]);
+    q.tick(100, &mut fx);
+    assert_eq!(summary(&mut fx), ["dead expired short", "arm 10000"]);
+    assert_eq!(q.ready(), 1);
+}
+
+#[test]
+fn head_only_mode_keeps_the_head_of_queue_trap() {
+    let mut q = Q::new(
+        QueueSettings {
+            expiry_mode: ExpiryMode::HeadOnly,
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    q.publish(message("long", Some("10000")), 0, &mut fx);
+    q.publish(message("short", Some("100")), 0, &mut fx);
+    q.tick(100, &mut fx);
+    assert_eq!(summary(&mut fx), ["arm 10000"]);
+    assert_eq!(q.ready(), 2);
+    q.tick(10_000, &mut fx);
+    assert_eq!(summary(&mut fx), ["dropped expired", "dropped expired"]);
+    assert_eq!(q.ready(), 0);
+}
+
+#[test]
+fn queue_ttl_and_message_ttl_the_lower_wins() {
+    let mut q = Q::new(
+        QueueSettings {
+            message_ttl: Some(500),
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    q.publish(message("a", Some("2000")), 0, &mut fx);
+    q.publish(message("b", Some("100")), 0, &mut fx);
+    q.publish(message("c", None), 0, &mut fx);
+    q.tick(100, &mut fx);
+    assert_eq!(q.ready(), 2);
+    q.tick(500, &mut fx);
+    assert_eq!(q.ready(), 0);
+}
+
+#[test]
+fn ttl_zero_reaches_only_a_consumer_that_can_take_it_at_once() {
+    let mut q = Q::new(
+        QueueSettings {
+            dead_letter: dlx(),
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    q.publish(message("nobody", Some("0")), 5, &mut fx);
+    assert_eq!(summary(&mut fx), ["dead expired nobody"]);
+    q.consume(slot(1, 0), 5, &mut fx).unwrap();
+    q.publish(message("taken", Some("0")), 5, &mut fx);
+    assert_eq!(summary(&mut fx), ["deliver 1 taken"]);
+}
+
+#[test]
+fn basic_get_never_returns_an_expired_message() {
+    let mut q = Q::new(QueueSettings::default(), false, 0);
+    let mut fx = Effects::new();
+    q.publish(message("old", Some("10")), 0, &mut fx);
+    q.publish(message("new", None), 0, &mut fx);
+    let (entry, remaining) = q.get(false, 10, &mut fx).unwrap();
+    assert_eq!(body(&entry.message), "new");
+    assert_eq!(remaining, 0);
+    assert_eq!(q.unacked(), 1);
+}
+
+#[test]
+fn a_requeued_message_keeps_its_expiry() {
+    let mut q = Q::new(QueueSettings::default(), false, 0);
+    let mut fx = Effects::new();
+    q.publish(message("m", Some("100")), 0, &mut fx);
+    let (entry, _) = q.get(false, 50, &mut fx).unwrap();
+    q.requeue([entry], 60, &mut fx);
+    fx.drain();
+    q.tick(100, &mut fx);
+    assert_eq!(summary(&mut fx), ["dropped expired"]);
+}
+
+#[test]
+fn drop_head_dead_letters_the_oldest() {
+    let mut q = Q::new(
+        QueueSettings {
+            max_length: Some(2),
+            dead_letter: dlx(),
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    for b in ["a", "b", "c"] {
+        assert_eq!(
+            q.publish(message(b, None), 0, &mut fx),
+            PublishOutcome::Accepted
+        );
+    }
+    assert_eq!(summary(&mut fx), ["dead maxlen a"]);
+    assert_eq!(q.ready(), 2);
+}
+
+#[test]
+fn max_length_bytes_counts_bodies() {
+    let mut q = Q::new(
+        QueueSettings {
+            max_length_bytes: Some(5),
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    q.publish(message("abc", None), 0, &mut fx);
+    q.publish(message("def", None), 0, &mut fx);
+    assert_eq!(summary(&mut fx), ["dropped maxlen"]);
+    assert_eq!(q.ready_bytes(), 3);
+}
+
+#[test]
+fn reject_publish_refuses_and_reject_publish_dlx_also_dead_letters() {
+    for (overflow, expected) in [
+        (Overflow::RejectPublish, vec![]),
+        (
+            Overflow::RejectPublishDlx,
+            vec!["dead maxlen b".to_string()],
+        ),
+    ] {
+        let mut q = Q::new(
+            QueueSettings {
+                max_length: Some(1),
+                overflow,
+                dead_letter: dlx(),
+                ..Default::default()
+            },
+            false,
+            0,
+        );
+        let mut fx = Effects::new();
+        assert_eq!(
+            q.publish(message("a", None), 0, &mut fx),
+            PublishOutcome::Accepted
+        );
+        assert_eq!(
+            q.publish(message("b", None), 0, &mut fx),
+            PublishOutcome::Rejected
+        );
+        assert_eq!(summary(&mut fx), expected);
+        assert_eq!(q.ready(), 1);
+    }
+}
+
+#[test]
+fn reject_without_requeue_dead_letters_and_requeue_goes_back_in_place() {
+    let mut q = Q::new(
+        QueueSettings {
+            dead_letter: dlx(),
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    for b in ["a", "b"] {
+        q.publish(message(b, None), 0, &mut fx);
+    }
+    let (a, _) = q.get(false, 0, &mut fx).unwrap();
+    let (b, _) = q.get(false, 0, &mut fx).unwrap();
+    q.requeue([a], 0, &mut fx);
+    q.reject([b], 0, &mut fx);
+    assert_eq!(summary(&mut fx), ["dead rejected b"]);
+    assert_eq!((q.ready(), q.unacked()), (1, 0));
+    let (again, _) = q.get(true, 0, &mut fx).unwrap();
+    assert!(again.redelivered);
+}
+
+#[test]
+fn prefetch_limits_deliveries_and_acks_release_more() {
+    let mut q = Q::new(QueueSettings::default(), false, 0);
+    let mut fx = Effects::new();
+    let consumer = slot(7, 1);
+    let credit = Arc::clone(&consumer.credit);
+    q.consume(consumer, 0, &mut fx).unwrap();
+    q.publish(message("a", None), 0, &mut fx);
+    q.publish(message("b", None), 0, &mut fx);
+    let delivered: Vec<QueueEntry> = fx
+        .drain()
+        .filter_map(|e| match e {
+            Effect::Deliver { entry, .. } => Some(entry),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(delivered.len(), 1);
+    credit.settled(1);
+    q.ack(&delivered, 0, &mut fx);
+    assert_eq!(summary(&mut fx), ["deliver 7 b"]);
+}
+
+#[test]
+fn consumers_take_turns_and_higher_priority_goes_first() {
+    let mut q = Q::new(QueueSettings::default(), false, 0);
+    let mut fx = Effects::new();
+    q.consume(slot(1, 0), 0, &mut fx).unwrap();
+    q.consume(slot(2, 0), 0, &mut fx).unwrap();
+    for b in ["a", "b", "c"] {
+        q.publish(message(b, None), 0, &mut fx);
+    }
+    assert_eq!(
+        summary(&mut fx),
+        ["deliver 1 a", "deliver 2 b", "deliver 1 c"]
+    );
+    let mut high = slot(3, 0);
+    high.priority = 5;
+    q.consume(high, 0, &mut fx).unwrap();
+    q.publish(message("d", None), 0, &mut fx);
+    assert_eq!(summary(&mut fx), ["deliver 3 d"]);
+}
+
+#[test]
+fn an_exclusive_consumer_keeps_others_out() {
+    let mut q = Q::new(QueueSettings::default(), false, 0);
+    let mut fx = Effects::new();
+    let mut exclusive = slot(1, 0);
+    exclusive.exclusive = true;
+    q.consume(exclusive, 0, &mut fx).unwrap();
+    assert_eq!(
+        q.consume(slot(2, 0), 0, &mut fx),
+        Err(ConsumeRefused::ExclusiveInUse)
+    );
+}
+
+#[test]
+fn an_unused_queue_expires_and_use_postpones_it() {
+    let mut q = Q::new(
+        QueueSettings {
+            expires: Some(1000),
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    q.start(0, &mut fx);
+    assert_eq!(summary(&mut fx), ["arm 1000"]);
+    q.get(true, 600, &mut fx);
+    q.tick(1000, &mut fx);
+    assert_eq!(summary(&mut fx), ["arm 1600"]);
+    q.consume(slot(1, 0), 1200, &mut fx).unwrap();
+    q.tick(1600, &mut fx);
+    assert!(summary(&mut fx).is_empty());
+    q.cancel(1, 2000, &mut fx);
+    assert_eq!(summary(&mut fx), ["arm 3000"]);
+    q.tick(3000, &mut fx);
+    assert_eq!(summary(&mut fx), ["expire"]);
+}
+
+#[test]
+fn persistent_messages_on_a_durable_queue_are_persisted_then_forgotten() {
+    let mut q = Q::new(
+        QueueSettings {
+            durable: true,
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    let persistent = Message::new(
+        "".into(),
+        "q".into(),
+        BasicProperties {
+            delivery_mode: Some(2),
+            ..Default::default()
+        },
+        Bytes::from_static(b"p").into(),
+        None,
+    );
+    q.publish(persistent, 0, &mut fx);
+    q.publish(message("transient", None), 0, &mut fx);
+    assert_eq!(summary(&mut fx), ["persist 0"]);
+    let (entry, _) = q.get(false, 0, &mut fx).unwrap();
+    q.ack([&entry], 0, &mut fx);
+    assert_eq!(summary(&mut fx), ["forget 0"]);
+}

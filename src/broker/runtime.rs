@@ -1,0 +1,96 @@
+//! What every queue needs from its broker: the clock, the deadlines, memory accounting, the
+//! delayed holder (a dead-letter exchange may be a delayed one) and counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dwellmq_core::queue::{DeathReason, ExpiryMode};
+use dwellmq_timer::SharedClock;
+
+use super::deadlines::QueueDeadlines;
+use super::delayed::DelayedMessages;
+use super::memory::MemoryMonitor;
+use super::timer_thread::TimerControl;
+
+/// Messages that left queues without being consumed, by reason.
+#[derive(Debug, Default)]
+pub(crate) struct DeathCounters {
+    dead_lettered: [AtomicU64; 4],
+    dropped: [AtomicU64; 4],
+}
+
+fn index(reason: DeathReason) -> usize {
+    match reason {
+        DeathReason::Rejected => 0,
+        DeathReason::Expired => 1,
+        DeathReason::Maxlen => 2,
+        DeathReason::DeliveryLimit => 3,
+    }
+}
+
+impl DeathCounters {
+    pub(crate) fn dead_lettered(&self, reason: DeathReason) {
+        self.dead_lettered[index(reason)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn dropped(&self, reason: DeathReason) {
+        self.dropped[index(reason)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (dead-lettered, dropped) for `reason` since start.
+    pub(crate) fn get(&self, reason: DeathReason) -> (u64, u64) {
+        let i = index(reason);
+        (
+            self.dead_lettered[i].load(Ordering::Relaxed),
+            self.dropped[i].load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Shared by the broker and every queue.
+pub(crate) struct Runtime {
+    pub(crate) clock: SharedClock,
+    pub(crate) memory: Arc<MemoryMonitor>,
+    pub(crate) delayed: Arc<DelayedMessages>,
+    pub(crate) deadlines: QueueDeadlines,
+    pub(crate) timer: Arc<TimerControl>,
+    pub(crate) expiry_mode: ExpiryMode,
+    pub(crate) deaths: DeathCounters,
+}
+
+impl Runtime {
+    pub(crate) fn new(
+        clock: SharedClock,
+        memory: Arc<MemoryMonitor>,
+        expiry_mode: ExpiryMode,
+    ) -> Arc<Self> {
+        let now = clock.now_ms();
+        Arc::new(Runtime {
+            delayed: Arc::new(DelayedMessages::new(now, Arc::clone(&memory))),
+            clock,
+            memory,
+            deadlines: QueueDeadlines::default(),
+            timer: Arc::new(TimerControl::default()),
+            expiry_mode,
+            deaths: DeathCounters::default(),
+        })
+    }
+
+    /// A runtime on the system clock with no memory limit (unit tests of the broker layer).
+    #[cfg(test)]
+    pub(crate) fn standalone() -> Arc<Self> {
+        Self::new(
+            Arc::new(dwellmq_timer::SystemClock),
+            MemoryMonitor::new(u64::MAX),
+            ExpiryMode::OnTime,
+        )
+    }
+
+    /// The earliest moment the timer must act: a delayed release or move-in, or a queue tick.
+    pub(crate) fn next_wake(&self) -> Option<u64> {
+        match (self.delayed.next_wake(), self.deadlines.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
