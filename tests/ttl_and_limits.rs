@@ -346,7 +346,8 @@ async fn declare_ok_and_purge_count_only_what_a_consumer_can_receive() {
 #[tokio::test]
 async fn bad_ttl_length_and_dead_letter_arguments_are_406_with_rabbitmqs_texts() {
     let t = start().await;
-    let cases: Vec<(&str, Vec<(&str, AMQPValue)>, &str)> = vec![
+    type Case = (&'static str, Vec<(&'static str, AMQPValue)>, &'static str);
+    let cases: Vec<Case> = vec![
         (
             "len",
             vec![("x-max-length", AMQPValue::LongInt(-1))],

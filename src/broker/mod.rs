@@ -5,7 +5,6 @@
 
 pub(crate) mod consumer;
 pub(crate) mod dead_letter;
-pub(crate) mod deadlines;
 pub(crate) mod delayed;
 pub(crate) mod exchange;
 pub(crate) mod memory;

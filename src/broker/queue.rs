@@ -146,7 +146,7 @@ impl Queue {
                 Effect::DeadLetter { message, reason } => after.dead.push((message, reason)),
                 Effect::Dropped { reason } => self.runtime.deaths.dropped(reason),
                 Effect::Arm { at_ms } => {
-                    if self.runtime.deadlines.arm(at_ms, self) {
+                    if self.runtime.delayed.arm_queue(at_ms, self) {
                         self.runtime.timer.wake();
                     }
                 }

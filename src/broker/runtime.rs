@@ -1,5 +1,6 @@
-//! What every queue needs from its broker: the clock, the deadlines, memory accounting, the
-//! delayed holder (a dead-letter exchange may be a delayed one) and counters.
+//! What every queue needs from its broker: the clock, the one deadline scheduler (which also
+//! holds delayed messages: a dead-letter exchange may be a delayed one), memory accounting and
+//! counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -7,7 +8,6 @@ use std::sync::Arc;
 use dwellmq_core::queue::{DeathReason, ExpiryMode};
 use dwellmq_timer::SharedClock;
 
-use super::deadlines::QueueDeadlines;
 use super::delayed::DelayedMessages;
 use super::memory::MemoryMonitor;
 use super::timer_thread::TimerControl;
@@ -52,7 +52,6 @@ pub(crate) struct Runtime {
     pub(crate) clock: SharedClock,
     pub(crate) memory: Arc<MemoryMonitor>,
     pub(crate) delayed: Arc<DelayedMessages>,
-    pub(crate) deadlines: QueueDeadlines,
     pub(crate) timer: Arc<TimerControl>,
     pub(crate) expiry_mode: ExpiryMode,
     pub(crate) deaths: DeathCounters,
@@ -69,7 +68,6 @@ impl Runtime {
             delayed: Arc::new(DelayedMessages::new(now, Arc::clone(&memory))),
             clock,
             memory,
-            deadlines: QueueDeadlines::default(),
             timer: Arc::new(TimerControl::default()),
             expiry_mode,
             deaths: DeathCounters::default(),
@@ -88,9 +86,6 @@ impl Runtime {
 
     /// The earliest moment the timer must act: a delayed release or move-in, or a queue tick.
     pub(crate) fn next_wake(&self) -> Option<u64> {
-        match (self.delayed.next_wake(), self.deadlines.next_due()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.delayed.next_wake()
     }
 }

@@ -54,33 +54,17 @@ fn run(state: &BrokerState) {
     if let Some(priority) = state.config.timer_realtime_priority {
         set_realtime_priority(priority);
     }
-    let mut due_queues = Vec::new();
     while !state.timer.stop.load(Ordering::Acquire) {
         let now = state.clock.now_ms();
         match state.runtime.next_wake() {
             Some(due) if due <= now => {
                 state.delayed.release_due(now);
-                tick_queues(state, now, &mut due_queues);
                 state.delayed.move_in(now, Some(MOVE_IN_BUDGET));
             }
             Some(due) => std::thread::park_timeout(until_wall_ms(due)),
             None => std::thread::park(),
         }
     }
-}
-
-/// Ticks every queue whose deadline has come; returns how many.
-pub(crate) fn tick_queues(
-    state: &BrokerState,
-    now_ms: u64,
-    due: &mut Vec<Arc<super::queue::Queue>>,
-) -> usize {
-    state.runtime.deadlines.take_due(now_ms, due);
-    let count = due.len();
-    for queue in due.drain(..) {
-        queue.tick();
-    }
-    count
 }
 
 /// Time from now until the wall-clock millisecond `due_ms` starts, at microsecond precision.

@@ -10,6 +10,7 @@ mod packed;
 pub mod queue;
 mod queue_messages;
 pub mod routing;
+pub mod schedule;
 
 pub use body::Body;
 pub use error::{BrokerError, BrokerResult};

@@ -3,13 +3,13 @@
 use std::time::Instant;
 
 use dwellmq_codec::ShortStr;
-use dwellmq_timer::TimerKey;
 
 use super::held::Held;
-use super::{key_of, DelayedId, DelayedMessageInfo, DelayedMessages, PURGE_CHUNK};
+use super::{id_of, key_of, DelayedId, DelayedMessageInfo, DelayedMessages, Entry, PURGE_CHUNK};
 
 impl DelayedMessages {
-    /// Drops every message held by the exchange (it was deleted, or an operator purged it).
+    /// Drops every message held for `exchange` in `vhost` (the exchange was deleted, or an
+    /// operator purged it); returns how many.
     pub(crate) fn purge_exchange(&self, vhost: &ShortStr, exchange: &ShortStr) -> usize {
         let started = Instant::now();
         let dropped = self.drop_held_by(vhost, exchange);
@@ -25,10 +25,8 @@ impl DelayedMessages {
         dropped
     }
 
-    /// Drops in chunks, taking the lock for [`PURGE_CHUNK`] messages at a time: an exchange
-    /// holding a million messages takes a few hundred milliseconds to purge, and releases must
-    /// not wait that long. A release that slips in between chunks finds the exchange gone (see
-    /// `release_due`) and drops its message too.
+    /// Removes the exchange's index, then its messages a chunk per lock hold (releases and
+    /// publishers get the lock in between), and frees them outside the lock.
     fn drop_held_by(&self, vhost: &ShortStr, exchange: &ShortStr) -> usize {
         let key = key_of(vhost, exchange);
         let Some(index) = self.inner.lock().exchanges.remove(&key) else {
@@ -36,78 +34,58 @@ impl DelayedMessages {
         };
         let mut dropped = 0;
         let mut beyond = index.beyond.into_iter();
-        let mut chunk: Vec<Held> = Vec::with_capacity(PURGE_CHUNK);
+        let mut chunk: Vec<Entry> = Vec::with_capacity(PURGE_CHUNK);
         loop {
             {
                 let mut inner = self.inner.lock();
-                for due_seq in beyond.by_ref().take(PURGE_CHUNK) {
-                    chunk.extend(inner.beyond.remove(&due_seq));
+                for (due_ms, seq) in beyond.by_ref().take(PURGE_CHUNK) {
+                    let id = id_of(DelayedId { due_ms, seq });
+                    chunk.extend(inner.scheduler.cancel(id));
                 }
             }
             if chunk.is_empty() {
                 break;
             }
             dropped += chunk.len();
-            // Freed outside the lock.
-            for held in chunk.drain(..) {
+            self.discard_entries(&mut chunk);
+        }
+        // What already moved into the wheel: a second or so of messages.
+        self.inner.lock().scheduler.drain_wheel_where(
+            |entry| matches!(entry, Entry::Release(held) if held.belongs_to(&key)),
+            &mut chunk,
+        );
+        dropped += chunk.len();
+        self.discard_entries(&mut chunk);
+        dropped
+    }
+
+    fn discard_entries(&self, entries: &mut Vec<Entry>) {
+        for entry in entries.drain(..) {
+            if let Entry::Release(held) = entry {
                 self.discard(held.message);
             }
         }
-        let mut guard = self.inner.lock();
-        let inner = &mut *guard;
-        let in_wheel: Vec<(u64, TimerKey)> = inner
-            .in_wheel
-            .iter()
-            .filter(|(_, &timer)| {
-                inner
-                    .wheel
-                    .get(timer)
-                    .is_some_and(|(_, (_, held))| held.belongs_to(&key))
-            })
-            .map(|(&seq, &timer)| (seq, timer))
-            .collect();
-        for (seq, timer) in in_wheel {
-            inner.in_wheel.remove(&seq);
-            chunk.extend(inner.wheel.cancel(timer).map(|(_, held)| held));
-        }
-        drop(guard);
-        dropped += chunk.len();
-        for held in chunk {
-            self.discard(held.message);
-        }
-        dropped
     }
 
     /// Cancels one held message; false if it is unknown or already released.
     pub(crate) fn cancel(&self, id: DelayedId) -> bool {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
-        let held = match inner.beyond.remove(&(id.due_ms, id.seq)) {
-            Some(held) => {
-                inner.forget(&held, Some((id.due_ms, id.seq)));
-                held
-            }
-            None => {
-                let Some(&timer) = inner.in_wheel.get(&id.seq) else {
-                    return false;
-                };
-                if inner.wheel.get(timer).map(|(due, _)| due) != Some(id.due_ms) {
-                    return false;
-                }
-                inner.in_wheel.remove(&id.seq);
-                let Some((_, held)) = inner.wheel.cancel(timer) else {
-                    return false;
-                };
-                inner.forget(&held, None);
-                held
-            }
+        let deadline = id_of(id);
+        if !matches!(inner.scheduler.get(deadline), Some(Entry::Release(_))) {
+            return false;
+        }
+        let far = inner.scheduler.is_far(deadline);
+        let Some(Entry::Release(held)) = inner.scheduler.cancel(deadline) else {
+            return false;
         };
+        inner.forget(&held, far.then_some((id.due_ms, id.seq)));
         drop(guard);
         self.discard(held.message);
         true
     }
 
-    /// (count, body bytes) held by an exchange.
+    /// (count, body bytes) held by one exchange.
     pub(crate) fn stats(&self, vhost: &str, exchange: &str) -> (usize, u64) {
         let inner = self.inner.lock();
         inner
@@ -117,7 +95,7 @@ impl DelayedMessages {
             .unwrap_or((0, 0))
     }
 
-    /// Held messages of an exchange in due order, at most `limit`.
+    /// Up to `limit` held messages of one exchange, in due order.
     pub(crate) fn list(
         &self,
         vhost: &str,
@@ -129,20 +107,27 @@ impl DelayedMessages {
         let Some(index) = inner.exchanges.get(&key) else {
             return Vec::new();
         };
-        // Everything in the wheel is due before everything beyond it.
         let mut in_wheel: Vec<(DelayedId, &Held)> = inner
-            .in_wheel
-            .iter()
-            .filter_map(|(&seq, &timer)| {
-                let (due_ms, (_, held)) = inner.wheel.get(timer)?;
-                held.belongs_to(&key)
-                    .then_some((DelayedId { due_ms, seq }, held))
+            .scheduler
+            .in_wheel()
+            .filter_map(|(id, entry)| match entry {
+                Entry::Release(held) if held.belongs_to(&key) => Some((
+                    DelayedId {
+                        due_ms: id.due_ms,
+                        seq: id.seq,
+                    },
+                    held,
+                )),
+                _ => None,
             })
             .collect();
         in_wheel.sort_by_key(|(id, _)| *id);
         let beyond = index.beyond.iter().filter_map(|&(due_ms, seq)| {
-            let held = inner.beyond.get(&(due_ms, seq))?;
-            Some((DelayedId { due_ms, seq }, held))
+            let id = DelayedId { due_ms, seq };
+            match inner.scheduler.get(id_of(id))? {
+                Entry::Release(held) => Some((id, held)),
+                Entry::Tick(_) => None,
+            }
         });
         in_wheel
             .into_iter()
@@ -161,14 +146,13 @@ impl DelayedMessages {
             .collect()
     }
 
-    /// Messages that found no route when released, since start.
+    /// Held messages that found no route when released (dropped), since start.
     pub(crate) fn unroutable(&self) -> u64 {
         self.inner.lock().unroutable
     }
 
-    /// Messages held in all exchanges.
+    /// Messages held by all delayed exchanges.
     pub(crate) fn len(&self) -> usize {
-        let inner = self.inner.lock();
-        inner.wheel.len() + inner.beyond.len()
+        self.inner.lock().exchanges.values().map(|i| i.count).sum()
     }
 }

@@ -1,32 +1,29 @@
-//! Messages held by `x-delayed-message` exchanges until their due time.
+//! The broker's deadlines, on core's one [`Scheduler`]: messages held by `x-delayed-message`
+//! exchanges until their due time, and the ticks queues ask for (message expiry, `x-expires`).
 //!
-//! One [`DelayedMessages`] per broker, in two tiers. Messages due within [`HORIZON_MS`] sit in
-//! a timer wheel, their contents inside the wheel's entries; later ones wait in a map ordered by
-//! (due time, sequence) and move into the wheel shortly before they are due, a batch at a time,
-//! after the releases of the moment. So the wheel stays small and its cascades short however
-//! many messages are held, and a release reads only what was touched at most a horizon ago:
-//! the wheel, a small map of what is in it, and per-exchange counters. (On a virtual machine,
-//! memory untouched for tens of seconds can cost hundreds of microseconds per page to read
-//! again; a release that walked million-entry indexes paid that on the spot.) The ordered map
-//! is also where the store's delayed table will take over.
+//! The scheduler keeps what is due within its horizon in a timer wheel and the rest in a far
+//! tier ordered by (due time, sequence); this module adds what is particular to delayed
+//! exchanges: per-exchange counts and due order (listing, purge), memory accounting, and
+//! routing at release through the exchange's bindings as they are then.
 //!
 //! Small messages are held packed ([`dwellmq_core::PackedMessage`]): a message that waits a
 //! minute must not keep the publisher's whole read buffer alive for that minute.
 //!
-//! Release routes each message through its exchange's bindings as they are then.
+//! A release touches only warm memory: the wheel, a small map of what is in it, and the
+//! per-exchange counters. Moving in reads each message once, a horizon before it is due.
 
 mod control;
 mod held;
 mod info;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use dwellmq_codec::ShortStr;
 use dwellmq_core::routing::Destination;
+use dwellmq_core::schedule::{DeadlineId, Due, MoveIn, Scheduler};
 use dwellmq_core::Message;
-use dwellmq_timer::{Fired, TimerKey, TimerWheel};
 use parking_lot::Mutex;
 
 use super::exchange::Exchange;
@@ -36,60 +33,49 @@ use super::vhost::VHost;
 use held::{ExchangeKey, Held, Kept, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 
-/// How far ahead of now the wheel holds messages; later ones wait in the ordered map.
-const HORIZON_MS: u64 = 1_000;
-
 /// Messages moved into the wheel per lock hold: publishers wait for the lock meanwhile.
 const MOVE_IN_BATCH: usize = 64;
 
 /// Messages dropped per lock hold when an exchange is deleted or purged.
 const PURGE_CHUNK: usize = 1024;
 
-/// A wheel entry: the message's sequence number and the message.
-type WheelEntry = (u64, Held);
+/// What the scheduler holds.
+enum Entry {
+    /// A delayed exchange's message (deadline kind `DelayedRelease`).
+    Release(Held),
+    /// A queue's next deadline (kinds `MessageExpiry`, `QueueExpiry`, `RetryReady`): the queue
+    /// works out which when it ticks.
+    Tick(Weak<Queue>),
+}
 
-/// Per delayed exchange: counts, and the due order of its messages beyond the horizon.
+/// Per delayed exchange: counts, and the due order of its messages in the far tier.
 struct ExchangeIndex {
     /// What new messages of this exchange point at.
     target: Arc<Target>,
-    /// (due, sequence) of this exchange's messages in the ordered map.
+    /// (due, sequence) of this exchange's messages in the far tier.
     beyond: BTreeSet<(u64, u64)>,
     count: usize,
     bytes: u64,
 }
 
 struct Inner {
-    wheel: TimerWheel<WheelEntry>,
-    /// Sequence number → wheel key, for the messages in the wheel (cancel, purge, listing).
-    in_wheel: BTreeMap<u64, TimerKey>,
-    /// Messages not yet in the wheel, by (due, sequence).
-    beyond: BTreeMap<(u64, u64), Held>,
-    /// Every message due at or before this is in the wheel (or released).
-    horizon_ms: u64,
+    scheduler: Scheduler<Entry>,
     /// B-trees, not hash maps: a hash map holding many entries stalls everything using it for
     /// milliseconds whenever it rehashes.
     exchanges: BTreeMap<ExchangeKey, ExchangeIndex>,
-    next_seq: u64,
     unroutable: u64,
-    fired: Vec<Fired<WheelEntry>>,
-}
-
-/// A message leaving the holder at release.
-struct Released {
-    due_ms: u64,
-    seq: u64,
-    held: Held,
 }
 
 /// Buffers `release_due` reuses, so a release allocates nothing in steady state.
 #[derive(Default)]
 struct ReleaseScratch {
-    released: Vec<Released>,
+    due: Vec<Due<Entry>>,
     routes: Vec<Destination>,
     targets: Vec<Arc<Queue>>,
+    ticked: Vec<Arc<Queue>>,
 }
 
-/// Every message held by every delayed exchange of one broker.
+/// Every message held by every delayed exchange of one broker, and every queue deadline.
 pub(crate) struct DelayedMessages {
     inner: Mutex<Inner>,
     memory: Arc<MemoryMonitor>,
@@ -101,18 +87,20 @@ fn key_of(vhost: &ShortStr, exchange: &ShortStr) -> ExchangeKey {
     (vhost.clone(), exchange.clone())
 }
 
+fn id_of(id: DelayedId) -> DeadlineId {
+    DeadlineId {
+        due_ms: id.due_ms,
+        seq: id.seq,
+    }
+}
+
 impl DelayedMessages {
     pub(crate) fn new(now_ms: u64, memory: Arc<MemoryMonitor>) -> Self {
         DelayedMessages {
             inner: Mutex::new(Inner {
-                wheel: TimerWheel::new(now_ms),
-                in_wheel: BTreeMap::new(),
-                beyond: BTreeMap::new(),
-                horizon_ms: now_ms.saturating_add(HORIZON_MS),
+                scheduler: Scheduler::new(now_ms),
                 exchanges: BTreeMap::new(),
-                next_seq: 1,
                 unroutable: 0,
-                fired: Vec::new(),
             }),
             memory,
             scratch: Mutex::new(ReleaseScratch::default()),
@@ -134,9 +122,6 @@ impl DelayedMessages {
         let body_len = message.body_len() as u64;
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
-        let seq = inner.next_seq;
-        inner.next_seq += 1;
-        let next_wake = inner.next_wake();
         let index = inner
             .exchanges
             .entry(key_of(&vhost.name, &exchange.name))
@@ -157,69 +142,67 @@ impl DelayedMessages {
             target: Arc::clone(&index.target),
             message,
         };
-        let wake_ms = if due_ms <= inner.horizon_ms {
-            let key = inner.wheel.insert(due_ms, (seq, held));
-            inner.in_wheel.insert(seq, key);
-            due_ms
-        } else {
-            index.beyond.insert((due_ms, seq));
-            inner.beyond.insert((due_ms, seq), held);
-            // It must move into the wheel a horizon ahead of its due time.
-            due_ms.saturating_sub(HORIZON_MS)
-        };
-        next_wake.is_none_or(|next| wake_ms < next)
+        let (id, wake) = inner.scheduler.schedule(due_ms, Entry::Release(held));
+        if inner.scheduler.is_far(id) {
+            index.beyond.insert((id.due_ms, id.seq));
+        }
+        wake
     }
 
-    /// When the timer thread must next act: the earliest due time in the wheel, or the moment
-    /// the next message beyond the horizon must move in.
+    /// Asks for `queue.tick()` at `at_ms`. Returns true when the timer thread must wake sooner
+    /// than it planned.
+    pub(crate) fn arm_queue(&self, at_ms: u64, queue: &Arc<Queue>) -> bool {
+        let mut inner = self.inner.lock();
+        let (_, wake) = inner
+            .scheduler
+            .schedule(at_ms, Entry::Tick(Arc::downgrade(queue)));
+        wake
+    }
+
+    /// When the timer thread must next act.
     pub(crate) fn next_wake(&self) -> Option<u64> {
-        self.inner.lock().next_wake()
+        self.inner.lock().scheduler.next_wake()
     }
 
-    /// Releases everything due at `now_ms`, in due order (publish order within a millisecond),
-    /// routing each through its exchange's current bindings. Returns how many were released.
+    /// Serves everything due at `now_ms`, in due order (schedule order within a millisecond):
+    /// held messages are routed through their exchange's current bindings, queues are ticked.
+    /// Returns how many messages were released.
     pub(crate) fn release_due(&self, now_ms: u64) -> usize {
         let mut scratch = self.scratch.lock();
         let ReleaseScratch {
-            released,
+            due,
             routes,
             targets,
+            ticked,
         } = &mut *scratch;
         {
             let mut guard = self.inner.lock();
             let inner = &mut *guard;
-            let mut fired = std::mem::take(&mut inner.fired);
-            inner.wheel.advance(now_ms, &mut fired);
-            for Fired {
-                due_ms,
-                value: (seq, held),
-            } in fired.drain(..)
-            {
-                inner.in_wheel.remove(&seq);
-                inner.forget(&held, None);
-                released.push(Released { due_ms, seq, held });
-            }
-            inner.fired = fired;
-            // Messages due that never moved in (the clock jumped, or moving in fell behind).
-            let mut caught_up = false;
-            while let Some(entry) = inner.beyond.first_entry() {
-                let (due_ms, seq) = *entry.key();
-                if due_ms > now_ms {
-                    break;
+            inner.scheduler.take_due(now_ms, due);
+            for d in due.iter() {
+                if let Entry::Release(held) = &d.item {
+                    let beyond = d.from_far_tier.then_some((d.id.due_ms, d.id.seq));
+                    inner.forget(held, beyond);
                 }
-                let held = entry.remove();
-                inner.forget(&held, Some((due_ms, seq)));
-                released.push(Released { due_ms, seq, held });
-                caught_up = true;
-            }
-            if caught_up {
-                inner.horizon_ms = inner.horizon_ms.max(now_ms);
-                released.sort_by_key(|r| (r.due_ms, r.seq));
             }
         }
-        let count = released.len();
+        let mut released = 0;
         let mut unroutable = 0;
-        for Released { held, .. } in released.drain(..) {
+        for Due { item, .. } in due.drain(..) {
+            let held = match item {
+                Entry::Release(held) => held,
+                Entry::Tick(queue) => {
+                    // Each queue once per round: one tick serves all its deadlines due now.
+                    if let Some(queue) = queue.upgrade() {
+                        if !ticked.iter().any(|q| Arc::ptr_eq(q, &queue)) {
+                            queue.tick();
+                            ticked.push(queue);
+                        }
+                    }
+                    continue;
+                }
+            };
+            released += 1;
             let Target {
                 vhost, exchange, ..
             } = &*held.target;
@@ -241,6 +224,7 @@ impl DelayedMessages {
                 queue.publish(Arc::clone(&message));
             }
         }
+        ticked.clear();
         if unroutable > 0 {
             tracing::debug!(
                 unroutable,
@@ -248,7 +232,7 @@ impl DelayedMessages {
             );
             self.inner.lock().unroutable += unroutable;
         }
-        count
+        released
     }
 
     /// Moves the messages due within the horizon of `now_ms` into the wheel, in (due,
@@ -256,34 +240,27 @@ impl DelayedMessages {
     /// warm. Stops early once `budget` is spent or a moved message is already due; returns
     /// whether it finished.
     pub(crate) fn move_in(&self, now_ms: u64, budget: Option<Duration>) -> bool {
-        let target = now_ms.saturating_add(HORIZON_MS);
         let started = Instant::now();
         loop {
             let mut guard = self.inner.lock();
-            let inner = &mut *guard;
-            for _ in 0..MOVE_IN_BATCH {
-                let Some(entry) = inner.beyond.first_entry() else {
-                    inner.horizon_ms = inner.horizon_ms.max(target);
-                    return true;
-                };
-                let (due_ms, seq) = *entry.key();
-                if due_ms > target {
-                    inner.horizon_ms = inner.horizon_ms.max(target);
-                    return true;
+            let Inner {
+                scheduler,
+                exchanges,
+                ..
+            } = &mut *guard;
+            let round = scheduler.move_in(now_ms, MOVE_IN_BATCH, |id, entry| {
+                if let Entry::Release(held) = entry {
+                    held.message.warm_up();
+                    if let Some(index) = exchanges.get_mut(held.exchange_key()) {
+                        index.beyond.remove(&(id.due_ms, id.seq));
+                    }
                 }
-                let held = entry.remove();
-                held.message.warm_up();
-                if let Some(index) = inner.exchanges.get_mut(held.exchange_key()) {
-                    index.beyond.remove(&(due_ms, seq));
-                }
-                let key = inner.wheel.insert(due_ms, (seq, held));
-                inner.in_wheel.insert(seq, key);
-                // Everything due before this message is in; later ones with its due time may
-                // not be, so a new message due then must still queue behind them.
-                inner.horizon_ms = inner.horizon_ms.max(due_ms.saturating_sub(1));
+            });
+            if round == MoveIn::Done {
+                return true;
             }
             // Moved-in messages already due (moving in fell behind) are released first.
-            let release_due = inner.wheel.next_due().is_some_and(|due| due <= now_ms);
+            let release_due = scheduler.wheel_due(now_ms);
             drop(guard);
             if release_due || budget.is_some_and(|b| started.elapsed() >= b) {
                 return false;
@@ -315,19 +292,8 @@ impl DelayedMessages {
 }
 
 impl Inner {
-    fn next_wake(&self) -> Option<u64> {
-        let moving_in = self
-            .beyond
-            .first_key_value()
-            .map(|(&(due, _), _)| due.saturating_sub(HORIZON_MS));
-        match (self.wheel.next_due(), moving_in) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// Takes a message leaving the holder out of its exchange's counts (and, for one still
-    /// beyond the horizon, out of its exchange's due order).
+    /// Takes a message leaving the holder out of its exchange's counts (and, for one still in
+    /// the far tier, out of its exchange's due order).
     fn forget(&mut self, held: &Held, beyond: Option<(u64, u64)>) {
         let key = held.exchange_key();
         if let Some(index) = self.exchanges.get_mut(key) {
