@@ -382,3 +382,52 @@ async fn bad_ttl_length_and_dead_letter_arguments_are_406_with_rabbitmqs_texts()
         );
     }
 }
+
+/// Under confirms: drop-head acks the new message (the old one goes), reject-publish-dlx nacks
+/// it and dead-letters it.
+#[tokio::test]
+async fn overflow_modes_under_confirms() {
+    let t = start_manual().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "overflowed").await;
+    for (queue, overflow) in [("dh", "drop-head"), ("rpd", "reject-publish-dlx")] {
+        queue_with(
+            &ch,
+            queue,
+            &[
+                ("x-max-length", AMQPValue::LongInt(1)),
+                ("x-overflow", AMQPValue::LongString(overflow.into())),
+                ("x-dead-letter-exchange", AMQPValue::LongString("".into())),
+                (
+                    "x-dead-letter-routing-key",
+                    AMQPValue::LongString("overflowed".into()),
+                ),
+            ],
+        )
+        .await;
+    }
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let mut acks = Vec::new();
+    for (queue, body) in [("dh", "a"), ("dh", "b"), ("rpd", "c"), ("rpd", "d")] {
+        let confirm = ch
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        acks.push(confirm.is_ack());
+    }
+    assert_eq!(acks, [true, true, true, false]);
+    assert_eq!(get_body(&ch, "overflowed").await.as_deref(), Some("a"));
+    assert_eq!(get_body(&ch, "overflowed").await.as_deref(), Some("d"));
+    assert_eq!(get_body(&ch, "dh").await.as_deref(), Some("b"));
+    assert_eq!(get_body(&ch, "rpd").await.as_deref(), Some("c"));
+}

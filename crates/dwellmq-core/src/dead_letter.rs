@@ -188,3 +188,138 @@ fn write_death_headers(headers: &mut FieldTable, deaths: &[Death], first_death: 
         headers.insert(format!("x-last-death-{field}"), value);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dwellmq_codec::BasicProperties;
+
+    fn target(routing_key: Option<&str>) -> DeadLetterTarget {
+        DeadLetterTarget {
+            exchange: "dlx".into(),
+            routing_key: routing_key.map(ShortStr::from),
+        }
+    }
+
+    fn published(headers: Option<FieldTable>, expiration: Option<&str>) -> Arc<Message> {
+        Message::new(
+            "orders".into(),
+            "created".into(),
+            BasicProperties {
+                headers,
+                expiration: expiration.map(ShortStr::from),
+                ..Default::default()
+            },
+            Bytes::from_static(b"body").into(),
+            None,
+        )
+    }
+
+    fn summary(deaths: &[Death]) -> Vec<(String, &'static str, u64)> {
+        deaths
+            .iter()
+            .map(|d| (d.queue.to_string(), d.reason.name(), d.count))
+            .collect()
+    }
+
+    #[test]
+    fn a_repeated_death_counts_up_and_moves_to_the_front() {
+        let q1: ShortStr = "q1".into();
+        let q2: ShortStr = "q2".into();
+        let m = published(None, None);
+        let d1 = dead_letter(&m, &q1, DeathReason::Rejected, &target(None), 1_000, None);
+        let d2 = dead_letter(
+            &d1.message,
+            &q2,
+            DeathReason::Expired,
+            &target(None),
+            2_000,
+            None,
+        );
+        let d3 = dead_letter(
+            &d2.message,
+            &q1,
+            DeathReason::Rejected,
+            &target(None),
+            9_000,
+            None,
+        );
+        assert_eq!(
+            summary(&d3.message.deaths),
+            [("q1".into(), "rejected", 2), ("q2".into(), "expired", 1)]
+        );
+        // `time` is the first death for the pair; the exchange is where it was published then.
+        assert_eq!(d3.message.deaths[0].time_s, 1);
+        assert_eq!(d3.message.deaths[0].exchange.as_str(), "orders");
+        assert_eq!(d3.message.deaths[1].exchange.as_str(), "dlx");
+        let headers = d3.message.properties.headers.as_ref().unwrap();
+        assert_eq!(
+            headers.get("x-first-death-queue").and_then(|v| v.as_str()),
+            Some("q1")
+        );
+        assert_eq!(
+            headers.get("x-last-death-reason").and_then(|v| v.as_str()),
+            Some("rejected")
+        );
+    }
+
+    #[test]
+    fn expiration_moves_into_the_death_and_bcc_never_stays() {
+        let mut headers = FieldTable::new();
+        headers.insert(
+            "CC",
+            FieldValue::Array(vec![FieldValue::LongStr(Bytes::from_static(b"cc-key"))]),
+        );
+        headers.insert(
+            "BCC",
+            FieldValue::Array(vec![FieldValue::LongStr(Bytes::from_static(b"bcc-key"))]),
+        );
+        let m = published(Some(headers), Some("5000"));
+        let q: ShortStr = "q".into();
+        let dead = dead_letter(&m, &q, DeathReason::Expired, &target(None), 0, None);
+        assert_eq!(dead.message.properties.expiration, None);
+        assert_eq!(
+            dead.message.deaths[0].original_expiration.as_deref(),
+            Some("5000")
+        );
+        assert_eq!(
+            dead.message.deaths[0].routing_keys,
+            [ShortStr::from("created"), ShortStr::from("cc-key")]
+        );
+        assert_eq!(dead.routing_keys.len(), 3, "CC and BCC keys route");
+        let headers = dead.message.properties.headers.as_ref().unwrap();
+        assert!(headers.contains_key("CC"));
+        assert!(!headers.contains_key("BCC"));
+
+        let with_key = dead_letter(&m, &q, DeathReason::Expired, &target(Some("dl")), 0, None);
+        assert_eq!(with_key.routing_keys, [ShortStr::from("dl")]);
+        assert_eq!(with_key.message.routing_key.as_str(), "dl");
+        let headers = with_key.message.properties.headers.as_ref().unwrap();
+        assert!(!headers.contains_key("CC"));
+    }
+
+    #[test]
+    fn a_cycle_is_one_without_a_rejection_since_the_queue_was_last_seen() {
+        let death = |queue: &str, reason| Death {
+            queue: queue.into(),
+            reason,
+            count: 1,
+            time_s: 0,
+            exchange: "".into(),
+            routing_keys: Vec::new(),
+            original_expiration: None,
+        };
+        let expired_loop = [
+            death("wait", DeathReason::Expired),
+            death("work", DeathReason::Expired),
+        ];
+        assert!(is_cycle(&expired_loop, "work"));
+        assert!(is_cycle(&expired_loop, "wait"));
+        assert!(!is_cycle(&expired_loop, "elsewhere"));
+        let retry_loop = [
+            death("wait", DeathReason::Expired),
+            death("work", DeathReason::Rejected),
+        ];
+        assert!(!is_cycle(&retry_loop, "work"));
+    }
+}
