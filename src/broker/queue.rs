@@ -11,7 +11,7 @@ use dwellmq_codec::{FieldTable, ShortStr};
 use dwellmq_core::arguments::QueueArguments;
 use dwellmq_core::queue::{
     Cancelled, ConsumeRefused, ConsumerSlot, DeathReason, Effect, Effects, PublishOutcome,
-    QueueSettings, QueueState,
+    QueueSettings, QueueState, ReturnCause,
 };
 use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry};
 use parking_lot::Mutex;
@@ -216,9 +216,14 @@ impl Queue {
         self.run(|state, now, fx| state.reject(entries, now, fx));
     }
 
-    /// Puts delivered messages back, marked redelivered, at their original positions.
-    pub(crate) fn requeue(self: &Arc<Self>, entries: impl IntoIterator<Item = QueueEntry>) {
-        self.run(|state, now, fx| state.requeue(entries, now, fx));
+    /// Puts delivered messages back, marked redelivered, at their original positions (or, in
+    /// a quorum queue, past its delivery limit or into a delayed retry).
+    pub(crate) fn requeue(
+        self: &Arc<Self>,
+        entries: impl IntoIterator<Item = QueueEntry>,
+        cause: ReturnCause,
+    ) {
+        self.run(|state, now, fx| state.requeue(entries, cause, now, fx));
     }
 
     /// Adds a consumer; `ACCESS_REFUSED` if exclusivity forbids it. `on_added` runs once the

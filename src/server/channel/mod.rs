@@ -17,6 +17,7 @@ use dwellmq_core::{BrokerError, BrokerResult};
 
 pub(crate) use crate::broker::consumer::notify_cancelled;
 use content::PendingPublish;
+use dwellmq_core::queue::ReturnCause;
 use publish::PublishMode;
 use settle::{Return, Settlement};
 
@@ -131,11 +132,13 @@ impl Channel {
                 tag: m.delivery_tag,
                 multiple: false,
                 requeue: m.requeue,
+                failed: true,
             }),
             Method::BasicNack(m) => self.settle_or_buffer(Settlement::Reject {
                 tag: m.delivery_tag,
                 multiple: m.multiple,
                 requeue: m.requeue,
+                failed: false,
             }),
             Method::BasicRecover(m) => self.recover(cx, m.requeue, true),
             // The deprecated asynchronous form has no reply.
@@ -156,7 +159,7 @@ impl Channel {
         self.pending = None;
         let mut unacked = std::mem::take(&mut self.settle_scratch);
         self.delivery.close(&mut unacked);
-        self.return_to_queues(&mut unacked, Return::Requeue);
+        self.return_to_queues(&mut unacked, Return::Requeue(ReturnCause::ConsumerGone));
         self.settle_scratch = unacked;
         let tags: Vec<ShortStr> = self.consumers.keys().cloned().collect();
         for tag in tags {

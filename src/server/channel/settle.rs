@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use dwellmq_codec::Method;
+use dwellmq_core::queue::ReturnCause;
 use dwellmq_core::{BrokerError, BrokerResult};
 
 use super::publish::PublishMode;
@@ -16,7 +17,7 @@ pub(super) enum Return {
     /// Acked: done.
     Ack,
     /// Back to the queue, marked redelivered.
-    Requeue,
+    Requeue(ReturnCause),
     /// Rejected without requeue: dead-lettered (or dropped).
     Reject,
 }
@@ -31,6 +32,8 @@ pub(super) enum Settlement {
         tag: u64,
         multiple: bool,
         requeue: bool,
+        /// `basic.reject` (a failed attempt for quorum queues), not `basic.nack`.
+        failed: bool,
     },
 }
 
@@ -50,13 +53,14 @@ impl Channel {
                 tag,
                 multiple,
                 requeue,
+                failed,
             } => (
                 tag,
                 multiple,
-                if requeue {
-                    Return::Requeue
-                } else {
-                    Return::Reject
+                match (requeue, failed) {
+                    (true, true) => Return::Requeue(ReturnCause::Rejected),
+                    (true, false) => Return::Requeue(ReturnCause::Nacked),
+                    (false, _) => Return::Reject,
                 },
             ),
         };
@@ -90,7 +94,9 @@ impl Channel {
             let entries = &rest[..run];
             match how {
                 Return::Ack => queue.ack(entries.iter().map(|u| &u.entry)),
-                Return::Requeue => queue.requeue(entries.iter().map(|u| u.entry.clone())),
+                Return::Requeue(cause) => {
+                    queue.requeue(entries.iter().map(|u| u.entry.clone()), cause)
+                }
                 Return::Reject => queue.reject(entries.iter().map(|u| u.entry.clone())),
             }
             rest = &rest[run..];
@@ -120,7 +126,7 @@ impl Channel {
     pub(super) fn requeue_all_unacked(&mut self) {
         let mut all = std::mem::take(&mut self.settle_scratch);
         self.delivery.take_all(&mut all);
-        self.return_to_queues(&mut all, Return::Requeue);
+        self.return_to_queues(&mut all, Return::Requeue(ReturnCause::Nacked));
         self.settle_scratch = all;
     }
 }

@@ -20,7 +20,7 @@ pub use credit::{ChannelCredit, Congestion, ConsumerCredit};
 pub use effects::{DeathReason, Effect, Effects};
 pub use settings::{DeadLetterTarget, ExpiryMode, QueueSettings};
 
-use crate::arguments::{parse_expiration, Overflow};
+use crate::arguments::{parse_expiration, Overflow, RetryKind};
 use crate::message::Message;
 use crate::queue_messages::{QueueEntry, QueueMessages};
 
@@ -38,6 +38,28 @@ pub struct ConsumerSlot<C> {
     /// Its prefetch and its channel's.
     pub credit: Arc<ConsumerCredit>,
 }
+
+/// Why a delivered message comes back to its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReturnCause {
+    /// `basic.reject` with requeue: a failed attempt.
+    Rejected,
+    /// `basic.nack` with requeue, or `basic.recover`: handed back, not failed.
+    Nacked,
+    /// The consumer's channel or connection closed with the message unacked: a failed attempt.
+    ConsumerGone,
+}
+
+impl ReturnCause {
+    /// Whether the return counts as a failed delivery (quorum queues' `delivery-count`).
+    pub fn is_failure(self) -> bool {
+        matches!(self, ReturnCause::Rejected | ReturnCause::ConsumerGone)
+    }
+}
+
+/// The header that sets the exact time (ms since the epoch) a returned message of a quorum
+/// queue is ready again: dwellmq's 0-9-1 form of RabbitMQ's AMQP 1.0 annotation.
+pub const DELIVERY_TIME_HEADER: &str = "x-opt-delivery-time";
 
 /// What became of a published message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +96,10 @@ pub struct QueueState<C> {
     messages: QueueMessages,
     /// Ready messages with a deadline: (expires_at, seq) → priority level.
     expiring: BTreeMap<(u64, u64), usize>,
+    /// Returned messages waiting for a delayed retry, by (ready_at, seq): invisible to
+    /// consumers and `basic.get`, counted toward the length limits.
+    retrying: BTreeMap<(u64, u64), QueueEntry>,
+    retrying_bytes: u64,
     /// The earliest tick already asked for.
     armed_at: Option<u64>,
     consumers: Vec<ConsumerSlot<C>>,
@@ -97,6 +123,8 @@ impl<C: Clone> QueueState<C> {
             settings,
             auto_delete,
             expiring: BTreeMap::new(),
+            retrying: BTreeMap::new(),
+            retrying_bytes: 0,
             armed_at: None,
             consumers: Vec::new(),
             next_consumer: 0,
@@ -121,6 +149,21 @@ impl<C: Clone> QueueState<C> {
     /// Body bytes of ready messages.
     pub fn ready_bytes(&self) -> u64 {
         self.messages.bytes()
+    }
+
+    /// Messages waiting for a delayed retry.
+    pub fn retrying(&self) -> usize {
+        self.retrying.len()
+    }
+
+    /// When the next message waiting for a retry is ready again.
+    pub fn next_retry_at(&self) -> Option<u64> {
+        self.retrying.first_key_value().map(|(&(at, _), _)| at)
+    }
+
+    /// The messages waiting for a retry, with the time each is ready again, in that order.
+    pub fn retrying_entries(&self) -> impl Iterator<Item = (u64, &QueueEntry)> {
+        self.retrying.iter().map(|(&(at, _), e)| (at, e))
     }
 
     /// Delivered and not yet settled.
@@ -302,10 +345,13 @@ impl<C: Clone> QueueState<C> {
     }
 
     /// Delivered messages come back (nack/reject with requeue, recover, a consumer's channel
-    /// closed): marked redelivered, at their original positions, keeping their expiry.
+    /// closed): marked redelivered, at their original positions, keeping their expiry. A quorum
+    /// queue counts the attempt, dead-letters a message past its delivery limit, and holds one
+    /// for a delayed retry when its settings (or the message's `x-opt-delivery-time`) say so.
     pub fn requeue(
         &mut self,
         entries: impl IntoIterator<Item = QueueEntry>,
+        cause: ReturnCause,
         now_ms: u64,
         fx: &mut Effects<C>,
     ) {
@@ -316,10 +362,35 @@ impl<C: Clone> QueueState<C> {
             }
             entry.redelivered = true;
             entry.acquired_count += 1;
+            if self.settings.counts_deliveries() {
+                if cause.is_failure() {
+                    entry.delivery_count += 1;
+                    // Checked before any retry delay.
+                    let limit = self.settings.delivery_limit;
+                    if limit.is_some_and(|limit| u64::from(entry.delivery_count) > limit) {
+                        self.forget(&entry, fx);
+                        self.dead_letter(entry.message, DeathReason::DeliveryLimit, fx);
+                        continue;
+                    }
+                }
+                if let Some(ready_at) = self.retry_at(&entry, cause, now_ms) {
+                    self.retrying_bytes += entry.message.body_len() as u64;
+                    self.retrying.insert((ready_at, entry.seq), entry);
+                    continue;
+                }
+            }
             self.put_back(entry);
         }
         self.deliver_ready(now_ms, None, fx);
         self.arm(now_ms, fx);
+    }
+
+    /// Every message waiting for a retry is ready at once (an operator's request).
+    pub fn release_retries(&mut self, now_ms: u64, fx: &mut Effects<C>) -> usize {
+        let released = self.take_retries(u64::MAX);
+        self.deliver_ready(now_ms, None, fx);
+        self.arm(now_ms, fx);
+        released
     }
 
     /// A deliver effect could not be carried out (the channel closed meanwhile): the message
@@ -334,17 +405,21 @@ impl<C: Clone> QueueState<C> {
         }
     }
 
-    /// Drops every ready message; returns how many.
+    /// Drops every ready message and every message waiting for a retry; returns how many.
     pub fn purge(&mut self, fx: &mut Effects<C>) -> usize {
         if self.settings.durable {
-            for entry in self.messages.iter() {
+            let waiting = self.messages.iter().chain(self.retrying.values());
+            for entry in waiting {
                 if entry.message.is_persistent() {
                     fx.push(Effect::Forget { seq: entry.seq });
                 }
             }
         }
         self.expiring.clear();
-        self.messages.purge()
+        let retrying = self.retrying.len();
+        self.retrying.clear();
+        self.retrying_bytes = 0;
+        self.messages.purge() + retrying
     }
 
     /// The queue is redeclared: it counts as used (`x-expires`).
@@ -371,6 +446,9 @@ impl<C: Clone> QueueState<C> {
             return;
         }
         self.expire_due(now_ms, fx);
+        if self.take_retries(now_ms) > 0 {
+            self.deliver_ready(now_ms, None, fx);
+        }
         if let Some(deadline) = self.queue_expiry_deadline() {
             if deadline <= now_ms && !self.expire_requested {
                 self.expire_requested = true;
@@ -393,6 +471,52 @@ impl<C: Clone> QueueState<C> {
         }
     }
 
+    /// When a returned message is ready again, if it must wait: the message's own
+    /// `x-opt-delivery-time`, else the linear back-off min(min × max(1, delivery-count), max)
+    /// for the returns the queue's retry type covers.
+    fn retry_at(&self, entry: &QueueEntry, cause: ReturnCause, now_ms: u64) -> Option<u64> {
+        let exact = entry
+            .message
+            .properties
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(DELIVERY_TIME_HEADER))
+            .and_then(|v| v.as_integer())
+            .and_then(|at| u64::try_from(at).ok());
+        if let Some(at) = exact {
+            return (at > now_ms).then_some(at);
+        }
+        let retry = &self.settings.delayed_retry;
+        let delayed = match retry.kind {
+            RetryKind::Disabled => false,
+            RetryKind::All => true,
+            RetryKind::Failed => cause.is_failure(),
+            RetryKind::Returned => !cause.is_failure(),
+        };
+        if !delayed {
+            return None;
+        }
+        let attempts = u64::from(entry.delivery_count.max(1));
+        let delay = retry.min_ms.saturating_mul(attempts).min(retry.max_ms);
+        Some(now_ms.saturating_add(delay))
+    }
+
+    /// Moves the messages whose retry is due by `up_to_ms` back to their places; returns how
+    /// many.
+    fn take_retries(&mut self, up_to_ms: u64) -> usize {
+        let mut released = 0;
+        while let Some(entry) = self.retrying.first_entry() {
+            if entry.key().0 > up_to_ms {
+                break;
+            }
+            let entry = entry.remove();
+            self.retrying_bytes -= entry.message.body_len() as u64;
+            self.put_back(entry);
+            released += 1;
+        }
+        released
+    }
+
     fn is_persisted(&self, message: &Message) -> bool {
         self.settings.durable && message.is_persistent()
     }
@@ -403,20 +527,27 @@ impl<C: Clone> QueueState<C> {
         }
     }
 
+    /// Messages and bytes the length limits count: ready ones and those waiting for a retry.
+    fn length(&self) -> (u64, u64) {
+        (
+            (self.messages.len() + self.retrying.len()) as u64,
+            self.messages.bytes() + self.retrying_bytes,
+        )
+    }
+
     fn would_overflow(&self, message: &Message) -> bool {
         let s = &self.settings;
-        s.max_length
-            .is_some_and(|max| self.messages.len() as u64 + 1 > max)
+        let (len, bytes) = self.length();
+        s.max_length.is_some_and(|max| len + 1 > max)
             || s.max_length_bytes
-                .is_some_and(|max| self.messages.bytes() + message.body_len() as u64 > max)
+                .is_some_and(|max| bytes + message.body_len() as u64 > max)
     }
 
     fn over_length(&self) -> bool {
         let s = &self.settings;
-        s.max_length
-            .is_some_and(|max| self.messages.len() as u64 > max)
-            || s.max_length_bytes
-                .is_some_and(|max| self.messages.bytes() > max)
+        let (len, bytes) = self.length();
+        s.max_length.is_some_and(|max| len > max)
+            || s.max_length_bytes.is_some_and(|max| bytes > max)
     }
 
     /// `drop-head`: the oldest ready messages go until the queue is within its limits.
@@ -568,12 +699,12 @@ impl<C: Clone> QueueState<C> {
         } else {
             self.queue_expiry_deadline()
         };
-        let next = match (message_deadline, queue_deadline) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => match a.or(b) {
-                Some(at) => at,
-                None => return,
-            },
+        let Some(next) = [message_deadline, queue_deadline, self.next_retry_at()]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
+            return;
         };
         // A deadline already passed is served by the next tick as soon as possible.
         let next = next.max(now_ms);

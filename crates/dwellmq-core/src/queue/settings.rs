@@ -2,7 +2,7 @@
 
 use dwellmq_codec::ShortStr;
 
-use crate::arguments::{Overflow, QueueArguments};
+use crate::arguments::{DelayedRetry, Overflow, QueueArguments, QueueType};
 
 /// When expired messages leave a queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -45,6 +45,19 @@ pub struct QueueSettings {
     pub max_priority: u8,
     /// Whether the queue survives a restart (persistent messages then need the store).
     pub durable: bool,
+    /// `x-queue-type`: quorum queues count deliveries, limit them and retry with a delay.
+    pub queue_type: QueueType,
+    /// Failed deliveries after which a message is dead-lettered (`delivery_limit`); quorum only.
+    pub delivery_limit: Option<u64>,
+    /// Linear delayed retries; quorum only.
+    pub delayed_retry: DelayedRetry,
+}
+
+impl QueueSettings {
+    /// Whether deliveries are counted (quorum queues).
+    pub fn counts_deliveries(&self) -> bool {
+        self.queue_type == QueueType::Quorum
+    }
 }
 
 impl QueueSettings {
@@ -66,6 +79,9 @@ impl QueueSettings {
             expiry_mode,
             max_priority: args.max_priority.unwrap_or(0),
             durable,
+            queue_type: args.queue_type,
+            delivery_limit: args.effective_delivery_limit(None),
+            delayed_retry: args.delayed_retry,
         }
     }
 }
