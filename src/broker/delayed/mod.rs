@@ -18,21 +18,20 @@
 mod control;
 mod held;
 mod info;
+mod release;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dwellmq_codec::ShortStr;
-use dwellmq_core::routing::Destination;
 use dwellmq_core::Message;
 use dwellmq_timer::{Fired, TimerKey, TimerWheel};
 use parking_lot::Mutex;
 
 use super::exchange::Exchange;
 use super::memory::MemoryMonitor;
-use super::queue::Queue;
-use super::vhost::VHost;
+use super::vhost::{Routing, VHost};
 use held::{ExchangeKey, Held, Kept, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 
@@ -85,8 +84,8 @@ struct Released {
 #[derive(Default)]
 struct ReleaseScratch {
     released: Vec<Released>,
-    routes: Vec<Destination>,
-    targets: Vec<Arc<Queue>>,
+    routing: Routing,
+    extra_keys: Vec<ShortStr>,
 }
 
 /// Every message held by every delayed exchange of one broker.
@@ -182,8 +181,8 @@ impl DelayedMessages {
         let mut scratch = self.scratch.lock();
         let ReleaseScratch {
             released,
-            routes,
-            targets,
+            routing,
+            extra_keys,
         } = &mut *scratch;
         {
             let mut guard = self.inner.lock();
@@ -231,13 +230,14 @@ impl DelayedMessages {
             let Some(message) = self.message_to_release(held.message) else {
                 continue;
             };
-            targets.clear();
+            let message = release::release_form(message, &self.memory, extra_keys);
             let headers = message.properties.headers.as_ref();
-            vhost.route(exchange, &message.routing_key, headers, routes, targets);
-            if targets.is_empty() {
+            let key = &message.routing_key;
+            vhost.route(exchange, key, extra_keys, headers, false, routing);
+            if routing.queues.is_empty() {
                 unroutable += 1;
             }
-            for queue in targets.drain(..) {
+            for queue in routing.queues.drain(..) {
                 queue.publish(Arc::clone(&message));
             }
         }
@@ -348,10 +348,11 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::exchange::ExchangeKind;
+    use crate::broker::exchange::DeclaredType;
+    use crate::broker::queue::Queue;
     use crate::broker::vhost::{ExchangeSpec, QueueSpec};
-    use dwellmq_codec::{BasicProperties, FieldTable};
-    use dwellmq_core::routing::{Binding, RoutingKind};
+    use dwellmq_codec::{BasicProperties, FieldTable, FieldValue};
+    use dwellmq_core::routing::{Binding, Destination};
 
     /// A vhost with a delayed fanout exchange `d` bound to queue `q`.
     fn setup() -> (Arc<VHost>, Arc<Exchange>, Arc<Queue>) {
@@ -359,12 +360,14 @@ mod tests {
         let exchange = vhost
             .declare_exchange(ExchangeSpec {
                 name: "d".into(),
-                kind: ExchangeKind::Delayed(RoutingKind::Fanout),
+                kind: DeclaredType::Delayed,
                 passive: false,
                 durable: false,
                 auto_delete: false,
                 internal: false,
-                arguments: FieldTable::new(),
+                arguments: [("x-delayed-type", FieldValue::from("fanout"))]
+                    .into_iter()
+                    .collect(),
             })
             .unwrap();
         let queue = vhost

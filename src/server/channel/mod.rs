@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dwellmq_codec::{Method, ShortStr};
-use dwellmq_core::routing::Destination;
 use dwellmq_core::{BrokerError, BrokerResult};
 
 pub(crate) use consume::notify_cancelled;
@@ -22,7 +21,7 @@ use settle::Settlement;
 
 use crate::broker::delivery::{Consumer, DeliveryChannel, Unacked};
 use crate::broker::queue::{ConnectionId, Queue};
-use crate::broker::vhost::VHost;
+use crate::broker::vhost::{Routing, VHost};
 use crate::broker::BrokerState;
 use crate::server::outbound::Outbound;
 
@@ -61,8 +60,7 @@ pub(crate) struct Channel {
     last_queue: Option<ShortStr>,
     /// The direct reply-to consumer: (consumer tag, reply address).
     reply_consumer: Option<(ShortStr, ShortStr)>,
-    route_scratch: Vec<Destination>,
-    queue_scratch: Vec<Arc<Queue>>,
+    routing: Routing,
     settle_scratch: Vec<Unacked>,
 }
 
@@ -80,8 +78,7 @@ impl Channel {
             consumer_prefetch: 0,
             last_queue: None,
             reply_consumer: None,
-            route_scratch: Vec::new(),
-            queue_scratch: Vec::new(),
+            routing: Routing::default(),
             settle_scratch: Vec::new(),
         }
     }
