@@ -5,9 +5,54 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use dwellmq::{BrokerConfig, UserConfig};
+use dwellmq::{BrokerConfig, Limits, UserConfig};
 
-pub(crate) const USAGE: &str = "\
+/// The `--help` text, with the built-in defaults of [`Limits`].
+pub(crate) fn usage() -> String {
+    let l = Limits::default();
+    let limits: [(&str, String, &str); 7] = [
+        (
+            "frame_max",
+            l.frame_max.to_string(),
+            "largest frame, octets",
+        ),
+        (
+            "channel_max",
+            l.channel_max.to_string(),
+            "open channels per connection",
+        ),
+        (
+            "heartbeat",
+            l.heartbeat_secs.to_string(),
+            "seconds (0 = none)",
+        ),
+        ("max_connections", l.max_connections.to_string(), ""),
+        (
+            "max_message_size",
+            l.max_message_size.to_string(),
+            "body octets",
+        ),
+        (
+            "memory_high_watermark",
+            l.memory_high_watermark.to_string(),
+            "octets held before publishers are blocked",
+        ),
+        (
+            "handshake_timeout_ms",
+            l.handshake_timeout.as_millis().to_string(),
+            "",
+        ),
+    ];
+    let limits: Vec<String> = limits
+        .iter()
+        .map(|(key, value, note)| {
+            format!("              {:<36}{note}", format!("{key} = {value}"))
+                .trim_end()
+                .to_string()
+        })
+        .collect();
+    format!(
+        "\
 dwellmq: an AMQP 0-9-1 broker that does delayed messaging properly
 
 USAGE: dwellmq [OPTIONS]
@@ -17,15 +62,41 @@ OPTIONS:
                      port 0 picks a free port)              env: DWELLMQ_LISTEN (comma-separated)
   --data-dir DIR     where durable state lives (default ./dwellmq-data)  env: DWELLMQ_DATA_DIR
   --in-memory        keep everything in memory, write nothing to disk     env: DWELLMQ_IN_MEMORY=1
-  --config FILE      TOML configuration file (listen, data_dir, in_memory, log_level, vhosts,
-                     [[users]], [limits])                                env: DWELLMQ_CONFIG
-  --log-level LEVEL  error|warn|info|debug|trace or a tracing filter      env: DWELLMQ_LOG
+  --config FILE      TOML configuration file, see CONFIG FILE below      env: DWELLMQ_CONFIG
+  --log-level LEVEL  error|warn|info|debug|trace or a tracing filter (default: info)
+                                                                          env: DWELLMQ_LOG
   --timer-rt-priority N  run the delayed-message timer thread under SCHED_FIFO at priority
                      N (1-99, Linux, needs CAP_SYS_NICE): releases stay on time on a busy host
   -h, --help         print this help
   -V, --version      print the version
 
-The first line on stdout is the AMQP URL the broker listens on.";
+CONFIG FILE (TOML; the environment and flags override it):
+  listen = [\"127.0.0.1:5672\"]   data_dir = \"DIR\"   in_memory = true   log_level = \"info\"
+  vhosts = [\"/\", \"staging\"]      timer_realtime_priority = N
+  [[users]]   name, password, vhosts (default [\"*\"]), loopback_only (default false).
+              Any [[users]] entry replaces the default guest/guest (loopback only): list
+              guest too to keep it.
+  [limits]
+{limits}
+
+The first line on stdout is the AMQP URL the broker listens on. Logs go to stderr, in colour
+only on a terminal (and not with NO_COLOR set). SIGTERM or Ctrl-C shuts down gracefully:
+clients get connection.close 320 (CONNECTION_FORCED) and the broker exits once they have
+answered (3 s at most).",
+        limits = limits.join("\n"),
+    )
+}
+
+/// The keys of the config file's `[limits]` table.
+const LIMIT_KEYS: &[&str] = &[
+    "frame_max",
+    "channel_max",
+    "heartbeat",
+    "max_connections",
+    "max_message_size",
+    "memory_high_watermark",
+    "handshake_timeout_ms",
+];
 
 /// What the binary was asked to do.
 pub(crate) enum Command {
@@ -186,7 +257,12 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                         "handshake_timeout_ms" => {
                             l.handshake_timeout = std::time::Duration::from_millis(n)
                         }
-                        other => return Err(format!("unknown setting limits.{other}")),
+                        other => {
+                            return Err(format!(
+                                "unknown setting limits.{other} (known: {})",
+                                LIMIT_KEYS.join(", ")
+                            ))
+                        }
                     }
                 }
             }
@@ -299,6 +375,25 @@ mod tests {
         apply_file(&mut config, &mut level, "timer_realtime_priority = 20").unwrap();
         assert_eq!(config.timer_realtime_priority, Some(20));
         assert!(apply_file(&mut config, &mut level, "timer_realtime_priority = 100").is_err());
+    }
+
+    #[test]
+    fn help_lists_every_limit_the_file_accepts() {
+        let help = usage();
+        for key in LIMIT_KEYS {
+            assert!(
+                help.contains(&format!("{key} = ")),
+                "{key} missing from --help"
+            );
+            let mut config = BrokerConfig::default();
+            let mut level = String::new();
+            apply_file(&mut config, &mut level, &format!("[limits]\n{key} = 10"))
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+        }
+        assert!(help.contains("frame_max = 131072"), "{help}");
+        assert!(help.contains("(default: info)"), "{help}");
+        assert!(help.contains("SIGTERM"), "{help}");
+        assert!(help.contains("replaces the default guest"), "{help}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod cli;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use tracing_subscriber::EnvFilter;
@@ -20,7 +21,7 @@ fn main() -> ExitCode {
     };
     let settings = match command {
         cli::Command::Help => {
-            println!("{}", cli::USAGE);
+            println!("{}", cli::usage());
             return ExitCode::SUCCESS;
         }
         cli::Command::Version => {
@@ -30,8 +31,13 @@ fn main() -> ExitCode {
         cli::Command::Run(settings) => settings,
     };
     let filter = EnvFilter::try_new(&settings.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colour codes only for a person at a terminal: piped into a file or a log collector they
+    // are noise. https://no-color.org asks for none when NO_COLOR is set and not empty.
+    let ansi = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

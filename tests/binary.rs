@@ -214,6 +214,36 @@ async fn sigterm_closes_clients_with_320_and_exits_0() {
     panic!("lapin still thinks it is connected");
 }
 
+#[tokio::test]
+async fn logs_written_to_a_pipe_or_file_carry_no_colour_codes() {
+    let log = TempFile::new("stderr.log", "");
+    let file = std::fs::File::create(log.path()).expect("log file");
+    let mut child = Command::new(BIN)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--in-memory",
+            "--log-level",
+            "info",
+        ])
+        .env_remove("NO_COLOR")
+        .env_remove("DWELLMQ_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(file))
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let url = lines.next().expect("a URL line").expect("readable");
+    let connection = connect_url(&format!("{url}/%2f")).await.unwrap();
+    connection.close(200, "bye".into()).await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let logged = std::fs::read_to_string(log.path()).expect("log readable");
+    assert!(logged.contains("connection open"), "{logged}");
+    assert!(!logged.contains('\x1b'), "colour codes in {logged:?}");
+}
+
 #[test]
 fn help_exits_0_with_usage_on_stdout() {
     for flag in ["--help", "-h"] {
@@ -226,6 +256,11 @@ fn help_exits_0_with_usage_on_stdout() {
             "--in-memory",
             "--config FILE",
             "--data-dir DIR",
+            "(default: info)",
+            "[limits]",
+            "max_message_size = 134217728",
+            "handshake_timeout_ms = 10000",
+            "SIGTERM or Ctrl-C shuts down gracefully",
         ] {
             assert!(stdout.contains(option), "{option} in {stdout}");
         }

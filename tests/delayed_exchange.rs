@@ -85,9 +85,10 @@ async fn shorter_delay_published_later_arrives_first() {
     let first = next_delivery(&mut consumer).await;
     assert_eq!(first.data, b"one");
     let headers = first.properties.headers().clone().unwrap();
+    // Signed 32-bit, as the 3.x plugin writes it (pika reads a 64-bit `l` as unsigned).
     assert_eq!(
         headers.inner().get(&ShortString::from("x-delay")),
-        Some(&AMQPValue::LongLongInt(-1000))
+        Some(&AMQPValue::LongInt(-1000))
     );
     assert_eq!(t.broker.advance(Duration::from_secs(2)), 1);
     assert_eq!(next_body(&mut consumer).await, "three");
@@ -153,8 +154,20 @@ async fn delays_beyond_u32_millis_are_honoured() {
     let listed = t.broker.delayed_messages("/", "delayed", 10);
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].due_ms, T0_MS + sixty_days as u64);
+    let mut consumer = consume_no_ack(&ch, "out").await;
     t.broker.set_now(T0_MS + sixty_days as u64);
-    assert_eq!(ready(&t), 1);
+    let delivery = next_delivery(&mut consumer).await;
+    // −delay does not fit 32 bits: only then is it written as a signed 64-bit `l`.
+    assert_eq!(
+        delivery
+            .properties
+            .headers()
+            .as_ref()
+            .unwrap()
+            .inner()
+            .get("x-delay"),
+        Some(&AMQPValue::LongLongInt(-sixty_days))
+    );
 }
 
 #[tokio::test]
@@ -282,31 +295,119 @@ async fn each_delayed_type_routes_like_its_base_type() {
     assert_eq!(depth("d-headers"), 1);
 }
 
+async fn declare_delayed_with(ch: &Channel, name: &str, inner: Option<&str>) -> lapin::Result<()> {
+    let mut args = FieldTable::default();
+    if let Some(inner) = inner {
+        args.insert("x-delayed-type".into(), AMQPValue::LongString(inner.into()));
+    }
+    ch.exchange_declare(
+        name.into(),
+        ExchangeKind::Custom("x-delayed-message".into()),
+        ExchangeDeclareOptions::default(),
+        args,
+    )
+    .await
+}
+
 #[tokio::test]
 async fn bad_declarations_get_the_plugins_errors() {
     let t = start_manual().await;
-    let cases = [
+    let channel_errors = [
         (None, "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must be an existing exchange type"),
         (Some("x-delayed-message"), "PRECONDITION_FAILED - Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'"),
-        (Some("nonsense"), "PRECONDITION_FAILED - unknown exchange type 'nonsense'"),
     ];
-    for (inner, expected) in cases {
+    for (inner, expected) in channel_errors {
         let ch = t.channel().await;
-        let mut args = FieldTable::default();
-        if let Some(inner) = inner {
-            args.insert("x-delayed-type".into(), AMQPValue::LongString(inner.into()));
-        }
-        let err = ch
-            .exchange_declare(
-                "bad".into(),
-                ExchangeKind::Custom("x-delayed-message".into()),
-                ExchangeDeclareOptions::default(),
-                args,
-            )
-            .await
-            .unwrap_err();
+        let err = declare_delayed_with(&ch, "bad", inner).await.unwrap_err();
         assert_eq!(amqp_error(&err), (406, expected.to_string()));
     }
+    // The plugin checks the name with RabbitMQ's own `check_type`: a connection error.
+    let connection_errors = [
+        (
+            "nonexistent",
+            "COMMAND_INVALID - unknown exchange type 'nonexistent'",
+        ),
+        ("x-foo", "COMMAND_INVALID - unknown exchange type 'x-foo'"),
+        ("", "COMMAND_INVALID - invalid exchange type ''"),
+    ];
+    for (inner, expected) in connection_errors {
+        let connection = connect(&t.broker).await;
+        let ch = connection.create_channel().await.unwrap();
+        let err = declare_delayed_with(&ch, "bad", Some(inner))
+            .await
+            .unwrap_err();
+        assert_eq!(amqp_error(&err), (503, expected.to_string()), "{inner:?}");
+        assert!(!connection.status().connected(), "{inner:?}");
+    }
+    assert!(!t.broker.exchange_names("/").contains(&"bad".to_string()));
+}
+
+#[tokio::test]
+async fn redeclaring_ignores_x_delayed_type() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    // Checked only at creation, never compared: another type, none, or even a bad one.
+    for inner in [
+        Some("fanout"),
+        None,
+        Some("nonexistent"),
+        Some("x-delayed-message"),
+    ] {
+        declare_delayed_with(&ch, "delayed", inner)
+            .await
+            .unwrap_or_else(|e| panic!("redeclare with {inner:?}: {e}"));
+    }
+    // Still routes as direct.
+    publish_delayed(&ch, "delayed", "other", "m", Some(AMQPValue::LongInt(10))).await;
+    publish_delayed(&ch, "delayed", "k", "m", Some(AMQPValue::LongInt(10))).await;
+    sync(&ch).await;
+    t.broker.advance(Duration::from_millis(10));
+    assert_eq!(ready(&t), 1);
+}
+
+#[tokio::test]
+async fn type_mismatch_texts_quote_the_delayed_type_as_erlang_does() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    let err = ch
+        .exchange_declare(
+            "delayed".into(),
+            ExchangeKind::Direct,
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        amqp_error(&err),
+        (
+            406,
+            "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'delayed' in vhost '/': \
+             received 'direct' but current is ''x-delayed-message''"
+                .into()
+        )
+    );
+    let ch = t.channel().await;
+    ch.exchange_declare(
+        "plain".into(),
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let err = declare_delayed_with(&ch, "plain", Some("direct"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        amqp_error(&err),
+        (
+            406,
+            "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'plain' in vhost '/': \
+             received ''x-delayed-message'' but current is 'direct'"
+                .into()
+        )
+    );
 }
 
 #[tokio::test]
@@ -331,7 +432,19 @@ async fn mandatory_is_checked_at_publish_not_at_release() {
         .unwrap()
         .await
         .unwrap();
-    assert!(unroutable.take_message().is_some(), "returned at once");
+    let returned = unroutable.take_message().expect("returned at once");
+    // Exactly as published: the −delay rewrite happens only at release.
+    assert_eq!(
+        returned
+            .properties
+            .headers()
+            .as_ref()
+            .unwrap()
+            .inner()
+            .get("x-delay"),
+        Some(&AMQPValue::LongInt(1000))
+    );
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 0, "and not held");
     let routable = ch
         .basic_publish(
             "delayed".into(),
@@ -399,6 +512,138 @@ async fn exchange_to_exchange_binding_from_a_delayed_exchange() {
     assert_eq!(t.broker.queue_info("/", "via").unwrap().messages, 0);
     t.broker.advance(Duration::from_millis(250));
     assert_eq!(t.broker.queue_info("/", "via").unwrap().messages, 1);
+}
+
+/// `front` (of `kind`) bound to the delayed direct exchange `delayed` (key `k`, which routes
+/// to `out`) and straight to the queue `now`.
+async fn front_exchange(ch: &Channel, kind: ExchangeKind) {
+    ch.exchange_declare(
+        "front".into(),
+        kind,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.exchange_bind(
+        "delayed".into(),
+        "front".into(),
+        "k".into(),
+        ExchangeBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    declare_queue(ch, "now").await;
+    ch.queue_bind(
+        "now".into(),
+        "front".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+}
+
+fn x_delay_of(delivery: &lapin::message::Delivery) -> Option<AMQPValue> {
+    delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get("x-delay").cloned())
+}
+
+#[tokio::test]
+async fn a_message_reaching_a_delayed_exchange_through_a_binding_is_held() {
+    for kind in [ExchangeKind::Direct, ExchangeKind::Fanout] {
+        let t = start_manual().await;
+        let ch = setup(&t, "direct").await;
+        front_exchange(&ch, kind.clone()).await;
+        let mut now = consume_no_ack(&ch, "now").await;
+        let mut out = consume_no_ack(&ch, "out").await;
+        publish_delayed(&ch, "front", "k", "m", Some(AMQPValue::LongInt(500))).await;
+        // The direct binding delivers at once, the header untouched...
+        let direct = next_delivery(&mut now).await;
+        assert_eq!(
+            x_delay_of(&direct),
+            Some(AMQPValue::LongInt(500)),
+            "{kind:?}"
+        );
+        // ...while the delayed exchange holds its copy for the message's x-delay.
+        assert_eq!(t.broker.delayed_count("/", "delayed"), 1, "{kind:?}");
+        assert_eq!(ready(&t), 0, "{kind:?}");
+        assert_eq!(t.broker.advance(Duration::from_millis(499)), 0, "{kind:?}");
+        assert_eq!(t.broker.advance(Duration::from_millis(1)), 1, "{kind:?}");
+        let released = next_delivery(&mut out).await;
+        assert_eq!(released.data, b"m");
+        assert_eq!(released.exchange.as_str(), "front", "published to front");
+        assert_eq!(
+            x_delay_of(&released),
+            Some(AMQPValue::LongInt(-500)),
+            "{kind:?}"
+        );
+        t.broker.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn through_a_binding_without_delay_or_without_route_now() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    front_exchange(&ch, ExchangeKind::Direct).await;
+    // No x-delay: straight through the delayed exchange, as the plugin routes it.
+    publish_delayed(&ch, "front", "k", "plain", None).await;
+    sync(&ch).await;
+    assert_eq!(ready(&t), 1);
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
+    // Mandatory, and nothing behind the delayed exchange routes "other" now: returned, not
+    // held (the direct binding of `now` does not match either).
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let confirm = ch
+        .basic_publish(
+            "front".into(),
+            "other".into(),
+            BasicPublishOptions {
+                mandatory: true,
+                ..Default::default()
+            },
+            b"x",
+            BasicProperties::default().with_headers(delay_headers(AMQPValue::LongInt(100))),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(confirm.take_message().is_some(), "returned at once");
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
+}
+
+#[tokio::test]
+async fn released_messages_are_not_held_again_by_a_second_delayed_exchange() {
+    let t = start_manual().await;
+    let ch = setup(&t, "direct").await;
+    delayed_exchange(&ch, "first", "fanout").await;
+    ch.exchange_bind(
+        "delayed".into(),
+        "first".into(),
+        "".into(),
+        ExchangeBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    publish_delayed(&ch, "first", "k", "m", Some(AMQPValue::LongInt(300))).await;
+    sync(&ch).await;
+    // Held once, by the exchange it was published to, not also by the one behind it.
+    assert_eq!(t.broker.delayed_count("/", "first"), 1);
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
+    t.broker.advance(Duration::from_millis(300));
+    // At release it carries x-delay = −300, which `delayed` routes at once.
+    assert_eq!(ready(&t), 1);
+    assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
 }
 
 #[tokio::test]
@@ -576,7 +821,7 @@ async fn a_held_message_keeps_its_properties_key_and_exchange() {
     let headers = p.headers().as_ref().expect("headers");
     assert_eq!(
         headers.inner().get("x-delay"),
-        Some(&AMQPValue::LongLongInt(-250))
+        Some(&AMQPValue::LongInt(-250))
     );
     assert_eq!(
         headers.inner().get("trace"),

@@ -234,4 +234,19 @@ async fn unknown_exchange_type_closes_the_connection_with_503() {
             "COMMAND_INVALID - unknown exchange type 'x-unknown'".into()
         )
     );
+    // The empty name is an atom Erlang knows, so RabbitMQ calls it invalid, not unknown.
+    let ch = connect(&t.broker).await.create_channel().await.unwrap();
+    let err = ch
+        .exchange_declare(
+            "weird".into(),
+            ExchangeKind::Custom("".into()),
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        amqp_error(&err),
+        (503, "COMMAND_INVALID - invalid exchange type ''".into())
+    );
 }

@@ -18,6 +18,7 @@ use dwellmq::codec::{encode_method, FieldValue, FramePayload, Method};
 use dwellmq::{Broker, BrokerConfig, BrokerHandle, Limits, UserConfig};
 use lapin::options::BasicPublishOptions;
 use lapin::BasicProperties;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const FRAME_METHOD: u8 = 1;
 
@@ -224,7 +225,12 @@ async fn wrong_credentials_are_refused_with_rabbitmqs_403() {
             "ACCESS_REFUSED - unsupported authentication mechanism 'EXTERNAL'"
         )
     );
-    assert_eq!(broker.connection_count(), 0);
+    // The broker reads until the client closes its side too, as RabbitMQ does.
+    drop(client);
+    eventually("the refused connections are gone", || {
+        broker.connection_count() == 0
+    })
+    .await;
     broker.shutdown().await;
 }
 
@@ -709,7 +715,7 @@ async fn a_channel_method_on_channel_0_is_rabbitmqs_504() {
 }
 
 #[tokio::test]
-async fn a_channel_id_above_channel_max_is_530() {
+async fn channel_max_limits_how_many_channels_are_open_not_their_ids() {
     let broker = broker_with(Limits {
         channel_max: 3,
         ..Limits::default()
@@ -717,18 +723,32 @@ async fn a_channel_id_above_channel_max_is_530() {
     .await;
     let mut client = RawClient::open(broker.local_addr()).await;
     assert_eq!(client.server_tune.channel_max, 3);
-    client.open_channel(3).await;
-    client.send_method(4, &Method::ChannelOpen).await;
+    // RabbitMQ 3.10 accepts any channel number; channel_max bounds how many are open.
+    for id in [100, u16::MAX, 7] {
+        client.open_channel(id).await;
+    }
+    client
+        .send_method(
+            100,
+            &Method::ChannelClose(dwellmq::codec::methods::ChannelClose {
+                reply_code: 200,
+                reply_text: "done".into(),
+                class_id: 0,
+                method_id: 0,
+            }),
+        )
+        .await;
+    assert_eq!(client.recv_method_on(100).await, Method::ChannelCloseOk);
+    client.open_channel(4000).await;
+    client.send_method(8, &Method::ChannelOpen).await;
     let (code, text, class_id, method_id) = client.expect_close_and_ack().await;
-    // RabbitMQ counts open channels instead ("number of channels opened (N) has reached the
-    // negotiated channel_max (M)"); dwellmq enforces the spec's highest channel *number*.
     assert_eq!(
         (code, text.as_str(), class_id, method_id),
         (
             530,
-            "NOT_ALLOWED - channel id 4 is above the negotiated channel_max (3)",
-            20,
-            10
+            "NOT_ALLOWED - number of channels opened (3) has reached the negotiated channel_max (3)",
+            0,
+            0
         )
     );
     broker.shutdown().await;
@@ -945,6 +965,73 @@ async fn client_connection_close_gets_close_ok_and_the_socket_closes() {
     client.open_channel(1).await;
     declare_count(&mut client, 1, "excl-check", false).await;
     client.close().await; // asserts close-ok, then EOF
+                          // The broker reads until the client closes its side too, as RabbitMQ does.
+    drop(client);
+    eventually("the connection is gone", || broker.connection_count() == 0).await;
+    broker.shutdown().await;
+}
+
+/// Writes `last` (a `connection.close` or `close-ok`) followed by 4 MiB of `channel.close-ok`
+/// frames in one write, then ends the client's side. That is far more than the broker reads
+/// at once or the kernel buffers, so the write completes only if the broker keeps reading
+/// after the close handshake; a broker that closed its socket instead would reset it, and
+/// the write would fail with EPIPE or ECONNRESET. (amqp091-go sends the `channel.close-ok`
+/// it owes after its `connection.close` when it closes right after a channel exception;
+/// amqplib closes with its write buffer still full.)
+async fn send_with_frames_after(client: &mut RawClient, last: &Method) {
+    let mut out = BytesMut::new();
+    encode_method(&mut out, 0, last);
+    while out.len() < 4 * 1024 * 1024 {
+        encode_method(&mut out, 1, &Method::ChannelCloseOk);
+    }
+    client
+        .try_send_raw(&out)
+        .await
+        .expect("the broker reads what the client still sends after the close");
+    client.stream.shutdown().await.expect("client side ends");
+}
+
+/// Expects a clean end of stream next (after the broker's last frame).
+async fn expect_clean_end(client: &mut RawClient) {
+    let mut rest = [0u8; 64];
+    let end = tokio::time::timeout(Duration::from_secs(5), client.stream.read(&mut rest))
+        .await
+        .expect("the broker ends the socket once the client has");
+    assert!(
+        matches!(end, Ok(0)),
+        "expected a clean end of stream, got {end:?}"
+    );
+}
+
+#[tokio::test]
+async fn frames_after_the_clients_close_are_discarded_and_the_socket_ends_cleanly() {
+    let broker = broker().await;
+    let mut client = RawClient::open(broker.local_addr()).await;
+    client.open_channel(1).await;
+    let close = Method::ConnectionClose(ConnectionClose {
+        reply_code: 200,
+        reply_text: "bye".into(),
+        class_id: 0,
+        method_id: 0,
+    });
+    send_with_frames_after(&mut client, &close).await;
+    assert_eq!(client.recv_method0().await, Method::ConnectionCloseOk);
+    expect_clean_end(&mut client).await;
+    eventually("the connection is gone", || broker.connection_count() == 0).await;
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn after_its_own_close_the_broker_reads_until_the_client_closes() {
+    let broker = broker().await;
+    let mut client = RawClient::open(broker.local_addr()).await;
+    client.open_channel(1).await;
+    // Any connection error will do: a channel method on channel 0.
+    client.send_method(0, &Method::ChannelOpen).await;
+    let close = client.expect_connection_close().await;
+    assert_eq!(close.reply_code, 504);
+    send_with_frames_after(&mut client, &Method::ConnectionCloseOk).await;
+    expect_clean_end(&mut client).await;
     eventually("the connection is gone", || broker.connection_count() == 0).await;
     broker.shutdown().await;
 }
@@ -1249,7 +1336,7 @@ async fn a_smaller_client_channel_max_wins() {
         (code, text.as_str()),
         (
             530,
-            "NOT_ALLOWED - channel id 3 is above the negotiated channel_max (2)"
+            "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)"
         )
     );
     broker.shutdown().await;

@@ -9,9 +9,8 @@ use dwellmq_core::dead_letter::{dead_letter, is_cycle};
 use dwellmq_core::queue::{DeadLetterTarget, DeathReason};
 use dwellmq_core::Message;
 
-use super::exchange::ExchangeKind;
 use super::runtime::Runtime;
-use super::vhost::VHost;
+use super::vhost::{Routing, VHost};
 
 /// Dead-letters `message`, which died in `queue` for `reason`. A dead-letter exchange that does
 /// not exist drops it, as in RabbitMQ.
@@ -38,24 +37,26 @@ pub(crate) fn route(
         Some(Box::new(guard)),
     );
     let headers = dead.message.properties.headers.as_ref();
-    if let ExchangeKind::Delayed(_) = exchange.kind {
-        // Delayed by its x-delay unless that was already negated by an earlier release.
-        if let Ok(delay) = parse_x_delay(headers) {
-            if delay > 0 {
-                let due = now_ms.saturating_add(delay as u64);
-                if runtime.delayed.hold(vhost, &exchange, dead.message, due) {
-                    runtime.timer.wake();
-                }
-                return;
+    // A delayed exchange on the way holds it for its x-delay, unless an earlier release has
+    // already negated that.
+    let delay = parse_x_delay(headers).unwrap_or(0);
+    let Some((key, extra_keys)) = dead.routing_keys.split_first() else {
+        return;
+    };
+    let mut routing = Routing::default();
+    vhost.route(&exchange, key, extra_keys, headers, delay > 0, &mut routing);
+    if !routing.delayed.is_empty() {
+        let due = now_ms.saturating_add(delay.unsigned_abs());
+        for delayed in routing.delayed.drain(..) {
+            if runtime
+                .delayed
+                .hold(vhost, &delayed, Arc::clone(&dead.message), due)
+            {
+                runtime.timer.wake();
             }
         }
     }
-    let mut scratch = Vec::new();
-    let mut targets = Vec::new();
-    for key in &dead.routing_keys {
-        vhost.route(&exchange, key, headers, &mut scratch, &mut targets);
-    }
-    for target_queue in targets {
+    for target_queue in routing.queues.drain(..) {
         if is_cycle(&dead.message.deaths, &target_queue.name) {
             tracing::debug!(%queue, target = %target_queue.name, "dead-letter cycle; message dropped");
             continue;

@@ -22,10 +22,45 @@ impl ExchangeKind {
         }
     }
 
+    /// The type name as RabbitMQ prints it in texts (an Erlang atom, `~p`): names that are not
+    /// plain atoms come quoted, so a mismatch reads `current is ''x-delayed-message''`.
+    pub(crate) fn type_as_atom(&self) -> &'static str {
+        match self {
+            ExchangeKind::Standard(kind) => kind.name(),
+            ExchangeKind::Delayed(_) => "'x-delayed-message'",
+        }
+    }
+
     /// The routing behaviour.
     pub(crate) fn routing(&self) -> RoutingKind {
         match *self {
             ExchangeKind::Standard(kind) | ExchangeKind::Delayed(kind) => kind,
+        }
+    }
+}
+
+/// The type an `exchange.declare` names, checked before the exchange is looked up. A delayed
+/// exchange's routing behaviour (`x-delayed-type`) is read only when the exchange is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeclaredType {
+    Standard(RoutingKind),
+    Delayed,
+}
+
+impl DeclaredType {
+    /// As [`ExchangeKind::type_name`].
+    pub(crate) fn type_name(&self) -> &'static str {
+        match self {
+            DeclaredType::Standard(kind) => kind.name(),
+            DeclaredType::Delayed => "x-delayed-message",
+        }
+    }
+
+    /// As [`ExchangeKind::type_as_atom`].
+    pub(crate) fn type_as_atom(&self) -> &'static str {
+        match self {
+            DeclaredType::Standard(kind) => kind.name(),
+            DeclaredType::Delayed => "'x-delayed-message'",
         }
     }
 }

@@ -9,7 +9,7 @@ use dwellmq_core::{arguments, BrokerError, BrokerResult};
 use parking_lot::RwLock;
 
 use super::consumer::Consumer;
-use super::exchange::{Exchange, ExchangeKind};
+use super::exchange::{DeclaredType, Exchange, ExchangeKind};
 use super::names::server_generated_name;
 use super::queue::{ConnectionId, Queue};
 use super::runtime::Runtime;
@@ -28,7 +28,7 @@ const PREDECLARED: &[(&str, RoutingKind)] = &[
 /// What `exchange.declare` asks for.
 pub(crate) struct ExchangeSpec {
     pub(crate) name: ShortStr,
-    pub(crate) kind: ExchangeKind,
+    pub(crate) kind: DeclaredType,
     pub(crate) passive: bool,
     pub(crate) durable: bool,
     pub(crate) auto_delete: bool,
@@ -54,6 +54,33 @@ pub(crate) struct DeletedQueue {
     pub(crate) removed_exchanges: Vec<ShortStr>,
 }
 
+/// Where a message goes, as [`VHost::route`] finds it. Reused between messages, so routing
+/// allocates nothing in steady state.
+#[derive(Default)]
+pub(crate) struct Routing {
+    /// Queues that take the message now, each once.
+    pub(crate) queues: Vec<Arc<Queue>>,
+    /// Delayed exchanges that hold the message until its due time, each once.
+    pub(crate) delayed: Vec<Arc<Exchange>>,
+    /// Whether something behind those delayed exchanges would take it now.
+    pub(crate) routable_later: bool,
+    scratch: Vec<Destination>,
+}
+
+impl Routing {
+    pub(crate) fn clear(&mut self) {
+        self.queues.clear();
+        self.delayed.clear();
+        self.routable_later = false;
+    }
+
+    /// Whether the message reaches a queue, now or (held) at release, as far as the bindings
+    /// of this moment tell.
+    pub(crate) fn is_routable(&self) -> bool {
+        !self.queues.is_empty() || self.routable_later
+    }
+}
+
 /// A virtual host.
 pub(crate) struct VHost {
     pub(crate) name: ShortStr,
@@ -62,6 +89,48 @@ pub(crate) struct VHost {
     runtime: Arc<Runtime>,
     /// This vhost, for its queues (dead-lettering, `x-expires`).
     me: Weak<VHost>,
+}
+
+/// RabbitMQ's refusal of any operation on the nameless default exchange.
+fn default_exchange_refused() -> BrokerError {
+    BrokerError::AccessRefused("operation not permitted on the default exchange".into())
+}
+
+/// The default exchange can be neither end of a binding (RabbitMQ checks this before looking
+/// either end up).
+fn check_not_default(binding: &Binding) -> BrokerResult<()> {
+    let destination_is_default =
+        matches!(&binding.destination, Destination::Exchange(x) if x.is_empty());
+    if binding.source.is_empty() || destination_is_default {
+        return Err(default_exchange_refused());
+    }
+    Ok(())
+}
+
+/// Removes every binding to `gone` (it was deleted) and, as RabbitMQ does, every auto-delete
+/// exchange that so loses its last binding, then the bindings to those, and so on. Appends the
+/// names of the exchanges removed to `removed`.
+fn remove_bindings_to(
+    exchanges: &mut HashMap<ShortStr, Arc<Exchange>>,
+    gone: Destination,
+    removed: &mut Vec<ShortStr>,
+) {
+    let mut pending = vec![gone];
+    while let Some(gone) = pending.pop() {
+        let mut orphaned = Vec::new();
+        for exchange in exchanges.values() {
+            let mut bindings = exchange.bindings.write();
+            if bindings.remove_destination(&gone) > 0 && exchange.auto_delete && bindings.is_empty()
+            {
+                orphaned.push(exchange.name.clone());
+            }
+        }
+        for name in orphaned {
+            exchanges.remove(&name);
+            pending.push(Destination::Exchange(name.clone()));
+            removed.push(name);
+        }
+    }
 }
 
 fn bool_text(b: bool) -> &'static str {
@@ -159,6 +228,9 @@ impl VHost {
     /// `exchange.declare`.
     pub(crate) fn declare_exchange(&self, d: ExchangeSpec) -> BrokerResult<Arc<Exchange>> {
         if d.passive {
+            if d.name.is_empty() {
+                return Err(default_exchange_refused());
+            }
             return self.exchange(&d.name);
         }
         if d.name.starts_with("amq.") {
@@ -168,9 +240,7 @@ impl VHost {
             )));
         }
         if d.name.is_empty() {
-            return Err(BrokerError::AccessRefused(
-                "operation not permitted on the default exchange".into(),
-            ));
+            return Err(default_exchange_refused());
         }
         arguments::parse_alternate_exchange(&d.name, &self.name, &d.arguments)?;
         let mut exchanges = self.exchanges.write();
@@ -178,9 +248,17 @@ impl VHost {
             self.check_exchange_equivalence(existing, &d)?;
             return Ok(Arc::clone(existing));
         }
+        // As the delayed-message plugin: `x-delayed-type` is validated when the exchange is
+        // created, and never compared on a redeclare.
+        let kind = match d.kind {
+            DeclaredType::Standard(kind) => ExchangeKind::Standard(kind),
+            DeclaredType::Delayed => {
+                ExchangeKind::Delayed(arguments::parse_delayed_type(&d.arguments)?)
+            }
+        };
         let exchange = Arc::new(Exchange::new(
             d.name.clone(),
-            d.kind,
+            kind,
             d.durable,
             d.auto_delete,
             d.internal,
@@ -198,14 +276,7 @@ impl VHost {
             )))
         };
         if x.kind.type_name() != d.kind.type_name() {
-            return mismatch("type", d.kind.type_name(), x.kind.type_name());
-        }
-        if x.kind != d.kind {
-            return mismatch(
-                "x-delayed-type",
-                d.kind.routing().name(),
-                x.kind.routing().name(),
-            );
+            return mismatch("type", d.kind.type_as_atom(), x.kind.type_as_atom());
         }
         if x.durable != d.durable {
             return mismatch("durable", bool_text(d.durable), bool_text(x.durable));
@@ -232,9 +303,7 @@ impl VHost {
         if_unused: bool,
     ) -> BrokerResult<Vec<ShortStr>> {
         if name.is_empty() {
-            return Err(BrokerError::AccessRefused(
-                "operation not permitted on the default exchange".into(),
-            ));
+            return Err(default_exchange_refused());
         }
         if name.starts_with("amq.") {
             return Err(BrokerError::AccessRefused(format!(
@@ -253,17 +322,12 @@ impl VHost {
             )));
         }
         exchanges.remove(name);
-        let gone = Destination::Exchange(exchange.name.clone());
         let mut removed = vec![exchange.name.clone()];
-        for other in exchanges.values() {
-            let mut bindings = other.bindings.write();
-            if bindings.remove_destination(&gone) > 0 && other.auto_delete && bindings.is_empty() {
-                removed.push(other.name.clone());
-            }
-        }
-        for name in &removed[1..] {
-            exchanges.remove(name);
-        }
+        remove_bindings_to(
+            &mut exchanges,
+            Destination::Exchange(exchange.name.clone()),
+            &mut removed,
+        );
         Ok(removed)
     }
 
@@ -393,19 +457,12 @@ impl VHost {
         }
         self.queues.write().remove(name);
         let (message_count, consumers) = queue.mark_deleted();
-        let gone = Destination::Queue(queue.name.clone());
-        let mut exchanges = self.exchanges.write();
         let mut orphaned = Vec::new();
-        for exchange in exchanges.values() {
-            let mut bindings = exchange.bindings.write();
-            if bindings.remove_destination(&gone) > 0 && exchange.auto_delete && bindings.is_empty()
-            {
-                orphaned.push(exchange.name.clone());
-            }
-        }
-        for name in &orphaned {
-            exchanges.remove(name);
-        }
+        remove_bindings_to(
+            &mut self.exchanges.write(),
+            Destination::Queue(queue.name.clone()),
+            &mut orphaned,
+        );
         Ok(DeletedQueue {
             message_count,
             consumers,
@@ -439,30 +496,41 @@ impl VHost {
         Ok(())
     }
 
-    /// `queue.unbind` / `exchange.unbind`. A missing binding is not an error, as in RabbitMQ.
-    /// Returns the source exchange if it was auto-delete and has just been removed.
+    /// `queue.unbind` / `exchange.unbind`. As in RabbitMQ, a missing binding, source or
+    /// destination is not an error: the binding is gone either way.
+    /// Returns the exchanges removed: an auto-delete source that lost its last binding, and
+    /// auto-delete exchanges whose last binding was to it.
     pub(crate) fn unbind(&self, binding: &Binding) -> BrokerResult<Vec<ShortStr>> {
-        let source = self.binding_source(binding)?;
+        check_not_default(binding)?;
+        let Ok(source) = self.exchange(&binding.source) else {
+            return Ok(Vec::new());
+        };
         let now_empty = {
             let mut bindings = source.bindings.write();
             bindings.remove(binding) && bindings.is_empty()
         };
+        let mut removed = Vec::new();
         if now_empty && source.auto_delete {
-            self.exchanges.write().remove(&source.name);
-            return Ok(vec![source.name.clone()]);
+            let mut exchanges = self.exchanges.write();
+            // Only this instance: a concurrent redeclare may already own the name.
+            if exchanges
+                .get(&source.name)
+                .is_some_and(|current| Arc::ptr_eq(current, &source))
+            {
+                exchanges.remove(&source.name);
+                removed.push(source.name.clone());
+                let gone = Destination::Exchange(source.name.clone());
+                remove_bindings_to(&mut exchanges, gone, &mut removed);
+            }
         }
-        Ok(Vec::new())
+        Ok(removed)
     }
 
-    /// The source exchange of a binding, once both ends exist and the source may be bound.
+    /// The source exchange of a binding, once both ends exist and may be bound.
     fn binding_source(&self, binding: &Binding) -> BrokerResult<Arc<Exchange>> {
+        check_not_default(binding)?;
         let source = self.exchange(&binding.source)?;
         self.check_destination(&binding.destination)?;
-        if source.is_default() {
-            return Err(BrokerError::AccessRefused(
-                "operation not permitted on the default exchange".into(),
-            ));
-        }
         Ok(source)
     }
 
@@ -473,60 +541,102 @@ impl VHost {
         }
     }
 
-    /// Routes a message published to `exchange`, following exchange-to-exchange bindings and
-    /// alternate exchanges. Appends each target queue once to `out`; `scratch` is reused.
+    /// Routes a message published to `exchange` with `routing_key` (and the `CC`/`BCC` keys in
+    /// `extra_keys`), following exchange-to-exchange bindings and alternate exchanges, into
+    /// `routing`.
+    ///
+    /// With `hold_delayed` (a publish with a positive `x-delay`), a delayed exchange the message
+    /// reaches, directly or through a binding, holds it: it goes to `routing.delayed`, and what
+    /// lies behind it is consulted only to tell whether it would route now
+    /// (`routing.routable_later`, for `mandatory`). At release the holder routes again from the
+    /// delayed exchange without `hold_delayed`.
     pub(crate) fn route(
         &self,
         exchange: &Arc<Exchange>,
         routing_key: &str,
+        extra_keys: &[ShortStr],
         headers: Option<&FieldTable>,
-        scratch: &mut Vec<Destination>,
-        out: &mut Vec<Arc<Queue>>,
+        hold_delayed: bool,
+        routing: &mut Routing,
     ) {
+        routing.clear();
         let queues = self.queues.read();
+        let Routing {
+            queues: out,
+            delayed,
+            routable_later,
+            scratch,
+        } = routing;
         if exchange.is_default() {
-            if let Some(q) = queues.get(routing_key) {
-                out.push(Arc::clone(q));
+            let keys = std::iter::once(routing_key).chain(extra_keys.iter().map(|k| k.as_str()));
+            for key in keys {
+                if let Some(q) = queues.get(key) {
+                    if !out.iter().any(|o| Arc::ptr_eq(o, q)) {
+                        out.push(Arc::clone(q));
+                    }
+                }
             }
             return;
         }
         let exchanges = self.exchanges.read();
-        let mut visited: Vec<ShortStr> = Vec::new();
-        let mut root = Some(Arc::clone(exchange));
-        // An unroutable message goes to the root's alternate exchange, then to that one's.
-        while let Some(start) = root.take() {
-            let mut pending = vec![start.clone()];
-            while let Some(current) = pending.pop() {
-                if visited.contains(&current.name) {
+        // (exchange, behind a holding delayed exchange): one exchange can be reached both ways.
+        let mut visited: Vec<(ShortStr, bool)> = Vec::new();
+        let holds = |x: &Exchange| hold_delayed && matches!(x.kind, ExchangeKind::Delayed(_));
+        let mut root = Some((Arc::clone(exchange), false));
+        // An unroutable message goes to the root's alternate exchange, then to that one's; for
+        // a root that holds the message, they are consulted as its release will.
+        while let Some((start, start_behind)) = root.take() {
+            let mut pending = vec![(start.clone(), start_behind)];
+            while let Some((current, behind)) = pending.pop() {
+                // A delayed exchange behind another one is reached only at release, when the
+                // message carries a negative `x-delay` and is not held again.
+                let holds_here = !behind && holds(&current);
+                if holds_here && !delayed.iter().any(|d| Arc::ptr_eq(d, &current)) {
+                    delayed.push(Arc::clone(&current));
+                }
+                let behind = behind || holds_here;
+                if visited
+                    .iter()
+                    .any(|(name, b)| *name == current.name && *b == behind)
+                {
                     continue;
                 }
-                visited.push(current.name.clone());
+                visited.push((current.name.clone(), behind));
                 scratch.clear();
-                current.bindings.read().route(routing_key, headers, scratch);
+                {
+                    let bindings = current.bindings.read();
+                    bindings.route(routing_key, headers, scratch);
+                    if matches!(bindings.kind(), RoutingKind::Direct | RoutingKind::Topic) {
+                        for key in extra_keys {
+                            bindings.route(key, headers, scratch);
+                        }
+                    }
+                }
                 for destination in scratch.drain(..) {
                     match destination {
                         Destination::Queue(name) => {
-                            if let Some(q) = queues.get(&name) {
-                                if !out.iter().any(|o| Arc::ptr_eq(o, q)) {
-                                    out.push(Arc::clone(q));
-                                }
+                            let Some(q) = queues.get(&name) else { continue };
+                            if behind {
+                                *routable_later = true;
+                            } else if !out.iter().any(|o| Arc::ptr_eq(o, q)) {
+                                out.push(Arc::clone(q));
                             }
                         }
                         Destination::Exchange(name) => {
                             if let Some(x) = exchanges.get(&name) {
-                                pending.push(Arc::clone(x));
+                                pending.push((Arc::clone(x), behind));
                             }
                         }
                     }
                 }
             }
-            if out.is_empty() {
+            if out.is_empty() && !*routable_later {
                 root = start
                     .alternate_exchange
                     .as_ref()
                     .and_then(|ae| exchanges.get(ae))
-                    .filter(|ae| !visited.contains(&ae.name))
-                    .cloned();
+                    .filter(|ae| !visited.iter().any(|(name, _)| *name == ae.name))
+                    .map(|ae| (Arc::clone(ae), start_behind || holds(&start)));
             }
         }
     }

@@ -28,6 +28,9 @@ use crate::broker::BrokerState;
 /// How long to wait for `close-ok` after sending `connection.close`.
 const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long, once the connection is over, to keep reading until the client closes its side.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+
 enum ChannelSlot {
     Open(Box<Channel>),
     /// We sent `channel.close` and wait for `close-ok`; other frames are dropped.
@@ -96,7 +99,8 @@ pub(crate) async fn serve(
         match negotiated {
             Ok(Ok(Some(n))) => {
                 tracing::info!(user = %n.user, vhost = %n.vhost.name, "connection open");
-                run(id, &state, n, reader, buf, &outbound, shutdown).await;
+                let shutdown = shutdown.clone();
+                run(id, &state, n, &mut reader, &mut buf, &outbound, shutdown).await;
             }
             Ok(Ok(None)) | Ok(Err(FaultOrExit::Exit)) => {}
             Ok(Err(FaultOrExit::Fault(fault))) => {
@@ -107,6 +111,7 @@ pub(crate) async fn serve(
         }
         outbound.close();
         let _ = writer_task.await;
+        drain_until_peer_closes(&mut reader, &mut buf, &mut shutdown).await;
         tracing::debug!("connection closed");
     }
     .instrument(span)
@@ -129,8 +134,8 @@ async fn run(
     id: ConnectionId,
     state: &Arc<BrokerState>,
     negotiated: Negotiated,
-    mut reader: tokio::net::tcp::OwnedReadHalf,
-    mut buf: BytesMut,
+    reader: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut BytesMut,
     outbound: &Arc<Outbound>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -167,11 +172,11 @@ async fn run(
             last_read = Instant::now();
         }
         tokio::select! {
-            read = reader.read_buf(&mut buf), if !blocked => match read {
+            read = reader.read_buf(buf), if !blocked => match read {
                 Ok(0) | Err(_) => break Err(FaultOrExit::Exit),
                 Ok(_) => {
                     last_read = Instant::now();
-                    match conn.process(&mut buf) {
+                    match conn.process(buf) {
                         Ok(Flow::Continue) => {}
                         Ok(Flow::Closed) => break Ok(()),
                         Err(fault) => break Err(FaultOrExit::Fault(fault)),
@@ -202,7 +207,7 @@ async fn run(
     if let Err(FaultOrExit::Fault(fault)) = &outcome {
         tracing::warn!(error = %fault.error, "closing connection");
         send_connection_close(outbound, fault);
-        await_close_ok(&mut reader, &mut buf, conn.frame_max).await;
+        await_close_ok(reader, buf, conn.frame_max).await;
     }
     conn.teardown();
 }
@@ -240,6 +245,37 @@ async fn await_close_ok(
         }
     };
     let _ = tokio::time::timeout(CLOSE_OK_TIMEOUT, wait).await;
+}
+
+/// Once the last frame is written (and our side shut down), reads and discards until the
+/// client closes its side, as RabbitMQ does, for at most [`DRAIN_TIMEOUT`] or until the
+/// broker shuts down.
+///
+/// Closing a socket with unread input makes the kernel send a reset instead of a clean end,
+/// and a reset can destroy the `close-ok` still on its way to the client: a client with
+/// frames in flight after its `connection.close` (amqp091-go answering a channel close,
+/// amqplib with a full write buffer) then sees EPIPE or EOF instead of its close completing.
+async fn drain_until_peer_closes(
+    reader: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut BytesMut,
+    shutdown: &mut watch::Receiver<bool>,
+) {
+    let drain = async {
+        loop {
+            buf.clear();
+            if buf.capacity() < 4096 {
+                buf.reserve(64 * 1024);
+            }
+            match reader.read_buf(buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::timeout(DRAIN_TIMEOUT, drain) => {}
+        _ = shutdown_requested(shutdown) => {}
+    }
 }
 
 impl Connection {
@@ -303,13 +339,16 @@ impl Connection {
         let slot = channels.get_mut(&id);
         match (slot, frame.payload) {
             (None, FramePayload::Method(Method::ChannelOpen)) => {
-                if id > channel_max {
+                // As RabbitMQ 3.10: channel_max bounds how many channels are open (closing
+                // ones included), not the channel number a client picks.
+                let open = channels.len();
+                if open >= usize::from(channel_max) {
                     return Err(Fault::new(
                         BrokerError::NotAllowed(format!(
-                            "channel id {id} is above the negotiated channel_max ({channel_max})"
+                            "number of channels opened ({open}) has reached the negotiated channel_max ({channel_max})"
                         )),
-                        20,
-                        10,
+                        0,
+                        0,
                     ));
                 }
                 let delivery =

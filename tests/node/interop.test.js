@@ -8,6 +8,7 @@ const { spawn, execFileSync } = require("node:child_process");
 const path = require("node:path");
 const readline = require("node:readline");
 const amqp = require("amqplib");
+const defs = require("amqplib/lib/defs");
 
 const root = path.resolve(__dirname, "..", "..");
 const targetDir = process.env.CARGO_TARGET_DIR || path.join(root, "target");
@@ -165,4 +166,42 @@ test("direct reply-to: an RPC round trip through amq.rabbitmq.reply-to", async (
   assert.equal(msg.content.toString(), "pong:ping");
   assert.equal(msg.properties.correlationId, "c-42");
   await conn.close();
+});
+
+// Rejects after `ms` (a hang guard, not a timing assertion).
+function within(ms, promise, what) {
+  let guard;
+  const timeout = new Promise((_, reject) => {
+    guard = setTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(guard));
+}
+
+test("close completes while the write buffer is still full", async () => {
+  // amqplib's own suite hit this: the broker must keep reading after its close-ok until the
+  // client closes, or the socket is reset under amqplib and close() never settles.
+  const conn = await amqp.connect(url);
+  const errors = [];
+  conn.on("error", (err) => errors.push(err));
+  const ch = await conn.createChannel();
+  const queue = unique("full");
+  await ch.assertQueue(queue);
+  // 16 MiB queued on the socket: still being written when close() sends connection.close.
+  const body = Buffer.alloc(256 * 1024);
+  for (let i = 0; i < 64; i++) ch.sendToQueue(queue, body);
+  await within(10000, conn.close(), "close");
+  assert.deepEqual(errors, []);
+});
+
+test("channel.flow active=false closes the connection with 540, as RabbitMQ does", async () => {
+  const conn = await amqp.connect(url);
+  const closed = new Promise((resolve) => conn.once("close", resolve));
+  conn.on("error", () => {});
+  const ch = await conn.createChannel();
+  ch.on("error", () => {});
+  // amqplib has no flow() of its own: send the method through its generic RPC.
+  await assert.rejects(ch.rpc(defs.ChannelFlow, { active: false }, defs.ChannelFlowOk));
+  const err = await within(10000, closed, "connection close");
+  assert.equal(err.code, 540);
+  assert.match(err.message, /NOT_IMPLEMENTED - active=false/);
 });

@@ -667,10 +667,26 @@ def test_delayed_exchange_releases_messages_beyond_the_wheel_horizon(conn, chann
 
 def test_delayed_exchange_delivers_negated_x_delay_header(conn, channel, name):
     got = publish_two_delayed_and_consume(conn, channel, name)
-    # dwellmq sends -delay as a signed 64-bit integer (tag 'l'), as current RabbitMQ does.
-    # pika 1.3 reads tag 'l' as *unsigned* 64-bit, so the value arrives as its two's complement.
-    as_pika_reads_it = [(-delay) % 2**64 for delay in (100, 300)]
-    assert [props.headers.get("x-delay") for _, props, _ in got] == as_pika_reads_it
+    # -delay goes out as a signed 32-bit integer (tag 'I') while it fits, as the 3.x plugin
+    # writes it. (pika 1.3 reads a 64-bit 'l' as unsigned: -100 would arrive as 2**64 - 100.)
+    assert [props.headers.get("x-delay") for _, props, _ in got] == [-100, -300]
+
+
+def test_delayed_exchange_through_an_exchange_binding(conn, channel, name):
+    front, delayed, queue = name("front"), name("delayed"), name("q")
+    channel.exchange_declare(front, exchange_type="direct")
+    channel.exchange_declare(
+        delayed, exchange_type="x-delayed-message", arguments={"x-delayed-type": "direct"}
+    )
+    channel.exchange_bind(delayed, front, routing_key="due")
+    channel.queue_declare(queue)
+    channel.queue_bind(queue, delayed, routing_key="due")
+    channel.confirm_delivery()
+    channel.basic_publish(front, "due", b"later", BasicProperties(headers={"x-delay": 300}))
+    channel.basic_publish(front, "due", b"now", BasicProperties(headers={"x-delay": 0}))
+    _, got = consume(conn, channel, queue, 2, auto_ack=True, timeout=15.0)
+    assert [body for _, _, body in got] == [b"now", b"later"]
+    assert got[1][1].headers == {"x-delay": -300}
 
 
 def test_delayed_exchange_without_delay_routes_immediately(conn, channel, name):
@@ -887,3 +903,56 @@ def test_server_properties(conn):
     assert props["product"]
     assert props["version"]
     assert isinstance(props["capabilities"], dict)
+
+
+# --- what clients' own test suites expect (RabbitMQ 3.10) -------------------------------------
+
+
+def test_cc_and_bcc_headers_add_routing_keys(conn, channel, name):
+    exchange = name("x")
+    queues = {key: name(key) for key in ("one", "two", "three", "four")}
+    channel.exchange_declare(exchange, exchange_type="direct")
+    for key, queue in queues.items():
+        channel.queue_declare(queue)
+        channel.queue_bind(queue, exchange, routing_key=key)
+    channel.confirm_delivery()
+    for _ in range(10):
+        channel.basic_publish(
+            exchange,
+            "one",
+            b"m",
+            BasicProperties(headers={"CC": ["two", "three"], "BCC": ["four"]}),
+        )
+    assert {key: queue_depth(conn, q) for key, q in queues.items()} == {
+        "one": 10,
+        "two": 10,
+        "three": 10,
+        "four": 10,
+    }
+    _, got = consume(conn, channel, queues["four"], 1, auto_ack=True)
+    assert got[0][1].headers == {"CC": ["two", "three"]}
+
+
+def test_channel_numbers_above_channel_max_are_accepted(params, connect):
+    # RabbitMQ 3.10 limits how many channels are open, not the numbers a client picks.
+    params.channel_max = 3  # the `connect` fixture opens connections with these params
+    conn = connect()
+    for number in (10, 2000, 65535):
+        ch = conn.channel(channel_number=number)
+        assert ch.is_open
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as excinfo:
+        conn.channel(channel_number=4)
+    assert (excinfo.value.reply_code, excinfo.value.reply_text) == (
+        530,
+        "NOT_ALLOWED - number of channels opened (3) has reached the negotiated channel_max (3)",
+    )
+
+
+def test_channel_flow_active_false_closes_the_connection_with_540(conn):
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as excinfo:
+        ch.flow(False)
+    assert (excinfo.value.reply_code, excinfo.value.reply_text) == (
+        540,
+        "NOT_IMPLEMENTED - active=false",
+    )

@@ -15,13 +15,13 @@
 mod control;
 mod held;
 mod info;
+mod release;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use dwellmq_codec::ShortStr;
-use dwellmq_core::routing::Destination;
 use dwellmq_core::schedule::{DeadlineId, Due, MoveIn, Scheduler};
 use dwellmq_core::Message;
 use parking_lot::Mutex;
@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use super::exchange::Exchange;
 use super::memory::MemoryMonitor;
 use super::queue::Queue;
-use super::vhost::VHost;
+use super::vhost::{Routing, VHost};
 use held::{ExchangeKey, Held, Kept, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 
@@ -70,8 +70,8 @@ struct Inner {
 #[derive(Default)]
 struct ReleaseScratch {
     due: Vec<Due<Entry>>,
-    routes: Vec<Destination>,
-    targets: Vec<Arc<Queue>>,
+    routing: Routing,
+    extra_keys: Vec<ShortStr>,
     ticked: Vec<Arc<Queue>>,
 }
 
@@ -171,8 +171,8 @@ impl DelayedMessages {
         let mut scratch = self.scratch.lock();
         let ReleaseScratch {
             due,
-            routes,
-            targets,
+            routing,
+            extra_keys,
             ticked,
         } = &mut *scratch;
         {
@@ -214,13 +214,14 @@ impl DelayedMessages {
             let Some(message) = self.message_to_release(held.message) else {
                 continue;
             };
-            targets.clear();
+            let message = release::release_form(message, &self.memory, extra_keys);
             let headers = message.properties.headers.as_ref();
-            vhost.route(exchange, &message.routing_key, headers, routes, targets);
-            if targets.is_empty() {
+            let key = &message.routing_key;
+            vhost.route(exchange, key, extra_keys, headers, false, routing);
+            if routing.queues.is_empty() {
                 unroutable += 1;
             }
-            for queue in targets.drain(..) {
+            for queue in routing.queues.drain(..) {
                 queue.publish(Arc::clone(&message));
             }
         }
@@ -314,10 +315,11 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::exchange::ExchangeKind;
+    use crate::broker::exchange::DeclaredType;
+    use crate::broker::queue::Queue;
     use crate::broker::vhost::{ExchangeSpec, QueueSpec};
-    use dwellmq_codec::{BasicProperties, FieldTable};
-    use dwellmq_core::routing::{Binding, RoutingKind};
+    use dwellmq_codec::{BasicProperties, FieldTable, FieldValue};
+    use dwellmq_core::routing::{Binding, Destination};
 
     /// A vhost with a delayed fanout exchange `d` bound to queue `q`.
     fn setup() -> (Arc<VHost>, Arc<Exchange>, Arc<Queue>) {
@@ -325,12 +327,14 @@ mod tests {
         let exchange = vhost
             .declare_exchange(ExchangeSpec {
                 name: "d".into(),
-                kind: ExchangeKind::Delayed(RoutingKind::Fanout),
+                kind: DeclaredType::Delayed,
                 passive: false,
                 durable: false,
                 auto_delete: false,
                 internal: false,
-                arguments: FieldTable::new(),
+                arguments: [("x-delayed-type", FieldValue::from("fanout"))]
+                    .into_iter()
+                    .collect(),
             })
             .unwrap();
         let queue = vhost

@@ -15,23 +15,18 @@ use crate::broker::names::server_generated_name;
 use crate::broker::reply_to::REPLY_QUEUE;
 
 impl Channel {
-    /// `channel.flow`: pauses or resumes deliveries to this channel.
+    /// `channel.flow`. As RabbitMQ: a client may not pause the broker's deliveries (that is
+    /// what prefetch is for), so `active=false` closes the connection with 540; `active=true`
+    /// is acknowledged and changes nothing.
     pub(super) fn channel_flow(
         &mut self,
         cx: &mut ConnContext<'_>,
         m: ChannelFlow,
     ) -> BrokerResult<()> {
-        self.delivery
-            .credit
-            .flow_active
-            .store(m.active, Ordering::Relaxed);
-        self.reply(
-            cx,
-            Method::ChannelFlowOk(ChannelFlowOk { active: m.active }),
-        );
-        if m.active {
-            self.drain_consumed_queues();
+        if !m.active {
+            return Err(BrokerError::NotImplemented("active=false".into()));
         }
+        self.reply(cx, Method::ChannelFlowOk(ChannelFlowOk { active: true }));
         Ok(())
     }
 

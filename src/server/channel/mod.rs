@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dwellmq_codec::{Method, ShortStr};
-use dwellmq_core::routing::Destination;
 use dwellmq_core::{BrokerError, BrokerResult};
 
 pub(crate) use crate::broker::consumer::notify_cancelled;
@@ -24,7 +23,7 @@ use settle::{Return, Settlement};
 use super::delivery::{DeliveryChannel, Unacked};
 use crate::broker::consumer::Consumer;
 use crate::broker::queue::{ConnectionId, Queue};
-use crate::broker::vhost::VHost;
+use crate::broker::vhost::{Routing, VHost};
 use crate::broker::BrokerState;
 use crate::server::outbound::Outbound;
 
@@ -63,8 +62,7 @@ pub(crate) struct Channel {
     last_queue: Option<ShortStr>,
     /// The direct reply-to consumer: (consumer tag, reply address).
     reply_consumer: Option<(ShortStr, ShortStr)>,
-    route_scratch: Vec<Destination>,
-    queue_scratch: Vec<Arc<Queue>>,
+    routing: Routing,
     settle_scratch: Vec<Unacked>,
 }
 
@@ -82,8 +80,7 @@ impl Channel {
             consumer_prefetch: 0,
             last_queue: None,
             reply_consumer: None,
-            route_scratch: Vec::new(),
-            queue_scratch: Vec::new(),
+            routing: Routing::default(),
             settle_scratch: Vec::new(),
         }
     }

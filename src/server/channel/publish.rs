@@ -5,6 +5,7 @@ use std::sync::Arc;
 use dwellmq_codec::methods::*;
 use dwellmq_codec::{reply_code, FieldValue, Method, ShortStr};
 use dwellmq_core::queue::PublishOutcome;
+use dwellmq_core::routing::{extra_routing_keys, BCC};
 use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
 
 use super::settle::Settlement;
@@ -19,8 +20,13 @@ pub(super) struct Publication {
     routing_key: ShortStr,
     mandatory: bool,
     message: Arc<Message>,
-    /// Milliseconds a delayed exchange holds the message (0 = route now).
+    /// Milliseconds a delayed exchange on the message's way holds it (0 = route now).
     delay_ms: u64,
+    /// Routing keys from the `CC` and `BCC` headers.
+    extra_keys: Vec<ShortStr>,
+    /// The `BCC` header, removed from `message`; a held copy keeps it, to route by it at
+    /// release.
+    bcc: Option<FieldValue>,
 }
 
 /// How the channel treats publishes.
@@ -148,18 +154,18 @@ impl Channel {
         if properties.reply_to.as_deref() == Some(REPLY_QUEUE) {
             properties.reply_to = Some(self.reply_address()?);
         }
-        let mut delay_ms = 0;
-        if let ExchangeKind::Delayed(_) = exchange.kind {
-            let delay = arguments::parse_x_delay(properties.headers.as_ref())?;
-            if delay > 0 {
-                delay_ms = delay as u64;
-                // Delivered with the negated delay, as the plugin does, so that a second
-                // delayed exchange on the way does not delay the message again.
-                if let Some(headers) = properties.headers.as_mut() {
-                    headers.insert("x-delay", FieldValue::I64(-delay));
-                }
-            }
-        }
+        let headers = properties.headers.as_ref();
+        let delay = match exchange.kind {
+            ExchangeKind::Delayed(_) => arguments::parse_x_delay(headers)?,
+            // A delayed exchange may lie behind this one (an exchange-to-exchange binding);
+            // a header it could not read means no delay there.
+            ExchangeKind::Standard(_) => arguments::parse_x_delay(headers).unwrap_or(0),
+        };
+        // The header is left as published: the holder writes the negated delay at release,
+        // so that a `basic.return` now shows the message exactly as it was sent.
+        let delay_ms = u64::try_from(delay).unwrap_or(0);
+        let extra_keys = extra_routing_keys(headers)?;
+        let bcc = properties.headers.as_mut().and_then(|h| h.remove(BCC));
         let body = pending.body.into_body();
         let charge = cx.state.memory.charge(body.len());
         let message = Message::new(
@@ -175,6 +181,8 @@ impl Channel {
             mandatory: pending.method.mandatory,
             message,
             delay_ms,
+            extra_keys,
+            bcc,
         };
         if let PublishMode::Transactional { publishes, .. } = &mut self.mode {
             publishes.push(publication);
@@ -207,33 +215,42 @@ impl Channel {
         }
         // The exchange was checked when the content completed; a concurrent delete makes the
         // message unroutable, as in RabbitMQ.
-        let exchange = cx.vhost.exchange(&publication.exchange).ok();
-        if let Some(exchange) = &exchange {
-            let headers = publication.message.properties.headers.as_ref();
-            cx.vhost.route(
-                exchange,
+        // Taken out for the call, so that the channel can be borrowed meanwhile.
+        let mut routing = std::mem::take(&mut self.routing);
+        match cx.vhost.exchange(&publication.exchange) {
+            Ok(exchange) => cx.vhost.route(
+                &exchange,
                 &publication.routing_key,
-                headers,
-                &mut self.route_scratch,
-                &mut self.queue_scratch,
-            );
+                &publication.extra_keys,
+                publication.message.properties.headers.as_ref(),
+                publication.delay_ms > 0,
+                &mut routing,
+            ),
+            Err(_) => routing.clear(),
         }
-        if self.queue_scratch.is_empty() && publication.mandatory {
+        if !routing.is_routable() && publication.mandatory {
+            // Returned now and not held (Better than the plugin, which returns every delayed
+            // message and delivers it later anyway).
+            routing.clear();
             self.return_unroutable(cx, &publication);
-        } else if let (Some(exchange), true) = (&exchange, publication.delay_ms > 0) {
+        }
+        if !routing.delayed.is_empty() {
             // Routability was checked now (so `mandatory` is honest); the queues are chosen
             // again at release, from the bindings as they are then.
-            self.queue_scratch.clear();
             let due_ms = cx.state.clock.now_ms().saturating_add(publication.delay_ms);
-            cx.state
-                .hold_delayed(cx.vhost, exchange, Arc::clone(&publication.message), due_ms);
+            let held = held_message(cx, &publication);
+            for exchange in routing.delayed.drain(..) {
+                cx.state
+                    .hold_delayed(cx.vhost, &exchange, Arc::clone(&held), due_ms);
+            }
         }
         let mut rejected = false;
-        for queue in self.queue_scratch.drain(..) {
+        for queue in routing.queues.drain(..) {
             // `x-overflow` = reject-publish: the other queues still take it; the publisher
             // hears a nack.
             rejected |= queue.publish(Arc::clone(&publication.message)) == PublishOutcome::Rejected;
         }
+        self.routing = routing;
         if rejected {
             self.nack(cx.outbound, confirm_tag);
         } else {
@@ -306,4 +323,24 @@ impl Channel {
             }
         }
     }
+}
+
+/// The message a delayed exchange holds: the published one, with its `BCC` header back if it
+/// had one, since the release routes by those keys too (and removes the header then).
+fn held_message(cx: &ConnContext<'_>, publication: &Publication) -> Arc<Message> {
+    let (Some(bcc), message) = (&publication.bcc, &publication.message) else {
+        return Arc::clone(&publication.message);
+    };
+    let mut properties = message.properties.clone();
+    if let Some(headers) = properties.headers.as_mut() {
+        headers.insert(BCC, bcc.clone());
+    }
+    let charge = cx.state.memory.charge(message.body_len());
+    Message::new(
+        message.exchange.clone(),
+        message.routing_key.clone(),
+        properties,
+        message.body.clone(),
+        Some(Box::new(charge)),
+    )
 }

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use dwellmq_codec::methods::*;
-use dwellmq_codec::{FieldTable, Method, ShortStr};
+use dwellmq_codec::{Method, ShortStr};
 use dwellmq_core::routing::{Binding, Destination, RoutingKind};
 use dwellmq_core::{arguments, BrokerError, BrokerResult};
 
 use super::{Channel, ConnContext};
 use crate::broker::consumer::notify_cancelled;
-use crate::broker::exchange::ExchangeKind;
+use crate::broker::exchange::DeclaredType;
 use crate::broker::queue::Queue;
 use crate::broker::reply_to::is_reply_name;
 use crate::broker::vhost::{ExchangeSpec, QueueSpec};
@@ -41,9 +41,9 @@ impl Channel {
         m: ExchangeDeclare,
     ) -> BrokerResult<()> {
         let kind = if m.passive {
-            ExchangeKind::Standard(RoutingKind::Direct)
+            DeclaredType::Standard(RoutingKind::Direct)
         } else {
-            exchange_kind(&m.kind, &m.arguments)?
+            declared_type(&m.kind)?
         };
         cx.vhost.declare_exchange(ExchangeSpec {
             name: m.exchange,
@@ -172,7 +172,7 @@ impl Channel {
         m: QueueBind,
     ) -> BrokerResult<()> {
         let queue = self.queue_for(cx, &m.queue)?;
-        let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &queue);
+        let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &queue.name);
         cx.vhost.bind(Binding {
             source: m.exchange,
             destination: Destination::Queue(queue.name.clone()),
@@ -191,11 +191,16 @@ impl Channel {
         cx: &mut ConnContext<'_>,
         m: QueueUnbind,
     ) -> BrokerResult<()> {
-        let queue = self.queue_for(cx, &m.queue)?;
-        let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &queue);
+        // A missing queue is not an error (RabbitMQ answers unbind-ok); another connection's
+        // exclusive queue is.
+        let name = self.queue_name(&m.queue)?;
+        if let Ok(queue) = cx.vhost.queue(&name) {
+            queue.check_exclusive(cx.id)?;
+        }
+        let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &name);
         let removed = cx.vhost.unbind(&Binding {
             source: m.exchange,
-            destination: Destination::Queue(queue.name.clone()),
+            destination: Destination::Queue(name),
             routing_key,
             arguments: m.arguments,
         })?;
@@ -245,20 +250,19 @@ impl Channel {
 
 /// RabbitMQ's shortcut: binding the "last declared" queue (name "") with key "" binds with
 /// the queue's name as the key.
-fn routing_key_shortcut(named: &ShortStr, routing_key: ShortStr, queue: &Queue) -> ShortStr {
+fn routing_key_shortcut(named: &ShortStr, routing_key: ShortStr, queue: &ShortStr) -> ShortStr {
     if named.is_empty() && routing_key.is_empty() {
-        queue.name.clone()
+        queue.clone()
     } else {
         routing_key
     }
 }
 
-/// Parses an `exchange.declare` type (and, for delayed exchanges, `x-delayed-type`).
-fn exchange_kind(kind: &str, args: &FieldTable) -> BrokerResult<ExchangeKind> {
-    if kind == "x-delayed-message" {
-        return Ok(ExchangeKind::Delayed(arguments::parse_delayed_type(args)?));
+/// Checks an `exchange.declare` type, before anything else about the declare (503 for a type
+/// that does not exist, as RabbitMQ's `check_type`).
+fn declared_type(kind: &str) -> BrokerResult<DeclaredType> {
+    if kind == arguments::DELAYED_MESSAGE_TYPE {
+        return Ok(DeclaredType::Delayed);
     }
-    RoutingKind::from_name(kind)
-        .map(ExchangeKind::Standard)
-        .ok_or_else(|| BrokerError::CommandInvalid(format!("unknown exchange type '{kind}'")))
+    arguments::parse_exchange_type(kind).map(DeclaredType::Standard)
 }

@@ -32,12 +32,36 @@ pub fn parse_alternate_exchange(
     }
 }
 
+/// The routing behaviour a standard exchange type name stands for, or RabbitMQ's
+/// `check_type` error, a 503 COMMAND_INVALID that closes the connection:
+/// `unknown exchange type 'NAME'`, and `invalid exchange type ''` for the empty name (Erlang
+/// knows the atom `''`, but no exchange type is registered under it).
+///
+/// ```
+/// use dwellmq_core::{arguments::parse_exchange_type, routing::RoutingKind};
+///
+/// assert_eq!(parse_exchange_type("topic"), Ok(RoutingKind::Topic));
+/// assert_eq!(parse_exchange_type("").unwrap_err().reply_code(), 503);
+/// ```
+pub fn parse_exchange_type(name: &str) -> Result<RoutingKind, BrokerError> {
+    RoutingKind::from_name(name).ok_or_else(|| {
+        let problem = if name.is_empty() {
+            "invalid"
+        } else {
+            "unknown"
+        };
+        BrokerError::CommandInvalid(format!("{problem} exchange type '{name}'"))
+    })
+}
+
 /// Reads `x-delayed-type`, the routing behaviour of an `x-delayed-message` exchange, with the
-/// delayed-message plugin's texts (all 406 PRECONDITION_FAILED):
-/// - absent or not a string: `Invalid argument, 'x-delayed-type' must be an existing exchange type`;
-/// - `x-delayed-message`: `Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'`;
-/// - an unknown name: `unknown exchange type 'NAME'` (RabbitMQ raises this one as
-///   503 COMMAND_INVALID, closing the connection; dwellmq closes only the channel).
+/// delayed-message plugin's texts:
+/// - absent or not a string: 406 `Invalid argument, 'x-delayed-type' must be an existing
+///   exchange type`;
+/// - `x-delayed-message`: 406 `Invalid argument, 'x-delayed-message' can't be used for
+///   'x-delayed-type'`;
+/// - any other name that is not a type: [`parse_exchange_type`]'s 503, as the plugin calls
+///   RabbitMQ's `check_type`.
 ///
 /// ```
 /// use dwellmq_codec::FieldTable;
@@ -61,9 +85,7 @@ pub fn parse_delayed_type(args: &FieldTable) -> Result<RoutingKind, BrokerError>
             "Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'".to_owned(),
         ));
     }
-    let name = String::from_utf8_lossy(name);
-    RoutingKind::from_name(&name)
-        .ok_or_else(|| BrokerError::PreconditionFailed(format!("unknown exchange type '{name}'")))
+    parse_exchange_type(&String::from_utf8_lossy(name))
 }
 
 #[cfg(test)]
@@ -81,6 +103,13 @@ mod tests {
         match r {
             Err(BrokerError::PreconditionFailed(t)) => t,
             other => panic!("expected 406, got {other:?}"),
+        }
+    }
+
+    fn text_503(r: Result<RoutingKind, BrokerError>) -> String {
+        match r {
+            Err(BrokerError::CommandInvalid(t)) => t,
+            other => panic!("expected 503, got {other:?}"),
         }
     }
 
@@ -110,12 +139,16 @@ mod tests {
             "Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'"
         );
         assert_eq!(
-            text(parse_delayed_type(&args("x-consistent-hash".into()))),
+            text_503(parse_delayed_type(&args("x-consistent-hash".into()))),
             "unknown exchange type 'x-consistent-hash'"
         );
         assert_eq!(
-            text(parse_delayed_type(&args("Direct".into()))),
+            text_503(parse_delayed_type(&args("Direct".into()))),
             "unknown exchange type 'Direct'"
+        );
+        assert_eq!(
+            text_503(parse_delayed_type(&args("".into()))),
+            "invalid exchange type ''"
         );
     }
 

@@ -16,10 +16,12 @@ pub use consumer_args::parse_consumer_priority;
 pub use equivalence::{
     check_exchange_equivalence, check_queue_equivalence, queue_arguments_equivalent, ArgMismatch,
 };
-pub use exchange_args::{parse_alternate_exchange, parse_delayed_type, DELAYED_MESSAGE_TYPE};
+pub use exchange_args::{
+    parse_alternate_exchange, parse_delayed_type, parse_exchange_type, DELAYED_MESSAGE_TYPE,
+};
 pub use expiration::{parse_expiration, MAX_TTL_MS};
 pub use queue_args::{
     parse_delayed_retry, parse_queue_arguments, DelayedRetry, Overflow, QueueArguments, QueueType,
     RetryKind, DEFAULT_DELIVERY_LIMIT, MAX_PRIORITY,
 };
-pub use x_delay::{parse_x_delay, MAX_DELAY_MS};
+pub use x_delay::{parse_x_delay, released_x_delay, MAX_DELAY_MS};

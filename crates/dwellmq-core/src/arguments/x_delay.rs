@@ -63,6 +63,25 @@ pub fn parse_x_delay(headers: Option<&FieldTable>) -> Result<i64, BrokerError> {
     Ok(delay)
 }
 
+/// The `x-delay` header of a message released after `delay` ms: −delay, which also stops a
+/// second delayed exchange on its way from holding it again.
+///
+/// Signed 32-bit (`I`) when −delay fits, as the 3.x plugin writes it, and signed 64-bit (`l`)
+/// only beyond (delays over 24.8 days): pika decodes `l` as unsigned, so −1500 written as `l`
+/// would reach a Python consumer as 18446744073709550116.
+///
+/// ```
+/// use dwellmq_codec::FieldValue;
+/// use dwellmq_core::arguments::released_x_delay;
+///
+/// assert_eq!(released_x_delay(1500), FieldValue::I32(-1500));
+/// assert_eq!(released_x_delay(5_000_000_000), FieldValue::I64(-5_000_000_000));
+/// ```
+pub fn released_x_delay(delay: i64) -> FieldValue {
+    let negated = delay.saturating_neg();
+    i32::try_from(negated).map_or(FieldValue::I64(negated), FieldValue::I32)
+}
+
 fn too_large(shown: &str) -> BrokerError {
     BrokerError::PreconditionFailed(format!(
         "invalid 'x-delay' header: {shown} ms is above the maximum delay of {MAX_DELAY_MS} ms"
@@ -227,6 +246,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn released_delay_is_32_bit_while_it_fits() {
+        assert_eq!(released_x_delay(1), FieldValue::I32(-1));
+        let widest = -i64::from(i32::MIN);
+        assert_eq!(released_x_delay(widest), FieldValue::I32(i32::MIN));
+        assert_eq!(released_x_delay(widest + 1), FieldValue::I64(-widest - 1));
+        assert_eq!(
+            released_x_delay(MAX_DELAY_MS),
+            FieldValue::I64(-MAX_DELAY_MS)
+        );
     }
 
     #[test]

@@ -8,8 +8,10 @@ mod binding_set;
 mod destinations;
 mod direct;
 mod headers;
+mod sender_selected;
 mod topic;
 
 pub use binding::{Binding, Destination, RoutingKind};
 pub use binding_set::BindingSet;
 pub use headers::validate_headers_binding_args;
+pub use sender_selected::{extra_routing_keys, BCC, CC};

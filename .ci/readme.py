@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""Runs README.md's commands and examples as printed, from this checkout (CI calls it).
+
+    python3 .ci/readme.py
+
+1. Starts the broker with the README's first command (`cargo run --release -- --in-memory`),
+   then runs the README's Python (pika) and Node.js (amqplib) examples against it. Each must exit
+   0 on its own within a time limit, so an example that leaves its connection open fails.
+2. Starts the broker with the README's TOML example as its config file, with the command its
+   first line prints, and checks what the README says of it: the configured user logs in,
+   `guest` no longer does.
+3. Builds a scratch crate whose Cargo.toml has the README's dependency lines (the `path` pointing
+   at this checkout) and runs the README's Rust example in it as a test; checks that
+   tests/readme_example.rs is the same code (it runs with `cargo test --workspace`); and checks
+   that the library without default features pulls in none of the binary's dependencies.
+
+The commands `cargo test --workspace`, the interop test runs and the benchmark commands are not
+repeated here: `.ci/run` runs the first ones, and benchmarks measure rather than check.
+
+Needs pika (`pip install pika==1.3.2`) and amqplib (`npm install --prefix tests/node`).
+If 127.0.0.1:5672 is taken (a RabbitMQ), the broker is started with `--listen 127.0.0.1:0` added,
+as the README advises, and the examples get the URL in AMQP_URL, which they read.
+README_PROFILE=debug runs `cargo run` without `--release`, for a quicker check by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+STARTUP_TIMEOUT = 1800.0  # the first command compiles the broker in release mode
+EXAMPLE_TIMEOUT = 60.0
+STOP_TIMEOUT = 15.0
+BINARY_ONLY_DEPENDENCIES = ("mimalloc", "toml", "tracing-subscriber")
+
+
+def fail(message: str) -> None:
+    print(f"readme: FAILED: {message}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def step(message: str) -> None:
+    print(f"readme: {message}", flush=True)
+
+
+def code_blocks(language: str) -> list[str]:
+    """The README's fenced code blocks in `language`, in order."""
+    text = README.read_text()
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def only_block(language: str) -> str:
+    blocks = code_blocks(language)
+    if len(blocks) != 1:
+        fail(f"expected one ```{language} block in README.md, found {len(blocks)}")
+    return blocks[0]
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def target_dir() -> Path:
+    configured = os.environ.get("CARGO_TARGET_DIR")
+    if configured:
+        path = Path(configured)
+        return path if path.is_absolute() else REPO / path
+    return REPO / "target"
+
+
+class Broker:
+    """A broker process started by `command`; its first stdout line is its URL."""
+
+    def __init__(self, command: list[str], log: Path):
+        step(f"$ {shlex.join(command)}")
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            command,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+        )
+        line: list[bytes] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()))
+        reader.daemon = True
+        reader.start()
+        reader.join(STARTUP_TIMEOUT)
+        self.url = line[0].decode().strip() if line else ""
+        if not self.url.startswith("amqp://"):
+            self.stop()
+            fail(f"no AMQP URL on stdout (got {self.url!r}); log: {log}\n{log.read_text()[-3000:]}")
+        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+        step(f"broker listening: {self.url}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            # `cargo run` replaces itself with the broker, so this reaches the broker itself.
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                fail("the broker did not stop on SIGTERM")
+        self.log.close()
+        if self.proc.returncode != 0:
+            fail(f"the broker exited with {self.proc.returncode} on SIGTERM")
+
+
+def start_command() -> list[str]:
+    """The README's first shell command (starting the broker), as printed."""
+    first = code_blocks("sh")[0].strip()
+    if "\n" in first or not first.startswith("cargo run"):
+        fail(f"the README's first sh block should be the one command that starts the broker: {first!r}")
+    command = shlex.split(first)
+    if os.environ.get("README_PROFILE") == "debug":
+        command.remove("--release")
+    return command
+
+
+def with_free_port(command: list[str]) -> tuple[list[str], bool]:
+    """The command as printed if port 5672 is free; else with `--listen 127.0.0.1:0` added."""
+    if port_free(5672):
+        return command, False
+    step("127.0.0.1:5672 is taken: adding --listen 127.0.0.1:0, as the README advises")
+    return command + ["--listen", "127.0.0.1:0"], True
+
+
+def run_example(what: str, command: list[str], env: dict[str, str], cwd: Path) -> None:
+    step(f"$ {shlex.join(command)}   ({what})")
+    try:
+        done = subprocess.run(command, cwd=cwd, env=env, timeout=EXAMPLE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        fail(f"the {what} did not exit within {EXAMPLE_TIMEOUT:.0f}s (a connection left open?)")
+    if done.returncode != 0:
+        fail(f"the {what} exited with {done.returncode}")
+
+
+def examples_against_the_first_command(work: Path) -> None:
+    command, moved = with_free_port(start_command())
+    broker = Broker(command, work / "broker.log")
+    env = dict(os.environ)
+    env.pop("AMQP_URL", None)
+    if moved:
+        env["AMQP_URL"] = f"{broker.url}/%2f"
+    try:
+        python = work / "example.py"
+        python.write_text(only_block("python"))
+        run_example("Python example", [sys.executable, str(python)], env, work)
+
+        node_modules = REPO / "tests" / "node" / "node_modules"
+        if not (node_modules / "amqplib").is_dir():
+            fail("amqplib is missing: npm install --prefix tests/node")
+        node = work / "example.js"
+        node.write_text(only_block("js"))
+        node_env = dict(env, NODE_PATH=str(node_modules))
+        if moved:
+            node_env["AMQP_URL"] = broker.url
+        run_example("Node.js example", ["node", str(node)], node_env, work)
+        check_what_the_examples_declared(broker.url)
+    finally:
+        broker.stop()
+
+
+def check_what_the_examples_declared(url: str) -> None:
+    import pika
+
+    conn = pika.BlockingConnection(pika.URLParameters(f"{url}/%2f"))
+    try:
+        ch = conn.channel()
+        for exchange in ("reminders", "retries"):
+            ch.exchange_declare(exchange, passive=True)
+        for queue in ("due", "webhooks"):
+            ch.queue_declare(queue, passive=True)
+    finally:
+        conn.close()
+
+
+def the_toml_example(work: Path) -> None:
+    import pika
+    import pika.exceptions
+
+    config_text = toml_blocks()[0]
+    first_line = config_text.splitlines()[0]
+    match = re.fullmatch(r"# (\S+): (cargo run .*)", first_line)
+    if not match:
+        fail(f"the TOML example should start with '# FILE: cargo run ...', not {first_line!r}")
+    name, printed = match.groups()
+    command = shlex.split(printed)
+    if os.environ.get("README_PROFILE") == "debug":
+        command.remove("--release")
+    command, _ = with_free_port(command)
+    # The command names the file relative to the checkout, where `cargo run` runs.
+    config = REPO / name
+    if config.exists():
+        fail(f"{config} exists already; not overwriting it")
+    config.write_text(config_text)
+    try:
+        broker = Broker(command, work / "broker-toml.log")
+    finally:
+        config.unlink()
+    try:
+        port = broker.url.rsplit(":", 1)[1]
+        for vhost in ("%2f", "staging"):
+            conn = pika.BlockingConnection(
+                pika.URLParameters(f"amqp://app:secret@127.0.0.1:{port}/{vhost}")
+            )
+            conn.close()
+        try:
+            pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/%2f"))
+        except pika.exceptions.ProbableAuthenticationError:
+            pass
+        else:
+            fail("guest logged in although the TOML example lists its own [[users]]")
+        step("the TOML example: app logs in to / and staging, guest is refused")
+    finally:
+        broker.stop()
+
+
+def toml_blocks() -> tuple[str, str]:
+    """(the broker's config file, the Cargo.toml dependency lines)."""
+    blocks = code_blocks("toml")
+    if len(blocks) != 2:
+        fail(f"expected two ```toml blocks (config file, Cargo.toml), found {len(blocks)}")
+    return blocks[0], blocks[1]
+
+
+def the_rust_example(work: Path) -> None:
+    rust = only_block("rust")
+    cargo_lines = toml_blocks()[1]
+    printed_path = 'path = "../dwellmq"'
+    if printed_path not in cargo_lines:
+        fail(f"the README's Cargo.toml lines no longer say {printed_path}")
+    crate = work / "readme-crate"
+    (crate / "src").mkdir(parents=True)
+    (crate / "tests").mkdir()
+    (crate / "src" / "lib.rs").write_text("")
+    (crate / "tests" / "reminder.rs").write_text(rust)
+    (crate / "Cargo.toml").write_text(
+        '[package]\nname = "readme-example"\nversion = "0.0.0"\nedition = "2021"\n'
+        "publish = false\n\n[workspace]\n\n"
+        + cargo_lines.replace(printed_path, f"path = {str(REPO)!r}".replace("'", '"'))
+    )
+    # The checkout's lock file: the same dependency versions, so its build cache is reused.
+    shutil.copy(REPO / "Cargo.lock", crate / "Cargo.lock")
+    env = dict(os.environ, CARGO_TARGET_DIR=str(target_dir()))
+    step("$ cargo test   (the README's Rust example in a crate with its Cargo.toml lines)")
+    done = subprocess.run(["cargo", "test", "--test", "reminder"], cwd=crate, env=env)
+    if done.returncode != 0:
+        fail("the README's Rust example failed in a crate of its own")
+
+    formatted = work / "formatted.rs"
+    formatted.write_text(rust)
+    subprocess.run(["rustfmt", "--edition", "2021", str(formatted)], check=True)
+    in_tests = (REPO / "tests" / "readme_example.rs").read_text()
+    body = "\n".join(
+        line for line in in_tests.splitlines() if not line.startswith("//!")
+    ).lstrip("\n")
+    if body.strip() != formatted.read_text().strip():
+        fail("tests/readme_example.rs differs from the README's Rust example (rustfmt both)")
+    step("tests/readme_example.rs matches the README's Rust example")
+
+
+def no_binary_dependencies_for_embedders() -> None:
+    tree = subprocess.run(
+        ["cargo", "tree", "-p", "dwellmq", "--no-default-features", "-e", "normal",
+         "--prefix", "none"],
+        cwd=REPO, check=True, capture_output=True, text=True,
+    ).stdout
+    names = {line.split(" ", 1)[0] for line in tree.splitlines() if line}
+    pulled = sorted(names.intersection(BINARY_ONLY_DEPENDENCIES))
+    if pulled:
+        fail(f"dwellmq without default features still depends on {pulled}")
+    step("the library without default features pulls in none of " + ", ".join(BINARY_ONLY_DEPENDENCIES))
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="dwellmq-readme-") as tmp:
+        work = Path(tmp)
+        examples_against_the_first_command(work)
+        the_toml_example(work)
+        the_rust_example(work)
+    no_binary_dependencies_for_embedders()
+    step("all README commands and examples ran as printed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
