@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use dwellmq::{BrokerConfig, Limits, UserConfig};
+use dwellmq::{BrokerConfig, ExpiryMode, Limits, UserConfig};
 
 /// The `--help` text, with the built-in defaults of [`Limits`].
 pub(crate) fn usage() -> String {
@@ -67,12 +67,14 @@ OPTIONS:
                                                                           env: DWELLMQ_LOG
   --timer-rt-priority N  run the delayed-message timer thread under SCHED_FIFO at priority
                      N (1-99, Linux, needs CAP_SYS_NICE): releases stay on time on a busy host
+  --expiry MODE      on-time (default): a message expires at its deadline wherever it is in
+                     its queue; head-only: only at the head, as RabbitMQ's classic queues
   -h, --help         print this help
   -V, --version      print the version
 
 CONFIG FILE (TOML; the environment and flags override it):
   listen = [\"127.0.0.1:5672\"]   data_dir = \"DIR\"   in_memory = true   log_level = \"info\"
-  vhosts = [\"/\", \"staging\"]      timer_realtime_priority = N
+  vhosts = [\"/\", \"staging\"]      timer_realtime_priority = N   expiry = \"head-only\"
   [[users]]   name, password, vhosts (default [\"*\"]), loopback_only (default false).
               Any [[users]] entry replaces the default guest/guest (loopback only): list
               guest too to keep it.
@@ -120,6 +122,7 @@ struct Flags {
     config: Option<String>,
     log_level: Option<String>,
     timer_rt_priority: Option<String>,
+    expiry: Option<String>,
 }
 
 /// Parses `args` (without the program name) with `env` as the environment lookup.
@@ -149,6 +152,7 @@ pub(crate) fn parse(
             "--config" => flags.config = Some(value("--config")?),
             "--log-level" => flags.log_level = Some(value("--log-level")?),
             "--timer-rt-priority" => flags.timer_rt_priority = Some(value("--timer-rt-priority")?),
+            "--expiry" => flags.expiry = Some(value("--expiry")?),
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
@@ -192,7 +196,20 @@ pub(crate) fn parse(
             .ok_or_else(|| format!("invalid --timer-rt-priority '{priority}' (1-99)"))?;
         config.timer_realtime_priority = Some(n);
     }
+    if let Some(mode) = flags.expiry {
+        config.expiry_mode = parse_expiry(&mode)?;
+    }
     Ok(Command::Run(Box::new(Settings { config, log_level })))
+}
+
+fn parse_expiry(mode: &str) -> Result<ExpiryMode, String> {
+    match mode {
+        "on-time" => Ok(ExpiryMode::OnTime),
+        "head-only" => Ok(ExpiryMode::HeadOnly),
+        other => Err(format!(
+            "expiry must be on-time or head-only, not '{other}'"
+        )),
+    }
 }
 
 fn parse_addrs<'a>(addrs: impl Iterator<Item = &'a str>) -> Result<Vec<SocketAddr>, String> {
@@ -221,6 +238,10 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             }
             "log_level" => *log_level = string(value, "log_level")?,
             "vhosts" => config.vhosts = string_list(value, "vhosts")?,
+            "expiry" => {
+                let mode = value.as_str().ok_or("expiry must be a string")?;
+                config.expiry_mode = parse_expiry(mode)?;
+            }
             "timer_realtime_priority" => {
                 let n = value
                     .as_integer()
@@ -375,6 +396,18 @@ mod tests {
         apply_file(&mut config, &mut level, "timer_realtime_priority = 20").unwrap();
         assert_eq!(config.timer_realtime_priority, Some(20));
         assert!(apply_file(&mut config, &mut level, "timer_realtime_priority = 100").is_err());
+    }
+
+    #[test]
+    fn expiry_mode_from_flag_and_file() {
+        let s = run(&["--expiry", "head-only"], &[]).unwrap();
+        assert_eq!(s.config.expiry_mode, ExpiryMode::HeadOnly);
+        assert!(run(&["--expiry", "sometimes"], &[]).is_err());
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(&mut config, &mut level, "expiry = 'head-only'").unwrap();
+        assert_eq!(config.expiry_mode, ExpiryMode::HeadOnly);
+        assert!(apply_file(&mut config, &mut level, "expiry = 1").is_err());
     }
 
     #[test]
