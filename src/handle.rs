@@ -113,6 +113,25 @@ pub struct QueueInfo {
     pub consumers: usize,
     /// Delivered and not yet acknowledged.
     pub unacked: usize,
+    /// Returned to a quorum queue and waiting for a delayed retry (not ready, not unacked).
+    pub retrying: usize,
+    /// When the next of them is ready again, milliseconds since the Unix epoch.
+    pub next_retry_at: Option<u64>,
+}
+
+/// A message of a quorum queue waiting for its delayed retry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryingMessageInfo {
+    /// When it is ready again, milliseconds since the Unix epoch.
+    pub ready_at_ms: u64,
+    /// Failed attempts so far (`x-delivery-count`).
+    pub delivery_count: u32,
+    /// Returns of any kind so far (`x-acquired-count`).
+    pub acquired_count: u32,
+    /// Its routing key.
+    pub routing_key: String,
+    /// Body size in octets.
+    pub body_size: usize,
 }
 
 impl BrokerHandle {
@@ -134,12 +153,42 @@ impl BrokerHandle {
     /// Queue snapshot in `vhost`, or `None` if the queue does not exist.
     pub fn queue_info(&self, vhost: &str, queue: &str) -> Option<QueueInfo> {
         let queue = self.state.vhost(vhost)?.queue(queue).ok()?;
+        let retrying = queue.retrying();
         Some(QueueInfo {
             name: queue.name.to_string(),
             messages: queue.message_count(),
             consumers: queue.consumer_count(),
             unacked: queue.unacked_count(),
+            retrying: retrying.len(),
+            next_retry_at: retrying.first().map(|(at, _)| *at),
         })
+    }
+
+    /// The messages of a quorum queue waiting for a delayed retry, the next one first.
+    pub fn retrying_messages(&self, vhost: &str, queue: &str) -> Vec<RetryingMessageInfo> {
+        let Some(queue) = self.state.vhost(vhost).and_then(|v| v.queue(queue).ok()) else {
+            return Vec::new();
+        };
+        queue
+            .retrying()
+            .into_iter()
+            .map(|(ready_at_ms, entry)| RetryingMessageInfo {
+                ready_at_ms,
+                delivery_count: entry.delivery_count,
+                acquired_count: entry.acquired_count,
+                routing_key: entry.message.routing_key.to_string(),
+                body_size: entry.message.body_len(),
+            })
+            .collect()
+    }
+
+    /// Makes every message of a queue that waits for a delayed retry ready at once; returns
+    /// how many.
+    pub fn release_retries(&self, vhost: &str, queue: &str) -> usize {
+        self.state
+            .vhost(vhost)
+            .and_then(|v| v.queue(queue).ok())
+            .map_or(0, |q| q.release_retries())
     }
 
     /// Names of the queues in `vhost`, sorted.

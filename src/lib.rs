@@ -20,4 +20,4 @@ pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 pub use config::{BrokerConfig, ClockConfig, ExpiryMode, Limits, UserConfig};
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;
-pub use handle::{Broker, BrokerHandle, DeathReason, QueueInfo, StartError};
+pub use handle::{Broker, BrokerHandle, DeathReason, QueueInfo, RetryingMessageInfo, StartError};

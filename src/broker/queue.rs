@@ -92,6 +92,11 @@ impl Queue {
         self.run(|state, now, fx| state.start(now, fx));
     }
 
+    /// Whether deliveries are counted (a quorum queue): redeliveries then carry the counts.
+    pub(crate) fn counts_deliveries(&self) -> bool {
+        self.settings.counts_deliveries()
+    }
+
     /// `RESOURCE_LOCKED` unless `connection` may use this queue.
     pub(crate) fn check_exclusive(&self, connection: ConnectionId) -> BrokerResult<()> {
         match self.exclusive_owner {
@@ -290,6 +295,21 @@ impl Queue {
             state.tick(now, fx);
             state.ready()
         })
+    }
+
+    /// Messages waiting for a delayed retry: (ready again at, the entry), in that order.
+    pub(crate) fn retrying(&self) -> Vec<(u64, QueueEntry)> {
+        let guard = self.inner.lock();
+        guard
+            .state
+            .retrying_entries()
+            .map(|(at, entry)| (at, entry.clone()))
+            .collect()
+    }
+
+    /// Makes every message waiting for a retry ready now; returns how many.
+    pub(crate) fn release_retries(self: &Arc<Self>) -> usize {
+        self.run(|state, now, fx| state.release_retries(now, fx))
     }
 
     /// Delivered and not yet settled.

@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use dwellmq_codec::methods::{BasicCancel, BasicDeliver, BasicGetOk};
 use dwellmq_codec::{Method, ShortStr};
-use dwellmq_core::queue::ChannelCredit;
+use dwellmq_core::queue::{redelivery_properties, ChannelCredit};
 use dwellmq_core::{Message, QueueEntry};
 use parking_lot::Mutex;
 
-use super::outbound::Outbound;
+use super::outbound::{FrameSink, Outbound};
 use crate::broker::consumer::{Consumer, DeliverySink};
 use crate::broker::queue::Queue;
 
@@ -88,7 +88,7 @@ impl DeliveryChannel {
         });
         self.outbound.with(|sink| {
             sink.method(self.id, &get_ok);
-            sink.content(self.id, &entry.message, self.frame_max);
+            write_content(sink, self.id, queue, &entry, self.frame_max);
         });
         if !no_ack {
             self.credit.unacked.fetch_add(1, Ordering::Relaxed);
@@ -151,6 +151,24 @@ impl DeliveryChannel {
     }
 }
 
+/// A delivery's content: as published, or for a quorum queue's redelivery with its counts.
+fn write_content(
+    sink: &mut FrameSink<'_>,
+    channel: u16,
+    queue: &Queue,
+    entry: &QueueEntry,
+    frame_max: u32,
+) {
+    match queue
+        .counts_deliveries()
+        .then(|| redelivery_properties(entry))
+        .flatten()
+    {
+        Some(properties) => sink.content_with(channel, &entry.message, &properties, frame_max),
+        None => sink.content(channel, &entry.message, frame_max),
+    }
+}
+
 impl DeliverySink for DeliveryChannel {
     fn deliver(
         &self,
@@ -175,7 +193,7 @@ impl DeliverySink for DeliveryChannel {
         });
         self.outbound.with(|sink| {
             sink.method(self.id, &deliver);
-            sink.content(self.id, &entry.message, self.frame_max);
+            write_content(sink, self.id, queue, &entry, self.frame_max);
         });
         if !consumer.credit.no_ack {
             ledger.unacked.push_back(Unacked {

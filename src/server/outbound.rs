@@ -56,13 +56,24 @@ impl FrameSink<'_> {
 
     /// Appends a content header and the body frames of `message`, split to `frame_max`.
     pub(crate) fn content(&mut self, channel: u16, message: &Message, frame_max: u32) {
+        self.content_with(channel, message, &message.properties_encoded, frame_max);
+    }
+
+    /// The same, with `properties` (encoded) in place of the message's own.
+    pub(crate) fn content_with(
+        &mut self,
+        channel: u16,
+        message: &Message,
+        properties: &Bytes,
+        frame_max: u32,
+    ) {
         let body = &message.body;
         encode_header_raw(
             &mut self.pending.tail,
             channel,
             dwellmq_codec::constants::BASIC_CLASS_ID,
             body.len() as u64,
-            &message.properties_encoded,
+            properties,
         );
         let chunk_max = (frame_max as usize).saturating_sub(8).max(1);
         let pending = &mut *self.pending;

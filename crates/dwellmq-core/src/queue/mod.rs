@@ -714,3 +714,29 @@ impl<C: Clone> QueueState<C> {
         }
     }
 }
+
+/// The properties a redelivered message of a quorum queue carries, encoded: its own plus
+/// `x-delivery-count` (failed attempts) and `x-acquired-count` (returns of any kind), each when
+/// non-zero. `None` when the message goes out as published.
+pub fn redelivery_properties(entry: &QueueEntry) -> Option<bytes::Bytes> {
+    if entry.delivery_count == 0 && entry.acquired_count == 0 {
+        return None;
+    }
+    let mut properties = entry.message.properties.clone();
+    let headers = properties.headers.get_or_insert_with(Default::default);
+    if entry.delivery_count > 0 {
+        headers.insert(
+            "x-delivery-count",
+            dwellmq_codec::FieldValue::I64(i64::from(entry.delivery_count)),
+        );
+    }
+    if entry.acquired_count > 0 {
+        headers.insert(
+            "x-acquired-count",
+            dwellmq_codec::FieldValue::I64(i64::from(entry.acquired_count)),
+        );
+    }
+    let mut encoded = bytes::BytesMut::with_capacity(entry.message.properties_encoded.len() + 48);
+    properties.encode(&mut encoded);
+    Some(encoded.freeze())
+}
