@@ -186,6 +186,28 @@ impl<C: Clone> QueueState<C> {
         self.messages.iter()
     }
 
+    /// New settings (a policy changed). The queue's type, durability and priority levels stay
+    /// as declared; a lower length limit takes effect at once, a new TTL applies to messages
+    /// enqueued from now on, and the deadlines are armed again.
+    pub fn set_settings(&mut self, settings: QueueSettings, now_ms: u64, fx: &mut Effects<C>) {
+        let kept = (
+            self.settings.max_priority,
+            self.settings.durable,
+            self.settings.queue_type,
+        );
+        self.settings = QueueSettings {
+            max_priority: kept.0,
+            durable: kept.1,
+            queue_type: kept.2,
+            ..settings
+        };
+        if self.settings.overflow == Overflow::DropHead {
+            self.enforce_length(fx);
+        }
+        self.armed_at = None;
+        self.arm(now_ms, fx);
+    }
+
     /// Arms the first deadline of a queue that was just created (`x-expires`).
     pub fn start(&mut self, now_ms: u64, fx: &mut Effects<C>) {
         self.arm(now_ms, fx);

@@ -2,7 +2,8 @@
 
 use dwellmq_codec::ShortStr;
 
-use crate::arguments::{DelayedRetry, Overflow, QueueArguments, QueueType};
+use crate::arguments::{DelayedRetry, Overflow, QueueArguments, QueueType, RetryKind};
+use crate::policy::PolicyDefinition;
 
 /// When expired messages leave a queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,7 +61,71 @@ impl QueueSettings {
     }
 }
 
+fn lower(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 impl QueueSettings {
+    /// Settings from validated arguments and the policy that applies, combined as RabbitMQ
+    /// does: the lower of argument and policy for TTLs, expiry, length limits and retry
+    /// delays; the argument first for the overflow mode and dead-letter target; the policy
+    /// first for the retry type; RabbitMQ's rule for the delivery limit. `overflow_given` says
+    /// whether `x-overflow` was among the arguments (its parsed value has a default).
+    pub fn effective(
+        args: &QueueArguments,
+        overflow_given: bool,
+        durable: bool,
+        expiry_mode: ExpiryMode,
+        policy: Option<&PolicyDefinition>,
+    ) -> Self {
+        let mut s = Self::from_arguments(args, durable, expiry_mode);
+        let Some(p) = policy else {
+            return s;
+        };
+        s.message_ttl = lower(s.message_ttl, p.message_ttl);
+        s.expires = lower(s.expires, p.expires);
+        s.max_length = lower(s.max_length, p.max_length);
+        s.max_length_bytes = lower(s.max_length_bytes, p.max_length_bytes);
+        if !overflow_given {
+            s.overflow = p.overflow.unwrap_or(s.overflow);
+        }
+        if args.dead_letter_exchange.is_none() {
+            s.dead_letter = p
+                .dead_letter_exchange
+                .as_ref()
+                .map(|exchange| DeadLetterTarget {
+                    exchange: exchange.clone(),
+                    routing_key: p.dead_letter_routing_key.clone(),
+                });
+        } else if let Some(target) = &mut s.dead_letter {
+            if target.routing_key.is_none() {
+                target.routing_key = p.dead_letter_routing_key.clone();
+            }
+        }
+        s.delivery_limit = args.effective_delivery_limit(p.delivery_limit);
+        let arg = args.delayed_retry;
+        let arg_min = (arg.min_ms > 0).then_some(arg.min_ms);
+        let arg_max = arg_min.map(|_| arg.max_ms);
+        let kind = p.delayed_retry_type.unwrap_or(arg.kind);
+        let min_ms = lower(arg_min, p.delayed_retry_min).unwrap_or(0);
+        let max_ms = lower(arg_max, p.delayed_retry_max)
+            .unwrap_or(min_ms)
+            .max(min_ms);
+        s.delayed_retry = DelayedRetry {
+            kind: if min_ms == 0 {
+                RetryKind::Disabled
+            } else {
+                kind
+            },
+            min_ms,
+            max_ms,
+        };
+        s
+    }
+
     /// Settings from validated arguments.
     pub fn from_arguments(args: &QueueArguments, durable: bool, expiry_mode: ExpiryMode) -> Self {
         QueueSettings {

@@ -537,3 +537,26 @@ fn waiting_messages_count_toward_max_length() {
     assert_eq!(q.release_retries(0, &mut fx), 1);
     assert_eq!(q.ready(), 1);
 }
+
+#[test]
+fn new_settings_apply_at_once_to_length_and_deadlines() {
+    let mut q = Q::new(QueueSettings::default(), false, 0);
+    let mut fx = Effects::new();
+    for b in ["a", "b", "c"] {
+        q.publish(message(b, None), 0, &mut fx);
+    }
+    q.set_settings(
+        QueueSettings {
+            max_length: Some(1),
+            expires: Some(500),
+            ..Default::default()
+        },
+        100,
+        &mut fx,
+    );
+    assert_eq!(
+        summary(&mut fx),
+        ["dropped maxlen", "dropped maxlen", "arm 500"]
+    );
+    assert_eq!(q.ready(), 1);
+}
