@@ -5,7 +5,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use dwellmq::{BrokerConfig, ExpiryMode, Limits, UserConfig};
+use dwellmq::{
+    ApplyTo, BrokerConfig, ExpiryMode, Limits, Policy, PolicyConfig, PolicyDefinition, PolicyValue,
+    UserConfig,
+};
 
 /// The `--help` text, with the built-in defaults of [`Limits`].
 pub(crate) fn usage() -> String {
@@ -78,6 +81,8 @@ CONFIG FILE (TOML; the environment and flags override it):
   [[users]]   name, password, vhosts (default [\"*\"]), loopback_only (default false).
               Any [[users]] entry replaces the default guest/guest (loopback only): list
               guest too to keep it.
+  [[policies]] name, pattern, vhost (default \"/\"), apply_to (default \"all\"), priority
+              (default 0), definition = {{ message-ttl = 60000, ... }} (RabbitMQ's keys)
   [limits]
 {limits}
 
@@ -253,6 +258,12 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                 let users = value.as_array().ok_or("users must be an array of tables")?;
                 config.users = users.iter().map(user).collect::<Result<_, _>>()?;
             }
+            "policies" => {
+                let policies = value
+                    .as_array()
+                    .ok_or("policies must be an array of tables")?;
+                config.policies = policies.iter().map(policy).collect::<Result<_, _>>()?;
+            }
             "limits" => {
                 let limits = value.as_table().ok_or("limits must be a table")?;
                 for (name, v) in limits {
@@ -332,6 +343,48 @@ fn user(value: &toml::Value) -> Result<UserConfig, String> {
     })
 }
 
+/// One `[[policies]]` table.
+fn policy(value: &toml::Value) -> Result<PolicyConfig, String> {
+    let table = value.as_table().ok_or("each policy must be a table")?;
+    let text = |key: &str| table.get(key).and_then(toml::Value::as_str);
+    let name = text("name").ok_or("a policy needs a name")?.to_string();
+    let invalid = |e: String| format!("policy '{name}': {e}");
+    let pattern = text("pattern")
+        .ok_or_else(|| invalid("pattern is missing".into()))?
+        .to_string();
+    let apply_to = ApplyTo::from_name(text("apply_to").unwrap_or("all"))
+        .map_err(|e| invalid(e.to_string()))?;
+    let priority = match table.get("priority") {
+        None => 0,
+        Some(v) => v
+            .as_integer()
+            .ok_or_else(|| invalid("priority must be an integer".into()))?,
+    };
+    let definition = table
+        .get("definition")
+        .and_then(toml::Value::as_table)
+        .ok_or_else(|| invalid("definition must be a table".into()))?;
+    let entries = definition
+        .iter()
+        .map(|(key, v)| match v {
+            toml::Value::Integer(n) => Ok((key.as_str(), PolicyValue::Integer(*n))),
+            toml::Value::String(s) => Ok((key.as_str(), PolicyValue::Text(s.clone()))),
+            _ => Err(invalid(format!("{key} must be an integer or a string"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let definition = PolicyDefinition::from_entries(entries).map_err(|e| invalid(e.to_string()))?;
+    Ok(PolicyConfig {
+        vhost: text("vhost").unwrap_or("/").to_string(),
+        policy: Policy {
+            name,
+            pattern,
+            apply_to,
+            priority,
+            definition,
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,6 +449,40 @@ mod tests {
         apply_file(&mut config, &mut level, "timer_realtime_priority = 20").unwrap();
         assert_eq!(config.timer_realtime_priority, Some(20));
         assert!(apply_file(&mut config, &mut level, "timer_realtime_priority = 100").is_err());
+    }
+
+    #[test]
+    fn policies_from_the_file() {
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(
+            &mut config,
+            &mut level,
+            r#"
+            [[policies]]
+            name = "delayed-retry"
+            pattern = "^orders\\."
+            apply_to = "quorum_queues"
+            definition = { delivery-limit = 20, delayed-retry-type = "failed", delayed-retry-min = 30000, delayed-retry-max = 120000 }
+            "#,
+        )
+        .unwrap();
+        let [PolicyConfig { vhost, policy }] = config.policies.as_slice() else {
+            panic!("one policy expected: {:?}", config.policies)
+        };
+        assert_eq!(vhost, "/");
+        assert_eq!(policy.pattern, "^orders\\.");
+        assert_eq!(policy.apply_to, ApplyTo::QuorumQueues);
+        assert_eq!(policy.definition.delayed_retry_max, Some(120_000));
+        let bad = apply_file(
+            &mut config,
+            &mut level,
+            "[[policies]]\nname = 'p'\npattern = '.*'\ndefinition = { message-ttl = -5 }",
+        );
+        assert_eq!(
+            bad.unwrap_err(),
+            "policy 'p': Validation failed: -5 is not a valid message-ttl"
+        );
     }
 
     #[test]

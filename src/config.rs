@@ -3,7 +3,17 @@
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
+pub use dwellmq_core::policy::{ApplyTo, Policy, PolicyDefinition, PolicyError, PolicyValue};
 pub use dwellmq_core::queue::ExpiryMode;
+
+/// A policy and the vhost it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyConfig {
+    /// The vhost.
+    pub vhost: String,
+    /// The policy.
+    pub policy: Policy,
+}
 
 /// A user who may connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +119,8 @@ pub struct BrokerConfig {
     /// (`OnTime`, the default), or only from the head of the queue as RabbitMQ does
     /// (`HeadOnly`, for exact fidelity).
     pub expiry_mode: ExpiryMode,
+    /// Policies applied at start (more can be set at runtime through `BrokerHandle`).
+    pub policies: Vec<PolicyConfig>,
 }
 
 impl Default for BrokerConfig {
@@ -125,6 +137,7 @@ impl Default for BrokerConfig {
             clock: ClockConfig::System,
             timer_realtime_priority: None,
             expiry_mode: ExpiryMode::OnTime,
+            policies: Vec::new(),
         }
     }
 }

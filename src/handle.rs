@@ -12,7 +12,7 @@ use dwellmq_timer::Clock;
 
 use crate::broker::delayed::{DelayedId, DelayedMessageInfo};
 use crate::broker::BrokerState;
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, Policy, PolicyConfig, PolicyError};
 use crate::server::accept_loop;
 pub use dwellmq_core::queue::DeathReason;
 
@@ -26,6 +26,16 @@ pub enum StartError {
     /// The timer thread could not be started.
     #[error("cannot start the timer thread: {0}")]
     Timer(std::io::Error),
+    /// A configured policy was refused.
+    #[error("policy '{name}' in vhost '{vhost}': {source}")]
+    Policy {
+        /// The policy's name.
+        name: String,
+        /// Its vhost.
+        vhost: String,
+        /// Why.
+        source: PolicyError,
+    },
     /// No configured address could be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -67,7 +77,16 @@ impl Broker {
             .iter()
             .filter_map(|l| l.local_addr().ok())
             .collect();
+        let policies = config.policies.clone();
         let state = BrokerState::new(config);
+        for PolicyConfig { vhost, policy } in policies {
+            let name = policy.name.clone();
+            set_policy(&state, &vhost, policy).map_err(|source| StartError::Policy {
+                name,
+                vhost,
+                source,
+            })?;
+        }
         let (shutdown, shutdown_rx) = watch::channel(false);
         let tasks: Vec<JoinHandle<()>> = listeners
             .into_iter()
@@ -189,6 +208,27 @@ impl BrokerHandle {
             .vhost(vhost)
             .and_then(|v| v.queue(queue).ok())
             .map_or(0, |q| q.release_retries())
+    }
+
+    /// Adds or replaces (by name) a policy in `vhost` and applies it at once to the queues and
+    /// exchanges it matches (and stops applying the one it replaces).
+    pub fn set_policy(&self, vhost: &str, policy: Policy) -> Result<(), PolicyError> {
+        set_policy(&self.state, vhost, policy)
+    }
+
+    /// Removes a policy; false if `vhost` has none of that name.
+    pub fn clear_policy(&self, vhost: &str, name: &str) -> bool {
+        self.state
+            .vhost(vhost)
+            .is_some_and(|v| v.clear_policy(name))
+    }
+
+    /// The policies of `vhost`, by name.
+    pub fn policies(&self, vhost: &str) -> Vec<Policy> {
+        self.state
+            .vhost(vhost)
+            .map(|v| v.policies())
+            .unwrap_or_default()
     }
 
     /// Names of the queues in `vhost`, sorted.
@@ -363,4 +403,11 @@ impl BrokerHandle {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
     }
+}
+
+fn set_policy(state: &BrokerState, vhost: &str, policy: Policy) -> Result<(), PolicyError> {
+    let vhost = state
+        .vhost(vhost)
+        .ok_or_else(|| PolicyError(format!("no vhost '{vhost}'")))?;
+    vhost.set_policy(policy)
 }

@@ -17,7 +17,10 @@ mod handle;
 mod server;
 
 pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
-pub use config::{BrokerConfig, ClockConfig, ExpiryMode, Limits, UserConfig};
+pub use config::{
+    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, Policy, PolicyConfig, PolicyDefinition,
+    PolicyError, PolicyValue, UserConfig,
+};
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;
 pub use handle::{Broker, BrokerHandle, DeathReason, QueueInfo, RetryingMessageInfo, StartError};

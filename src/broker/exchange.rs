@@ -73,7 +73,10 @@ pub(crate) struct Exchange {
     pub(crate) auto_delete: bool,
     pub(crate) internal: bool,
     pub(crate) arguments: FieldTable,
+    /// `alternate-exchange` as declared.
     pub(crate) alternate_exchange: Option<ShortStr>,
+    /// `alternate-exchange` from the policy that applies (the argument wins).
+    pub(crate) policy_alternate_exchange: RwLock<Option<ShortStr>>,
     /// Bindings with this exchange as source.
     pub(crate) bindings: RwLock<BindingSet>,
 }
@@ -99,8 +102,16 @@ impl Exchange {
             internal,
             arguments,
             alternate_exchange,
+            policy_alternate_exchange: RwLock::new(None),
             bindings: RwLock::new(BindingSet::new(kind.routing())),
         }
+    }
+
+    /// Where unroutable messages go: the declared alternate exchange, else the policy's.
+    pub(crate) fn alternate(&self) -> Option<ShortStr> {
+        self.alternate_exchange
+            .clone()
+            .or_else(|| self.policy_alternate_exchange.read().clone())
     }
 
     /// Whether this is the nameless default exchange.

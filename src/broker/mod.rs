@@ -9,6 +9,7 @@ pub(crate) mod delayed;
 pub(crate) mod exchange;
 pub(crate) mod memory;
 pub(crate) mod names;
+pub(crate) mod policies;
 pub(crate) mod queue;
 pub(crate) mod reply_to;
 pub(crate) mod runtime;

@@ -8,10 +8,11 @@
 use std::sync::{Arc, OnceLock, Weak};
 
 use dwellmq_codec::{FieldTable, ShortStr};
-use dwellmq_core::arguments::QueueArguments;
+use dwellmq_core::arguments::{QueueArguments, QueueType};
+use dwellmq_core::policy::PolicyDefinition;
 use dwellmq_core::queue::{
-    Cancelled, ConsumeRefused, ConsumerSlot, DeathReason, Effect, Effects, PublishOutcome,
-    QueueSettings, QueueState, ReturnCause,
+    Cancelled, ConsumeRefused, ConsumerSlot, DeadLetterTarget, DeathReason, Effect, Effects,
+    PublishOutcome, QueueSettings, QueueState, ReturnCause,
 };
 use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry};
 use parking_lot::Mutex;
@@ -33,6 +34,8 @@ struct Inner {
 #[derive(Default)]
 struct Aftermath {
     dead: Vec<(Arc<Message>, DeathReason)>,
+    /// Where they go, as the settings said when they died.
+    dead_letter_target: Option<DeadLetterTarget>,
     expire: bool,
 }
 
@@ -45,9 +48,7 @@ pub(crate) struct Queue {
     pub(crate) auto_delete: bool,
     /// Arguments as declared (for equivalence checks on redeclare).
     pub(crate) arguments: FieldTable,
-    #[allow(dead_code)] // read by policies and quorum-style queues
     pub(crate) config: QueueArguments,
-    settings: QueueSettings,
     runtime: Arc<Runtime>,
     /// The vhost, for dead-lettering and `x-expires` (unset in some unit tests).
     home: OnceLock<Weak<VHost>>,
@@ -65,8 +66,9 @@ impl Queue {
         arguments: FieldTable,
         config: QueueArguments,
         runtime: Arc<Runtime>,
+        policy: Option<&PolicyDefinition>,
     ) -> Self {
-        let settings = QueueSettings::from_arguments(&config, durable, runtime.expiry_mode);
+        let settings = settings_for(&config, &arguments, durable, &runtime, policy);
         let now = runtime.clock.now_ms();
         Queue {
             name,
@@ -77,10 +79,9 @@ impl Queue {
             arguments,
             config,
             inner: Mutex::new(Inner {
-                state: QueueState::new(settings.clone(), auto_delete, now),
+                state: QueueState::new(settings, auto_delete, now),
                 effects: Effects::new(),
             }),
-            settings,
             runtime,
             home: OnceLock::new(),
         }
@@ -94,7 +95,19 @@ impl Queue {
 
     /// Whether deliveries are counted (a quorum queue): redeliveries then carry the counts.
     pub(crate) fn counts_deliveries(&self) -> bool {
-        self.settings.counts_deliveries()
+        self.config.queue_type == QueueType::Quorum
+    }
+
+    /// The policy that applies changed (or none applies any more).
+    pub(crate) fn apply_policy(self: &Arc<Self>, policy: Option<&PolicyDefinition>) {
+        let settings = settings_for(
+            &self.config,
+            &self.arguments,
+            self.durable,
+            &self.runtime,
+            policy,
+        );
+        self.run(|state, now, fx| state.set_settings(settings, now, fx));
     }
 
     /// `RESOURCE_LOCKED` unless `connection` may use this queue.
@@ -126,8 +139,8 @@ impl Queue {
             }
             result
         };
-        if !after.dead.is_empty() {
-            self.dead_letter(after.dead, now);
+        if let Some(target) = &after.dead_letter_target {
+            self.dead_letter(target, after.dead, now);
         }
         if after.expire {
             self.expire();
@@ -148,7 +161,12 @@ impl Queue {
                         state.undelivered(&consumer.credit, entry);
                     }
                 }
-                Effect::DeadLetter { message, reason } => after.dead.push((message, reason)),
+                Effect::DeadLetter { message, reason } => {
+                    if after.dead_letter_target.is_none() {
+                        after.dead_letter_target = state.settings().dead_letter.clone();
+                    }
+                    after.dead.push((message, reason));
+                }
                 Effect::Dropped { reason } => self.runtime.deaths.dropped(reason),
                 Effect::Arm { at_ms } => {
                     if self.runtime.delayed.arm_queue(at_ms, self) {
@@ -163,9 +181,13 @@ impl Queue {
     }
 
     /// Routes dead messages to the dead-letter exchange.
-    fn dead_letter(&self, dead: Vec<(Arc<Message>, DeathReason)>, now_ms: u64) {
-        let vhost = self.home.get().and_then(Weak::upgrade);
-        let (Some(vhost), Some(target)) = (vhost, &self.settings.dead_letter) else {
+    fn dead_letter(
+        &self,
+        target: &DeadLetterTarget,
+        dead: Vec<(Arc<Message>, DeathReason)>,
+        now_ms: u64,
+    ) {
+        let Some(vhost) = self.home.get().and_then(Weak::upgrade) else {
             return;
         };
         for (message, reason) in dead {
@@ -336,4 +358,21 @@ impl Queue {
         effects.drain();
         result
     }
+}
+
+/// A queue's settings: its arguments combined with the policy that applies.
+fn settings_for(
+    config: &QueueArguments,
+    arguments: &FieldTable,
+    durable: bool,
+    runtime: &Runtime,
+    policy: Option<&PolicyDefinition>,
+) -> QueueSettings {
+    QueueSettings::effective(
+        config,
+        arguments.contains_key("x-overflow"),
+        durable,
+        runtime.expiry_mode,
+        policy,
+    )
 }

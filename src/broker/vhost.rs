@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use dwellmq_codec::{FieldTable, ShortStr};
+use dwellmq_core::policy::{Policy, PolicyError};
 use dwellmq_core::routing::{Binding, Destination, RoutingKind};
 use dwellmq_core::{arguments, BrokerError, BrokerResult};
 use parking_lot::RwLock;
@@ -11,6 +12,7 @@ use parking_lot::RwLock;
 use super::consumer::Consumer;
 use super::exchange::{DeclaredType, Exchange, ExchangeKind};
 use super::names::server_generated_name;
+use super::policies::Policies;
 use super::queue::{ConnectionId, Queue};
 use super::runtime::Runtime;
 
@@ -89,6 +91,7 @@ pub(crate) struct VHost {
     runtime: Arc<Runtime>,
     /// This vhost, for its queues (dead-lettering, `x-expires`).
     me: Weak<VHost>,
+    policies: RwLock<Policies>,
 }
 
 /// RabbitMQ's refusal of any operation on the nameless default exchange.
@@ -177,6 +180,7 @@ impl VHost {
             queues: RwLock::new(HashMap::new()),
             runtime,
             me,
+            policies: RwLock::new(Policies::default()),
         }
     }
 
@@ -264,6 +268,11 @@ impl VHost {
             d.internal,
             d.arguments,
         ));
+        *exchange.policy_alternate_exchange.write() = self
+            .policies
+            .read()
+            .for_exchange(&exchange.name)
+            .and_then(|d| d.alternate_exchange);
         exchanges.insert(d.name, Arc::clone(&exchange));
         Ok(exchange)
     }
@@ -375,6 +384,7 @@ impl VHost {
             d.exclusive,
             d.auto_delete,
         )?;
+        let policy = self.policies.read().for_queue(&name, config.queue_type);
         let queue = Arc::new(Queue::new(
             name.clone(),
             self.name.clone(),
@@ -384,6 +394,7 @@ impl VHost {
             d.arguments,
             config,
             Arc::clone(&self.runtime),
+            policy.as_ref(),
         ));
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
@@ -483,6 +494,47 @@ impl VHost {
                 consumers: Vec::new(),
                 removed_exchanges: Vec::new(),
             }),
+        }
+    }
+
+    /// Adds or replaces a policy and applies what changed to every queue and exchange.
+    pub(crate) fn set_policy(self: &Arc<Self>, policy: Policy) -> Result<(), PolicyError> {
+        self.policies.write().set(policy)?;
+        self.apply_policies();
+        Ok(())
+    }
+
+    /// Removes a policy (false if there was none of that name) and applies what changed.
+    pub(crate) fn clear_policy(self: &Arc<Self>, name: &str) -> bool {
+        let removed = self.policies.write().clear(name);
+        if removed {
+            self.apply_policies();
+        }
+        removed
+    }
+
+    /// Every policy, by name.
+    pub(crate) fn policies(&self) -> Vec<Policy> {
+        self.policies.read().list()
+    }
+
+    /// Gives every queue and exchange the policy that now applies to it.
+    fn apply_policies(&self) {
+        let queues = self.queues();
+        let exchanges = self.exchanges();
+        let policies = self.policies.read();
+        let for_queues: Vec<_> = queues
+            .iter()
+            .map(|q| policies.for_queue(&q.name, q.config.queue_type))
+            .collect();
+        for exchange in &exchanges {
+            *exchange.policy_alternate_exchange.write() = policies
+                .for_exchange(&exchange.name)
+                .and_then(|d| d.alternate_exchange);
+        }
+        drop(policies);
+        for (queue, policy) in queues.iter().zip(&for_queues) {
+            queue.apply_policy(policy.as_ref());
         }
     }
 
@@ -632,9 +684,8 @@ impl VHost {
             }
             if out.is_empty() && !*routable_later {
                 root = start
-                    .alternate_exchange
-                    .as_ref()
-                    .and_then(|ae| exchanges.get(ae))
+                    .alternate()
+                    .and_then(|ae| exchanges.get(&ae))
                     .filter(|ae| !visited.iter().any(|(name, _)| *name == ae.name))
                     .map(|ae| (Arc::clone(ae), start_behind || holds(&start)));
             }

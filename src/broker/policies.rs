@@ -1,0 +1,116 @@
+//! A vhost's policies: which one applies to a queue or an exchange, by name pattern, kind and
+//! priority.
+
+use dwellmq_core::arguments::QueueType;
+use dwellmq_core::policy::{ApplyTo, Policy, PolicyDefinition, PolicyError};
+use regex_lite::Regex;
+
+struct Entry {
+    policy: Policy,
+    pattern: Regex,
+}
+
+/// The policies of one vhost.
+#[derive(Default)]
+pub(crate) struct Policies {
+    entries: Vec<Entry>,
+}
+
+impl Policies {
+    /// Adds or replaces (by name) a policy; refuses a pattern that is not a regular expression.
+    pub(crate) fn set(&mut self, policy: Policy) -> Result<(), PolicyError> {
+        let pattern = Regex::new(&policy.pattern).map_err(|e| {
+            PolicyError(format!(
+                "'{}' is not a valid regular expression: {e}",
+                policy.pattern
+            ))
+        })?;
+        let entry = Entry { policy, pattern };
+        match self
+            .entries
+            .iter_mut()
+            .find(|e| e.policy.name == entry.policy.name)
+        {
+            Some(existing) => *existing = entry,
+            None => self.entries.push(entry),
+        }
+        Ok(())
+    }
+
+    /// Removes a policy; false if there was none of that name.
+    pub(crate) fn clear(&mut self, name: &str) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.policy.name != name);
+        self.entries.len() != before
+    }
+
+    /// Every policy, by name.
+    pub(crate) fn list(&self) -> Vec<Policy> {
+        let mut all: Vec<Policy> = self.entries.iter().map(|e| e.policy.clone()).collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// The definition that applies to the queue `name` of `queue_type`.
+    pub(crate) fn for_queue(&self, name: &str, queue_type: QueueType) -> Option<PolicyDefinition> {
+        self.best(name, |apply_to| apply_to.covers_queue(queue_type))
+    }
+
+    /// The definition that applies to the exchange `name`.
+    pub(crate) fn for_exchange(&self, name: &str) -> Option<PolicyDefinition> {
+        self.best(name, ApplyTo::covers_exchanges)
+    }
+
+    /// The matching policy with the highest priority (the first by name among equals).
+    fn best(&self, name: &str, covers: impl Fn(ApplyTo) -> bool) -> Option<PolicyDefinition> {
+        self.entries
+            .iter()
+            .filter(|e| covers(e.policy.apply_to) && e.pattern.is_match(name))
+            .max_by(|a, b| {
+                a.policy
+                    .priority
+                    .cmp(&b.policy.priority)
+                    .then_with(|| b.policy.name.cmp(&a.policy.name))
+            })
+            .map(|e| e.policy.definition.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(name: &str, pattern: &str, apply_to: ApplyTo, priority: i64, ttl: u64) -> Policy {
+        Policy {
+            name: name.into(),
+            pattern: pattern.into(),
+            apply_to,
+            priority,
+            definition: PolicyDefinition {
+                message_ttl: Some(ttl),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn the_highest_priority_matching_policy_of_the_right_kind_applies() {
+        let mut p = Policies::default();
+        p.set(policy("all", ".*", ApplyTo::All, 0, 1)).unwrap();
+        p.set(policy("orders", "^orders\\.", ApplyTo::Queues, 5, 2))
+            .unwrap();
+        p.set(policy("quorum", "^orders\\.", ApplyTo::QuorumQueues, 9, 3))
+            .unwrap();
+        let ttl = |p: &Policies, name, t| p.for_queue(name, t).and_then(|d| d.message_ttl);
+        assert_eq!(ttl(&p, "orders.new", QueueType::Quorum), Some(3));
+        assert_eq!(ttl(&p, "orders.new", QueueType::Classic), Some(2));
+        assert_eq!(ttl(&p, "billing", QueueType::Classic), Some(1));
+        assert_eq!(
+            p.for_exchange("orders.x").and_then(|d| d.message_ttl),
+            Some(1)
+        );
+        assert!(p.clear("all"));
+        assert_eq!(ttl(&p, "billing", QueueType::Classic), None);
+        assert!(p.set(policy("bad", "(", ApplyTo::All, 0, 1)).is_err());
+    }
+}
