@@ -159,3 +159,47 @@ def test_invalid_message_ttl_argument_is_406(conn, name):
         ch.queue_declare(name("q"), arguments={"x-message-ttl": -1})
     assert error.value.reply_code == 406
     assert "invalid arg 'x-message-ttl'" in error.value.reply_text
+
+
+def test_quorum_queue_counts_failed_deliveries_and_retries_after_a_delay(conn, channel, name):
+    queue = name("orders")
+    channel.queue_declare(
+        queue,
+        durable=True,
+        arguments={
+            "x-queue-type": "quorum",
+            "x-delayed-retry-type": "failed",
+            "x-delayed-retry-min": 20,
+        },
+    )
+    channel.basic_publish("", queue, b"order")
+    seen = []
+
+    def on_message(ch, method, props, body):
+        seen.append((props.headers or {}).get("x-delivery-count"))
+        if len(seen) < 3:
+            ch.basic_reject(method.delivery_tag, requeue=True)
+        else:
+            ch.basic_ack(method.delivery_tag)
+
+    channel.basic_consume(queue, on_message)
+    assert wait_until(conn, lambda: len(seen) >= 3, DELIVERY_TIMEOUT)
+    assert seen == [None, 1, 2]
+
+
+def test_quorum_delivery_limit_dead_letters_with_reason_delivery_limit(conn, channel, name):
+    dlx, dead = declare_dead_letter_target(channel, name)
+    queue = name("jobs")
+    channel.queue_declare(
+        queue,
+        durable=True,
+        arguments={"x-queue-type": "quorum", "x-delivery-limit": 1, "x-dead-letter-exchange": dlx},
+    )
+    channel.basic_publish("", queue, b"poison")
+    for _ in range(2):
+        method, _props, _body = channel.basic_get(queue)
+        assert method is not None
+        channel.basic_reject(method.delivery_tag, requeue=True)
+    _method, props, body = first_delivery(conn, channel, dead)
+    assert body == b"poison"
+    assert props.headers["x-death"][0]["reason"] == "delivery_limit"
