@@ -30,6 +30,15 @@ struct Inner {
     effects: Effects<Arc<Consumer>>,
 }
 
+/// Whether a command needs the current time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Time {
+    /// Always.
+    Now,
+    /// Only if the queue's state makes the outcome depend on it.
+    IfUsed,
+}
+
 /// What a command left to do once the queue's lock is released.
 #[derive(Default)]
 struct Aftermath {
@@ -123,23 +132,38 @@ impl Queue {
         }
     }
 
-    /// Runs one command, then carries out its effects.
+    /// Runs one command with the current time, then carries out its effects.
     fn run<R>(
         self: &Arc<Self>,
         command: impl FnOnce(&mut QueueState<Arc<Consumer>>, u64, &mut Effects<Arc<Consumer>>) -> R,
     ) -> R {
-        let now = self.runtime.clock.now_ms();
+        self.run_at(Time::Now, command)
+    }
+
+    /// Runs one command, reading the clock only if `time` or the queue's state needs it: two
+    /// clock reads per message (publish and ack) are a measurable share of the hot path.
+    fn run_at<R>(
+        self: &Arc<Self>,
+        time: Time,
+        command: impl FnOnce(&mut QueueState<Arc<Consumer>>, u64, &mut Effects<Arc<Consumer>>) -> R,
+    ) -> R {
         let mut after = Aftermath::default();
+        let mut now = None;
         let result = {
             let mut guard = self.inner.lock();
             let Inner { state, effects } = &mut *guard;
-            let result = command(state, now, effects);
+            if time == Time::Now || state.uses_clock() {
+                now = Some(self.runtime.clock.now_ms());
+            }
+            // Without the clock no outcome depends on the time passed (`uses_clock`).
+            let result = command(state, now.unwrap_or(0), effects);
             if !effects.is_empty() {
                 self.apply(state, effects, &mut after);
             }
             result
         };
         if let Some(target) = &after.dead_letter_target {
+            let now = now.unwrap_or_else(|| self.runtime.clock.now_ms());
             self.dead_letter(target, after.dead, now);
         }
         if after.expire {
@@ -220,12 +244,17 @@ impl Queue {
 
     /// Enqueues a routed message and delivers what consumers can take.
     pub(crate) fn publish(self: &Arc<Self>, message: Arc<Message>) -> PublishOutcome {
-        self.run(|state, now, fx| state.publish(message, now, fx))
+        let time = if message.properties.expiration.is_some() {
+            Time::Now
+        } else {
+            Time::IfUsed
+        };
+        self.run_at(time, |state, now, fx| state.publish(message, now, fx))
     }
 
     /// Delivers what consumers can take (after a qos or flow change, or a drained socket).
     pub(crate) fn drain(self: &Arc<Self>) {
-        self.run(|state, now, fx| state.drain(now, fx));
+        self.run_at(Time::IfUsed, |state, now, fx| state.drain(now, fx));
     }
 
     /// It is time for this queue's next deadline.
@@ -235,12 +264,14 @@ impl Queue {
 
     /// Delivered messages were acked (or were no-ack and are done).
     pub(crate) fn ack<'a>(self: &Arc<Self>, entries: impl IntoIterator<Item = &'a QueueEntry>) {
-        self.run(|state, now, fx| state.ack(entries, now, fx));
+        self.run_at(Time::IfUsed, |state, now, fx| state.ack(entries, now, fx));
     }
 
     /// Delivered messages were rejected without requeue: dead-lettered or dropped.
     pub(crate) fn reject(self: &Arc<Self>, entries: impl IntoIterator<Item = QueueEntry>) {
-        self.run(|state, now, fx| state.reject(entries, now, fx));
+        self.run_at(Time::IfUsed, |state, now, fx| {
+            state.reject(entries, now, fx)
+        });
     }
 
     /// Puts delivered messages back, marked redelivered, at their original positions (or, in

@@ -195,6 +195,10 @@ impl<C: Clone> QueueState<C> {
             self.settings.durable,
             self.settings.queue_type,
         );
+        if self.settings.expires.is_none() && settings.expires.is_some() {
+            // Use was not tracked without an expiry: the period starts now.
+            self.last_used_ms = now_ms;
+        }
         self.settings = QueueSettings {
             max_priority: kept.0,
             durable: kept.1,
@@ -206,6 +210,20 @@ impl<C: Clone> QueueState<C> {
         }
         self.armed_at = None;
         self.arm(now_ms, fx);
+    }
+
+    /// Whether a command's outcome may depend on `now`: the queue has a TTL or `x-expires`,
+    /// holds messages with a deadline or waiting for a retry, or is a quorum queue (a return
+    /// may be delayed). When false, a caller may skip reading its clock for a command (not for
+    /// `tick`) and pass any time; a publish of a message with an `expiration` needs the clock
+    /// anyway.
+    pub fn uses_clock(&self) -> bool {
+        let s = &self.settings;
+        s.message_ttl.is_some()
+            || s.expires.is_some()
+            || s.counts_deliveries()
+            || !self.expiring.is_empty()
+            || !self.retrying.is_empty()
     }
 
     /// Arms the first deadline of a queue that was just created (`x-expires`).

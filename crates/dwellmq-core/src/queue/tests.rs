@@ -556,7 +556,7 @@ fn new_settings_apply_at_once_to_length_and_deadlines() {
     );
     assert_eq!(
         summary(&mut fx),
-        ["dropped maxlen", "dropped maxlen", "arm 500"]
+        ["dropped maxlen", "dropped maxlen", "arm 600"]
     );
     assert_eq!(q.ready(), 1);
 }
