@@ -431,3 +431,29 @@ async fn overflow_modes_under_confirms() {
     assert_eq!(get_body(&ch, "dh").await.as_deref(), Some("b"));
     assert_eq!(get_body(&ch, "rpd").await.as_deref(), Some("c"));
 }
+
+#[tokio::test]
+async fn x_single_active_consumer_delivers_to_one_consumer_at_a_time() {
+    let t = start_manual().await;
+    let ch = t.channel().await;
+    queue_with(
+        &ch,
+        "sac",
+        &[("x-single-active-consumer", AMQPValue::Boolean(true))],
+    )
+    .await;
+    let mut first = consume_no_ack(&ch, "sac").await;
+    let other = t.channel().await;
+    let mut second = consume_no_ack(&other, "sac").await;
+    for body in ["a", "b", "c"] {
+        publish(&ch, "sac", body, None).await;
+    }
+    for body in ["a", "b", "c"] {
+        assert_eq!(next_body(&mut first).await, body);
+    }
+    ch.basic_cancel(first.tag(), BasicCancelOptions::default())
+        .await
+        .unwrap();
+    publish(&ch, "sac", "d", None).await;
+    assert_eq!(next_body(&mut second).await, "d");
+}

@@ -39,6 +39,14 @@ pub struct ConsumerSlot<C> {
     pub credit: Arc<ConsumerCredit>,
 }
 
+/// A consumer as the queue keeps it: the slot and when it subscribed.
+#[derive(Debug)]
+struct Attached<C> {
+    slot: ConsumerSlot<C>,
+    /// Subscription order (`x-single-active-consumer` gives the oldest the messages).
+    since: u64,
+}
+
 /// Why a delivered message comes back to its queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReturnCause {
@@ -102,7 +110,8 @@ pub struct QueueState<C> {
     retrying_bytes: u64,
     /// The earliest tick already asked for.
     armed_at: Option<u64>,
-    consumers: Vec<ConsumerSlot<C>>,
+    consumers: Vec<Attached<C>>,
+    next_subscription: u64,
     /// Round-robin cursor within a priority group.
     next_consumer: usize,
     /// Delivered and not yet settled.
@@ -127,6 +136,7 @@ impl<C: Clone> QueueState<C> {
             retrying_bytes: 0,
             armed_at: None,
             consumers: Vec::new(),
+            next_subscription: 0,
             next_consumer: 0,
             unacked: 0,
             deleted: false,
@@ -285,9 +295,11 @@ impl<C: Clone> QueueState<C> {
         let at = self
             .consumers
             .iter()
-            .position(|c| c.priority < slot.priority)
+            .position(|c| c.slot.priority < slot.priority)
             .unwrap_or(self.consumers.len());
-        self.consumers.insert(at, slot);
+        let since = self.next_subscription;
+        self.next_subscription += 1;
+        self.consumers.insert(at, Attached { slot, since });
         self.had_consumer = true;
         self.last_used_ms = now_ms;
         self.deliver_ready(now_ms, None, fx);
@@ -299,7 +311,7 @@ impl<C: Clone> QueueState<C> {
         if self.deleted {
             return Err(ConsumeRefused::Deleted);
         }
-        let exclusive_held = self.consumers.iter().any(|c| c.exclusive);
+        let exclusive_held = self.consumers.iter().any(|c| c.slot.exclusive);
         if exclusive_held || (exclusive && !self.consumers.is_empty()) {
             return Err(ConsumeRefused::ExclusiveInUse);
         }
@@ -308,13 +320,13 @@ impl<C: Clone> QueueState<C> {
 
     /// Removes consumer `id`.
     pub fn cancel(&mut self, id: u64, now_ms: u64, fx: &mut Effects<C>) -> Cancelled<C> {
-        let Some(at) = self.consumers.iter().position(|c| c.id == id) else {
+        let Some(at) = self.consumers.iter().position(|c| c.slot.id == id) else {
             return Cancelled {
                 handle: None,
                 should_auto_delete: false,
             };
         };
-        let slot = self.consumers.remove(at);
+        let slot = self.consumers.remove(at).slot;
         self.last_used_ms = now_ms;
         let should_auto_delete =
             self.auto_delete && self.had_consumer && self.consumers.is_empty() && !self.deleted;
@@ -473,7 +485,7 @@ impl<C: Clone> QueueState<C> {
     pub fn delete(&mut self, fx: &mut Effects<C>) -> (usize, Vec<C>) {
         self.deleted = true;
         let count = self.purge(fx);
-        let consumers = self.consumers.drain(..).map(|c| c.handle).collect();
+        let consumers = self.consumers.drain(..).map(|c| c.slot.handle).collect();
         (count, consumers)
     }
 
@@ -648,16 +660,25 @@ impl<C: Clone> QueueState<C> {
     /// The consumer that gets the next message: the highest priority group with a consumer that
     /// has credit, round-robin within the group.
     fn pick_consumer(&mut self) -> Option<usize> {
+        if self.settings.single_active_consumer {
+            // Only the longest-subscribed consumer is active; the others wait their turn.
+            let (index, active) = self
+                .consumers
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, c)| c.since)?;
+            return active.slot.credit.can_take().then_some(index);
+        }
         let mut group_start = 0;
         while group_start < self.consumers.len() {
-            let priority = self.consumers[group_start].priority;
+            let priority = self.consumers[group_start].slot.priority;
             let group_len = self.consumers[group_start..]
                 .iter()
-                .take_while(|c| c.priority == priority)
+                .take_while(|c| c.slot.priority == priority)
                 .count();
             for attempt in 0..group_len {
                 let index = group_start + (self.next_consumer + attempt) % group_len;
-                if self.consumers[index].credit.can_take() {
+                if self.consumers[index].slot.credit.can_take() {
                     self.next_consumer = index - group_start + 1;
                     return Some(index);
                 }
@@ -675,7 +696,7 @@ impl<C: Clone> QueueState<C> {
             let Some(entry) = self.pop_live(now_ms, fresh, fx) else {
                 break;
             };
-            let slot = &self.consumers[index];
+            let slot = &self.consumers[index].slot;
             slot.credit.took();
             if slot.credit.no_ack {
                 self.forget(&entry, fx);

@@ -52,6 +52,8 @@ pub struct QueueSettings {
     pub delivery_limit: Option<u64>,
     /// Linear delayed retries; quorum only.
     pub delayed_retry: DelayedRetry,
+    /// `x-single-active-consumer`: only the longest-subscribed consumer receives messages.
+    pub single_active_consumer: bool,
 }
 
 impl QueueSettings {
@@ -147,6 +149,7 @@ impl QueueSettings {
             queue_type: args.queue_type,
             delivery_limit: args.effective_delivery_limit(None),
             delayed_retry: args.delayed_retry,
+            single_active_consumer: args.single_active_consumer,
         }
     }
 }

@@ -560,3 +560,27 @@ fn new_settings_apply_at_once_to_length_and_deadlines() {
     );
     assert_eq!(q.ready(), 1);
 }
+
+#[test]
+fn a_single_active_consumer_gets_everything_until_it_leaves() {
+    let mut q = Q::new(
+        QueueSettings {
+            single_active_consumer: true,
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    q.consume(slot(1, 0), 0, &mut fx).unwrap();
+    let mut eager = slot(2, 0);
+    eager.priority = 10;
+    q.consume(eager, 0, &mut fx).unwrap();
+    for b in ["a", "b"] {
+        q.publish(message(b, None), 0, &mut fx);
+    }
+    assert_eq!(summary(&mut fx), ["deliver 1 a", "deliver 1 b"]);
+    q.cancel(1, 0, &mut fx);
+    q.publish(message("c", None), 0, &mut fx);
+    assert_eq!(summary(&mut fx), ["deliver 2 c"]);
+}
