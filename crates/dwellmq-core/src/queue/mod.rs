@@ -9,6 +9,8 @@
 
 mod credit;
 mod effects;
+#[cfg(test)]
+mod proptests;
 mod settings;
 #[cfg(test)]
 mod tests;
