@@ -1,5 +1,7 @@
 //! `Broker::start` and the handle an embedder keeps.
 
+mod wait;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +17,7 @@ use crate::broker::BrokerState;
 use crate::config::{BrokerConfig, Policy, PolicyConfig, PolicyError};
 use crate::server::accept_loop;
 pub use dwellmq_core::queue::DeathReason;
+pub use wait::{Condition, WaitTimeout};
 
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]

@@ -457,3 +457,40 @@ async fn x_single_active_consumer_delivers_to_one_consumer_at_a_time() {
     publish(&ch, "sac", "d", None).await;
     assert_eq!(next_body(&mut second).await, "d");
 }
+
+#[tokio::test]
+async fn wait_for_sees_a_condition_reached_and_names_what_it_saw_on_timeout() {
+    use dwellmq::Condition;
+    let t = start_manual().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "q").await;
+    ch.basic_publish(
+        "".into(),
+        "q".into(),
+        BasicPublishOptions::default(),
+        b"m",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap();
+    t.broker
+        .wait_for(Condition::ready("q", 1), Duration::from_secs(5))
+        .await
+        .unwrap();
+    t.broker
+        .wait_for(Condition::Idle, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let err = t
+        .broker
+        .wait_for(Condition::consumers("q", 1), Duration::from_millis(20))
+        .await
+        .unwrap_err();
+    assert_eq!(err.seen, "0 consumers");
+    let missing = t
+        .broker
+        .wait_for(Condition::ready("nope", 0), Duration::from_millis(5))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.seen, "no queue 'nope' in vhost '/'");
+}
