@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -228,33 +228,16 @@ async fn wrong_credentials_are_refused_with_rabbitmqs_403() {
     broker.shutdown().await;
 }
 
-/// A local address that is not loopback (the machine's own interface), if it has one.
-fn non_loopback_local_ip() -> Option<IpAddr> {
-    // Connecting a UDP socket sends nothing; it only asks the kernel for the source address.
-    for target in ["192.0.2.1:9", "10.255.255.254:9", "203.0.113.1:9"] {
-        let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-        if socket.connect(target).is_ok() {
-            if let Ok(local) = socket.local_addr() {
-                let ip = local.ip();
-                if !ip.is_loopback() && !ip.is_unspecified() {
-                    return Some(ip);
-                }
-            }
-        }
-    }
-    None
-}
-
 #[tokio::test]
 async fn guest_is_refused_from_a_non_loopback_address() {
-    let Some(ip) = non_loopback_local_ip() else {
+    let Some(ip) = common::non_loopback_ipv4() else {
         // handshake.rs's unit test `loopback_only_users_are_refused_from_other_addresses`
         // covers the rule without a network interface.
-        eprintln!("skipped: this machine has no non-loopback address");
+        assert!(common::skip_without("non-loopback-ip", false));
         return;
     };
     let mut config = BrokerConfig::ephemeral();
-    config.listen = vec![SocketAddr::new(ip, 0)];
+    config.listen = vec![SocketAddr::from((ip, 0))];
     config.users.push(UserConfig {
         name: "app".into(),
         password: "secret".into(),
@@ -824,6 +807,8 @@ async fn channel_close_from_either_side_completes() {
 #[tokio::test]
 async fn a_silent_client_gets_heartbeats_and_is_then_disconnected() {
     let broker = broker().await;
+    // Taken before the handshake, so at or before the moment the server starts its clock.
+    let opened = std::time::Instant::now();
     let mut client = RawClient::open_with(
         broker.local_addr(),
         Tune {
@@ -834,6 +819,12 @@ async fn a_silent_client_gets_heartbeats_and_is_then_disconnected() {
     .await;
     // Hang guard only: expect_eof fails if the socket is still open after 10 s.
     let seen = client.expect_eof().await;
+    // Not early: RabbitMQ gives up only after two heartbeat intervals of silence.
+    assert!(
+        opened.elapsed() >= Duration::from_secs(2),
+        "disconnected after {:?}, before two 1 s heartbeat intervals",
+        opened.elapsed()
+    );
     assert!(
         seen.iter()
             .any(|f| matches!(f.payload, FramePayload::Heartbeat)),
@@ -1082,6 +1073,8 @@ async fn dropping_the_handle_does_not_stop_delayed_releases() {
         },
     );
     encode_body(&mut out, 1, b"hi");
+    // Taken before the publish leaves, so at or before the broker computes its due time.
+    let published = std::time::Instant::now();
     client.send_raw(&out).await;
     declare_count(&mut client, 1, "due", true).await; // the publish has been handled
     drop(broker);
@@ -1090,6 +1083,13 @@ async fn dropping_the_handle_does_not_stop_delayed_releases() {
         client.recv_method_on(1).await,
         Method::BasicDeliver(_)
     ));
+    // Not early. The broker's clock counts whole milliseconds, so its due time can lie up to
+    // 1 ms before `published` + 200 ms.
+    assert!(
+        published.elapsed() >= Duration::from_millis(199),
+        "released after {:?}, before its 200 ms delay",
+        published.elapsed()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1439,6 +1439,8 @@ async fn a_client_that_never_finishes_the_handshake_is_dropped() {
         ..Limits::default()
     })
     .await;
+    // Taken before connecting, so at or before the moment the server starts the timeout.
+    let connected = std::time::Instant::now();
     let (mut client, _start) = RawClient::start(broker.local_addr()).await;
     // The raw client's own guards are shorter than the timeout: read with a longer one.
     let mut buf = [0u8; 64];
@@ -1449,6 +1451,11 @@ async fn a_client_that_never_finishes_the_handshake_is_dropped() {
     .await
     .expect("closed after the handshake timeout (hang guard)");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert!(
+        connected.elapsed() >= Duration::from_millis(300),
+        "dropped after {:?}, before the 300 ms handshake timeout",
+        connected.elapsed()
+    );
     broker.shutdown().await;
 }
 

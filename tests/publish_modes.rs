@@ -4,7 +4,6 @@ mod common;
 
 use common::*;
 use lapin::options::*;
-use lapin::types::FieldTable;
 use lapin::BasicProperties;
 use lapin::Confirmation;
 
@@ -123,33 +122,5 @@ async fn tx_and_confirm_modes_exclude_each_other() {
             406,
             "PRECONDITION_FAILED - channel is not transactional".into()
         )
-    );
-}
-
-#[tokio::test]
-async fn deleting_a_queue_cancels_its_consumers() {
-    let t = start().await;
-    let ch = t.channel().await;
-    declare_queue(&ch, "doomed").await;
-    let mut consumer = ch
-        .basic_consume(
-            "doomed".into(),
-            "watcher".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let ch2 = t.channel().await;
-    ch2.queue_delete("doomed".into(), QueueDeleteOptions::default())
-        .await
-        .unwrap();
-    use futures_lite::StreamExt;
-    let end = tokio::time::timeout(std::time::Duration::from_secs(5), consumer.next())
-        .await
-        .expect("the consumer is cancelled");
-    assert!(
-        end.is_none(),
-        "stream ends when the server cancels the consumer"
     );
 }

@@ -8,9 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::raw::RawClient;
+use common::raw::{capabilities_without, RawClient};
 use common::*;
-use dwellmq::codec::methods::{BasicConsume, BasicQos};
+use dwellmq::codec::methods::{BasicCancel, BasicConsume, BasicQos};
 use dwellmq::codec::{FramePayload, Method};
 use futures_lite::{Stream, StreamExt};
 use lapin::options::*;
@@ -622,12 +622,73 @@ async fn a_tag_freed_by_a_deleted_queue_can_be_reused() {
         .await
         .expect("the server cancels the consumer");
     assert!(end.is_none(), "{end:?}");
+    // A basic.cancel, not a channel.close (which also ends the stream): the channel works.
+    sync(&ch).await;
     declare_queue(&admin, "gone").await;
     let mut again = consume_with(&ch, "gone", "fixed", true, FieldTable::default())
         .await
         .expect("the tag is free again, as in RabbitMQ");
     fill(&admin, "gone", &["back"]).await;
     assert_eq!(next(&mut again).await.0, "back");
+}
+
+#[tokio::test]
+async fn deleting_a_queue_sends_basic_cancel_and_the_channel_stays_open() {
+    let t = start().await;
+    let mut client = RawClient::open(t.broker.local_addr()).await;
+    client.open_channel(1).await;
+    client.declare_queue(1, "doomed", false).await;
+    client.consume(1, "doomed", "watcher", false).await;
+    let admin = t.channel().await;
+    admin
+        .queue_delete("doomed".into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        client.recv_method_on(1).await,
+        Method::BasicCancel(BasicCancel {
+            consumer_tag: "watcher".into(),
+            no_wait: true,
+        })
+    );
+    // A notification, not a channel.close: the channel still works.
+    assert_eq!(
+        client
+            .declare_queue(1, "doomed", false)
+            .await
+            .consumer_count,
+        0
+    );
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_client_without_consumer_cancel_notify_gets_no_basic_cancel() {
+    let t = start().await;
+    let mut client = RawClient::open_announcing(
+        t.broker.local_addr(),
+        &capabilities_without(&["consumer_cancel_notify"]),
+    )
+    .await;
+    client.open_channel(1).await;
+    client.declare_queue(1, "doomed", false).await;
+    client.consume(1, "doomed", "watcher", false).await;
+    let admin = t.channel().await;
+    admin
+        .queue_delete("doomed".into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    // A basic.cancel would have been queued at the delete, before this declare's reply:
+    // the reply coming next shows none was sent (RabbitMQ only notifies clients that announce
+    // the capability).
+    assert_eq!(
+        client
+            .declare_queue(1, "doomed", false)
+            .await
+            .consumer_count,
+        0
+    );
+    client.close().await;
 }
 
 #[tokio::test]

@@ -180,3 +180,47 @@ pub async fn publish_error(
         .expect("publish sent");
     amqp_error(&confirm.await.expect_err("the broker closes the channel"))
 }
+
+/// Whether a test that needs a machine feature it does not have may end early. Only when the
+/// environment says so, with `DWELLMQ_TEST_SKIP=<feature>[,<feature>...]`: otherwise the test
+/// fails, so that a run on a machine without IPv6 (say) reports it instead of passing.
+/// Features: `ipv6` (an IPv6 loopback), `non-loopback-ip` (a non-loopback IPv4 address).
+pub fn skip_without(feature: &str, available: bool) -> bool {
+    if available {
+        return false;
+    }
+    let skip = std::env::var("DWELLMQ_TEST_SKIP").unwrap_or_default();
+    assert!(
+        skip.split(',').any(|f| f.trim() == feature),
+        "this machine lacks `{feature}`: set DWELLMQ_TEST_SKIP={feature} to skip the tests \
+         that need it"
+    );
+    eprintln!("skipped: DWELLMQ_TEST_SKIP names `{feature}`, which this machine lacks");
+    true
+}
+
+/// Whether this machine has an IPv6 loopback we can listen on.
+pub fn ipv6_loopback_available() -> bool {
+    std::net::TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok()
+}
+
+/// A non-loopback IPv4 address of this machine that can be listened on (the one it would route
+/// outside through), if any. No packet is sent: connecting a UDP socket only picks the route.
+pub fn non_loopback_ipv4() -> Option<std::net::Ipv4Addr> {
+    use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+    for target in ["192.0.2.1:9", "10.255.255.254:9", "203.0.113.1:9"] {
+        let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+        if socket.connect(target).is_err() {
+            continue;
+        }
+        if let Ok(local) = socket.local_addr() {
+            if let IpAddr::V4(ip) = local.ip() {
+                let listenable = std::net::TcpListener::bind((ip, 0)).is_ok();
+                if !ip.is_loopback() && !ip.is_unspecified() && listenable {
+                    return Some(ip);
+                }
+            }
+        }
+    }
+    None
+}

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use dwellmq::codec::methods::{
-    ChannelClose, ConnectionClose, ConnectionOpen, ConnectionStart, ConnectionStartOk,
-    ConnectionTune, ConnectionTuneOk,
+    BasicConsume, BasicDeliver, BasicPublish, ChannelClose, ConnectionClose, ConnectionOpen,
+    ConnectionStart, ConnectionStartOk, ConnectionTune, ConnectionTuneOk, QueueDeclare,
+    QueueDeclareOk,
 };
 use dwellmq::codec::{
     decode_frame, encode_body, encode_frame, encode_header, encode_heartbeat, encode_method,
@@ -44,19 +45,33 @@ pub struct RawClient {
     pub tune_ok: ConnectionTuneOk,
 }
 
+/// The capabilities RabbitMQ clients announce (all of them, switched on).
+pub const CAPABILITIES: [(&str, bool); 7] = [
+    ("publisher_confirms", true),
+    ("exchange_exchange_bindings", true),
+    ("basic.nack", true),
+    ("consumer_cancel_notify", true),
+    ("connection.blocked", true),
+    ("authentication_failure_close", true),
+    ("per_consumer_qos", true),
+];
+
 /// `client-properties` with the capabilities RabbitMQ clients announce.
 pub fn client_properties() -> FieldTable {
-    let capabilities: FieldTable = [
-        ("publisher_confirms", true),
-        ("exchange_exchange_bindings", true),
-        ("basic.nack", true),
-        ("consumer_cancel_notify", true),
-        ("connection.blocked", true),
-        ("authentication_failure_close", true),
-        ("per_consumer_qos", true),
-    ]
-    .into_iter()
-    .collect();
+    client_properties_with(&CAPABILITIES)
+}
+
+/// [`CAPABILITIES`] with the ones named in `off` announced as `false`.
+pub fn capabilities_without(off: &[&str]) -> Vec<(&'static str, bool)> {
+    CAPABILITIES
+        .iter()
+        .map(|&(name, on)| (name, on && !off.contains(&name)))
+        .collect()
+}
+
+/// `client-properties` announcing exactly `capabilities`.
+pub fn client_properties_with(capabilities: &[(&str, bool)]) -> FieldTable {
+    let capabilities: FieldTable = capabilities.iter().copied().collect();
     let mut properties = FieldTable::new();
     properties.insert("product", "dwellmq raw test client");
     properties.insert("capabilities", FieldValue::Table(capabilities));
@@ -65,8 +80,17 @@ pub fn client_properties() -> FieldTable {
 
 /// `start-ok` for PLAIN.
 pub fn start_ok_plain(user: &str, password: &str) -> Method {
+    start_ok_plain_announcing(user, password, &CAPABILITIES)
+}
+
+/// `start-ok` for PLAIN, announcing `capabilities`.
+pub fn start_ok_plain_announcing(
+    user: &str,
+    password: &str,
+    capabilities: &[(&str, bool)],
+) -> Method {
     Method::ConnectionStartOk(ConnectionStartOk {
-        client_properties: client_properties(),
+        client_properties: client_properties_with(capabilities),
         mechanism: "PLAIN".into(),
         response: Bytes::from(format!("\0{user}\0{password}")),
         locale: "en_US".into(),
@@ -89,6 +113,40 @@ pub fn start_ok_amqplain(user: &str, password: &str) -> Method {
         response: Bytes::from(response),
         locale: "en_US".into(),
     })
+}
+
+/// Appends `basic.publish` + a default content header + one body frame (none for an empty
+/// body) to `out`: a publish to send in one write, alone or pipelined with others.
+pub fn publish_frames(
+    out: &mut BytesMut,
+    channel: u16,
+    exchange: &str,
+    routing_key: &str,
+    mandatory: bool,
+    body: &[u8],
+) {
+    encode_method(
+        out,
+        channel,
+        &Method::BasicPublish(BasicPublish {
+            exchange: exchange.into(),
+            routing_key: routing_key.into(),
+            mandatory,
+            immediate: false,
+        }),
+    );
+    encode_header(
+        out,
+        channel,
+        &ContentHeader {
+            class_id: 60,
+            body_size: body.len() as u64,
+            properties: BasicProperties::default(),
+        },
+    );
+    if !body.is_empty() {
+        encode_body(out, channel, body);
+    }
 }
 
 impl RawClient {
@@ -137,6 +195,20 @@ impl RawClient {
             .send_method(0, &start_ok_plain("guest", "guest"))
             .await;
         client.finish_handshake(tune).await;
+        client
+    }
+
+    /// The whole handshake as guest/guest (PLAIN), heartbeat 0, announcing `capabilities`
+    /// (see [`capabilities_without`]).
+    pub async fn open_announcing(addr: SocketAddr, capabilities: &[(&str, bool)]) -> RawClient {
+        let (mut client, _start) = RawClient::start(addr).await;
+        client
+            .send_method(
+                0,
+                &start_ok_plain_announcing("guest", "guest", capabilities),
+            )
+            .await;
+        client.finish_handshake(Tune::default()).await;
         client
     }
 
@@ -217,30 +289,8 @@ impl RawClient {
 
     /// `basic.publish` + header + one body frame, in one write.
     pub async fn publish(&mut self, channel: u16, exchange: &str, routing_key: &str, body: &[u8]) {
-        let mut out = BytesMut::new();
-        encode_method(
-            &mut out,
-            channel,
-            &Method::BasicPublish(dwellmq::codec::methods::BasicPublish {
-                exchange: exchange.into(),
-                routing_key: routing_key.into(),
-                mandatory: false,
-                immediate: false,
-            }),
-        );
-        encode_header(
-            &mut out,
-            channel,
-            &ContentHeader {
-                class_id: 60,
-                body_size: body.len() as u64,
-                properties: BasicProperties::default(),
-            },
-        );
-        if !body.is_empty() {
-            encode_body(&mut out, channel, body);
-        }
-        self.send_raw(&out).await;
+        self.publish_mandatory(channel, exchange, routing_key, false, body)
+            .await;
     }
 
     /// The next frame, or `None` once the server closed the socket (EOF or reset).
@@ -395,6 +445,94 @@ impl RawClient {
             .expect("octets (or EOF) arrive in time");
         let take = self.buf.len().min(n);
         self.buf.split_to(take).to_vec()
+    }
+
+    /// Sends `method` on `channel` and returns the next method on it (the reply).
+    pub async fn call(&mut self, channel: u16, method: &Method) -> Method {
+        self.send_method(channel, method).await;
+        self.recv_method_on(channel).await
+    }
+
+    /// `queue.declare` of `queue` (passive or not, other flags off); returns the declare-ok.
+    pub async fn declare_queue(
+        &mut self,
+        channel: u16,
+        queue: &str,
+        passive: bool,
+    ) -> QueueDeclareOk {
+        let declare = Method::QueueDeclare(QueueDeclare {
+            queue: queue.into(),
+            passive,
+            ..Default::default()
+        });
+        match self.call(channel, &declare).await {
+            Method::QueueDeclareOk(ok) => ok,
+            other => panic!("expected queue.declare-ok for {queue}, got {other:?}"),
+        }
+    }
+
+    /// Ready messages in `queue` (a passive declare on `channel`).
+    pub async fn queue_depth(&mut self, channel: u16, queue: &str) -> u32 {
+        self.declare_queue(channel, queue, true).await.message_count
+    }
+
+    /// `basic.consume` on `queue` with consumer tag `tag`, expecting `consume-ok`.
+    pub async fn consume(&mut self, channel: u16, queue: &str, tag: &str, no_ack: bool) {
+        let consume = Method::BasicConsume(BasicConsume {
+            queue: queue.into(),
+            consumer_tag: tag.into(),
+            no_ack,
+            ..Default::default()
+        });
+        match self.call(channel, &consume).await {
+            Method::BasicConsumeOk(ok) => assert_eq!(ok.consumer_tag.as_str(), tag),
+            other => panic!("expected basic.consume-ok, got {other:?}"),
+        }
+    }
+
+    /// `basic.publish` + header + body in one write, with `mandatory` as given.
+    pub async fn publish_mandatory(
+        &mut self,
+        channel: u16,
+        exchange: &str,
+        routing_key: &str,
+        mandatory: bool,
+        body: &[u8],
+    ) {
+        let mut out = BytesMut::new();
+        publish_frames(&mut out, channel, exchange, routing_key, mandatory, body);
+        self.send_raw(&out).await;
+    }
+
+    /// The next delivery on `channel`: `basic.deliver`, its header and its body (one frame
+    /// or several, joined).
+    pub async fn recv_delivery(&mut self, channel: u16) -> (BasicDeliver, Vec<u8>) {
+        let deliver = match self.recv_method_on(channel).await {
+            Method::BasicDeliver(deliver) => deliver,
+            other => panic!("expected basic.deliver, got {other:?}"),
+        };
+        let body = self.recv_content(channel).await;
+        (deliver, body)
+    }
+
+    /// A content header and the body frames it announces; returns the body.
+    pub async fn recv_content(&mut self, channel: u16) -> Vec<u8> {
+        let frame = self.recv_non_heartbeat().await;
+        let size = match frame.payload {
+            FramePayload::Header(header) if frame.channel == channel => header.body_size,
+            other => panic!("expected a content header on channel {channel}, got {other:?}"),
+        };
+        let mut body = Vec::new();
+        while (body.len() as u64) < size {
+            let frame = self.recv_non_heartbeat().await;
+            match frame.payload {
+                FramePayload::Body(chunk) if frame.channel == channel => {
+                    body.extend_from_slice(&chunk)
+                }
+                other => panic!("expected a body frame on channel {channel}, got {other:?}"),
+            }
+        }
+        body
     }
 
     /// `channel.open` on `channel`, expecting `open-ok`.
