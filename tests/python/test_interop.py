@@ -218,6 +218,9 @@ def test_nack_without_requeue_drops_the_message(conn, channel, name):
     assert queue_depth(conn, queue) == 0
     assert channel.basic_get(queue) == (None, None, None)
     assert len(got) == 2, "nothing was redelivered"
+    # Nor is the nacked message still held unacked: closing the channel requeues nothing.
+    channel.close()
+    assert queue_depth(conn, queue) == 0
 
 
 def test_reject_requeue_and_multiple_ack(conn, channel, name):
