@@ -530,6 +530,32 @@ async fn a_content_header_without_a_publish_is_505() {
 }
 
 #[tokio::test]
+async fn a_content_frame_on_channel_0_is_505_for_the_connection() {
+    // RabbitMQ answers 501 FRAME_ERROR with a snippet of the payload here; dwellmq names the
+    // frame it did not expect (505), as it does on other channels.
+    let broker = broker().await;
+    for content in ["header", "body"] {
+        let mut client = RawClient::open(broker.local_addr()).await;
+        client.open_channel(1).await;
+        match content {
+            "header" => client.send_content_header(0, 3).await,
+            _ => client.send_body(0, b"abc").await,
+        }
+        assert_eq!(
+            client.expect_close_and_ack().await,
+            (
+                505,
+                "UNEXPECTED_FRAME - content frame on channel 0".into(),
+                0,
+                0
+            ),
+            "a content {content} frame"
+        );
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_method_where_a_content_header_was_expected_is_505() {
     let broker = broker().await;
     let mut client = RawClient::open(broker.local_addr()).await;
