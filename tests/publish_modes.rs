@@ -2,7 +2,13 @@
 
 mod common;
 
+use std::collections::BTreeSet;
+
+use bytes::BytesMut;
+use common::raw::{publish_frames, RawClient};
 use common::*;
+use dwellmq::codec::methods::{BasicAck, ConfirmSelect};
+use dwellmq::codec::Method;
 use lapin::options::*;
 use lapin::BasicProperties;
 use lapin::Confirmation;
@@ -96,6 +102,157 @@ async fn transactions_publish_on_commit_and_discard_on_rollback() {
     assert_eq!(t.broker.queue_info("/", "txq").unwrap().messages, 0);
     ch.tx_commit().await.unwrap();
     assert_eq!(t.broker.queue_info("/", "txq").unwrap().messages, 1);
+}
+
+/// A channel in tx mode that has consumed four messages (tags 1-4 unacked) from `queue`.
+async fn tx_channel_holding_four(t: &TestBroker, queue: &str) -> lapin::Channel {
+    let ch = t.channel().await;
+    declare_queue(&ch, queue).await;
+    for body in ["1", "2", "3", "4"] {
+        ch.basic_publish(
+            "".into(),
+            queue.into(),
+            BasicPublishOptions::default(),
+            body.as_bytes(),
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+    }
+    ch.tx_select().await.unwrap();
+    for tag in 1..=4 {
+        let got = ch
+            .basic_get(queue.into(), BasicGetOptions { no_ack: false })
+            .await
+            .unwrap()
+            .expect("a message");
+        assert_eq!(got.delivery.delivery_tag, tag);
+    }
+    ch
+}
+
+/// Sends one of each settlement on `ch` for tags 1-4: ack, nack (drop), reject (requeue),
+/// nack (requeue).
+async fn settle_all_four_ways(ch: &lapin::Channel) {
+    ch.basic_ack(1, BasicAckOptions::default()).await.unwrap();
+    ch.basic_nack(
+        2,
+        BasicNackOptions {
+            requeue: false,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    ch.basic_reject(3, BasicRejectOptions { requeue: true })
+        .await
+        .unwrap();
+    ch.basic_nack(
+        4,
+        BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn tx_rollback_discards_acks_nacks_and_rejects() {
+    let t = start().await;
+    let ch = tx_channel_holding_four(&t, "tx-settle").await;
+    settle_all_four_ways(&ch).await;
+    ch.tx_rollback().await.unwrap();
+    // Nothing requeued...
+    assert_eq!(t.broker.queue_info("/", "tx-settle").unwrap().messages, 0);
+    // ...and nothing settled: all four are still unacked, so closing the channel requeues them.
+    ch.close(200, "bye".into()).await.unwrap();
+    assert_eq!(t.broker.queue_info("/", "tx-settle").unwrap().messages, 4);
+}
+
+#[tokio::test]
+async fn tx_commit_applies_acks_nacks_and_rejects_and_not_before() {
+    let t = start().await;
+    let ch = tx_channel_holding_four(&t, "tx-settle").await;
+    settle_all_four_ways(&ch).await;
+    sync(&ch).await;
+    assert_eq!(t.broker.queue_info("/", "tx-settle").unwrap().messages, 0);
+    ch.tx_commit().await.unwrap();
+    // The reject and the requeueing nack put 3 and 4 back; 1 and 2 are gone.
+    assert_eq!(t.broker.queue_info("/", "tx-settle").unwrap().messages, 2);
+    ch.close(200, "bye".into()).await.unwrap();
+    assert_eq!(t.broker.queue_info("/", "tx-settle").unwrap().messages, 2);
+}
+
+/// Publishes `count` mandatory messages in one write on a channel in confirm mode, every third
+/// unroutable, and checks RabbitMQ's ordering: each `basic.return` arrives before the
+/// `basic.ack` covering its tag, and the acks (some `multiple`) cover every tag exactly once.
+#[tokio::test]
+async fn pipelined_mandatory_publishes_get_each_return_before_the_ack_covering_it() {
+    const COUNT: u64 = 60;
+    let unroutable = |tag: u64| tag % 3 == 0;
+    let t = start().await;
+    let mut client = RawClient::open(t.broker.local_addr()).await;
+    client.open_channel(1).await;
+    client.declare_queue(1, "routed", false).await;
+    assert_eq!(
+        client
+            .call(1, &Method::ConfirmSelect(ConfirmSelect { no_wait: false }))
+            .await,
+        Method::ConfirmSelectOk
+    );
+    let mut out = BytesMut::new();
+    for tag in 1..=COUNT {
+        let key = if unroutable(tag) { "nowhere" } else { "routed" };
+        publish_frames(&mut out, 1, "", key, true, tag.to_string().as_bytes());
+    }
+    client.send_raw(&out).await;
+
+    let mut acked = BTreeSet::new();
+    let mut returned = BTreeSet::new();
+    while acked.len() < COUNT as usize {
+        match client.recv_method_on(1).await {
+            Method::BasicReturn(r) => {
+                assert_eq!(
+                    (r.reply_code, r.reply_text.as_str(), r.routing_key.as_str()),
+                    (312, "NO_ROUTE", "nowhere")
+                );
+                let body = client.recv_content(1).await;
+                let tag: u64 = String::from_utf8(body).unwrap().parse().unwrap();
+                assert!(unroutable(tag), "{tag} was routable");
+                assert!(!acked.contains(&tag), "{tag} returned after its ack");
+                assert!(returned.insert(tag), "{tag} returned twice");
+            }
+            Method::BasicAck(BasicAck {
+                delivery_tag,
+                multiple,
+            }) => {
+                let covered: Vec<u64> = if multiple {
+                    (1..=delivery_tag).filter(|t| !acked.contains(t)).collect()
+                } else {
+                    vec![delivery_tag]
+                };
+                assert!(
+                    covered.contains(&delivery_tag),
+                    "ack {delivery_tag} (multiple: {multiple}) repeats an acked tag"
+                );
+                for tag in covered {
+                    assert!((1..=COUNT).contains(&tag), "ack for unknown tag {tag}");
+                    assert!(acked.insert(tag), "{tag} acked twice");
+                    if unroutable(tag) {
+                        assert!(returned.contains(&tag), "{tag} acked before its return");
+                    }
+                }
+            }
+            other => panic!("expected basic.return or basic.ack, got {other:?}"),
+        }
+    }
+    let expected: BTreeSet<u64> = (1..=COUNT).filter(|&t| unroutable(t)).collect();
+    assert_eq!(returned, expected);
+    // Nothing else was pending: the next frame is this declare's reply.
+    assert_eq!(client.queue_depth(1, "routed").await, 40);
+    client.close().await;
 }
 
 #[tokio::test]
