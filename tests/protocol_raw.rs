@@ -9,7 +9,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use common::raw::{start_ok_amqplain, start_ok_plain, RawClient, Tune, AMQP_0_9_1};
+use common::raw::{
+    capabilities_without, start_ok_amqplain, start_ok_plain, RawClient, Tune, AMQP_0_9_1,
+};
 use common::{consume_no_ack, declare_queue, next_body};
 use dwellmq::codec::methods::{
     BasicConsume, ConnectionClose, ConnectionTuneOk, QueueDeclare, QueuePurge,
@@ -1180,6 +1182,40 @@ async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
         other => panic!("expected queue.declare-ok, got {other:?}"),
     }
     assert_eq!(broker.memory_used(), 5);
+    publisher.close().await;
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_without_the_connection_blocked_capability_is_blocked_without_notice() {
+    let broker = broker_with(Limits {
+        memory_high_watermark: 1024,
+        ..Limits::default()
+    })
+    .await;
+    let mut publisher = RawClient::open_announcing(
+        broker.local_addr(),
+        &capabilities_without(&["connection.blocked"]),
+    )
+    .await;
+    publisher.open_channel(1).await;
+    assert_eq!(declare_count(&mut publisher, 1, "held", false).await, 0);
+    publisher.publish(1, "", "held", &[b'x'; 600]).await;
+    publisher.publish(1, "", "held", &[b'y'; 600]).await;
+    // Handled, and over the watermark: the server stops reading right after this reply.
+    assert_eq!(declare_count(&mut publisher, 1, "held", true).await, 2);
+    assert_eq!(broker.memory_used(), 1200);
+
+    // Sent while blocked: not read until memory is freed (the purge finds two messages).
+    publisher.publish(1, "", "held", b"later").await;
+    publisher.send_method(1, &declare("held", true)).await;
+    purge_held(broker.local_addr()).await;
+    // Neither connection.blocked nor connection.unblocked came first (RabbitMQ sends them only
+    // to clients that announce the capability): the next frame is the declare's reply.
+    match publisher.recv_method_on(1).await {
+        Method::QueueDeclareOk(ok) => assert_eq!(ok.message_count, 1),
+        other => panic!("expected queue.declare-ok, got {other:?}"),
+    }
     publisher.close().await;
     broker.shutdown().await;
 }
