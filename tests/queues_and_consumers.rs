@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::raw::{capabilities_without, RawClient};
 use common::*;
-use dwellmq::codec::methods::{BasicCancel, BasicConsume, BasicQos};
+use dwellmq::codec::methods::{BasicCancel, BasicConsume, BasicQos, QueueDeclare};
 use dwellmq::codec::{FramePayload, Method};
 use futures_lite::{Stream, StreamExt};
 use lapin::options::*;
@@ -125,17 +125,6 @@ async fn assert_connection_closed(connection: &lapin::Connection) {
         !connection.status().connected()
     })
     .await;
-}
-
-/// Waits (bounded) until `condition` holds: for effects the client gets no reply for.
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 async fn declare_with(
@@ -933,6 +922,89 @@ async fn global_qos_limits_unacked_messages_across_the_channels_consumers() {
 }
 
 #[tokio::test]
+async fn per_consumer_and_global_qos_both_limit_deliveries() {
+    let t = start().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "both1").await;
+    declare_queue(&ch, "both2").await;
+    fill(&ch, "both1", &["1a", "1b", "1c", "1d"]).await;
+    fill(&ch, "both2", &["2a", "2b", "2c", "2d"]).await;
+    // Two per consumer, three on the whole channel.
+    ch.basic_qos(2, BasicQosOptions { global: false })
+        .await
+        .unwrap();
+    ch.basic_qos(3, BasicQosOptions { global: true })
+        .await
+        .unwrap();
+    let mut c1 = consume(&ch, "both1", "c1", false).await;
+    assert_eq!(next(&mut c1).await, ("1a".into(), 1, false));
+    assert_eq!(next(&mut c1).await, ("1b".into(), 2, false));
+    sync(&ch).await;
+    assert_eq!(ready(&t, "both1"), 2, "c1 stops at its own limit");
+    let mut c2 = consume(&ch, "both2", "c2", false).await;
+    assert_eq!(next(&mut c2).await, ("2a".into(), 3, false));
+    sync(&ch).await;
+    assert_eq!(ready(&t, "both2"), 3, "c2 stops at the channel's limit");
+    // Acking c2's message frees a channel slot; c1 is still at its own limit, so c2 gets it.
+    ch.basic_ack(3, BasicAckOptions::default()).await.unwrap();
+    assert_eq!(next(&mut c2).await, ("2b".into(), 4, false));
+    sync(&ch).await;
+    assert_eq!((ready(&t, "both1"), ready(&t, "both2")), (2, 2));
+    // Acking one of c1's frees a slot of both kinds for c1.
+    ch.basic_ack(1, BasicAckOptions::default()).await.unwrap();
+    assert_eq!(next(&mut c1).await, ("1c".into(), 5, false));
+    sync(&ch).await;
+    assert_eq!((ready(&t, "both1"), ready(&t, "both2")), (1, 2));
+}
+
+#[tokio::test]
+async fn qos_changed_after_consume_applies_to_new_consumers_or_at_once_when_global() {
+    let t = start().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "late1").await;
+    declare_queue(&ch, "late2").await;
+    fill(&ch, "late1", &["1", "2", "3", "4"]).await;
+    fill(&ch, "late2", &["1", "2", "3", "4"]).await;
+    ch.basic_qos(1, BasicQosOptions { global: false })
+        .await
+        .unwrap();
+    let mut old = consume(&ch, "late1", "old", false).await;
+    next(&mut old).await;
+    // As in RabbitMQ, a per-consumer limit applies to consumers created after it.
+    ch.basic_qos(3, BasicQosOptions { global: false })
+        .await
+        .unwrap();
+    let mut new = consume(&ch, "late2", "new", false).await;
+    for _ in 0..3 {
+        next(&mut new).await;
+    }
+    sync(&ch).await;
+    assert_eq!((ready(&t, "late1"), ready(&t, "late2")), (3, 1));
+
+    // A channel-wide limit applies at once: with one unacked, the consumer waits...
+    let other = t.channel().await;
+    declare_queue(&other, "late3").await;
+    fill(&other, "late3", &["1", "2", "3", "4"]).await;
+    other
+        .basic_qos(1, BasicQosOptions { global: true })
+        .await
+        .unwrap();
+    let mut held = consume(&other, "late3", "held", false).await;
+    next(&mut held).await;
+    sync(&other).await;
+    assert_eq!(ready(&t, "late3"), 3);
+    // ...and raising it releases more without any ack.
+    other
+        .basic_qos(3, BasicQosOptions { global: true })
+        .await
+        .unwrap();
+    next(&mut held).await;
+    next(&mut held).await;
+    sync(&other).await;
+    assert_eq!(ready(&t, "late3"), 1);
+}
+
+#[tokio::test]
 async fn prefetch_size_is_not_implemented_540() {
     let t = start().await;
     let mut raw = RawClient::open(t.broker.local_addr()).await;
@@ -1101,8 +1173,63 @@ async fn unacked_messages_go_back_when_the_socket_just_drops() {
     );
 }
 
+#[tokio::test]
+async fn exclusive_and_auto_delete_queues_go_when_the_socket_just_drops() {
+    let t = start().await;
+    let mut raw = RawClient::open(t.broker.local_addr()).await;
+    raw.open_channel(1).await;
+    for (queue, exclusive, auto_delete) in [("mine", true, false), ("temp", false, true)] {
+        let declare = Method::QueueDeclare(QueueDeclare {
+            queue: queue.into(),
+            exclusive,
+            auto_delete,
+            ..Default::default()
+        });
+        assert!(matches!(
+            raw.call(1, &declare).await,
+            Method::QueueDeclareOk(_)
+        ));
+    }
+    raw.declare_queue(1, "kept", false).await;
+    raw.consume(1, "temp", "c", false).await;
+    assert_eq!(t.broker.queue_names("/"), ["kept", "mine", "temp"]);
+    drop(raw); // no connection.close: the socket just goes away
+    eventually("the exclusive and auto-delete queues are gone", || {
+        t.broker.queue_names("/") == ["kept"]
+    })
+    .await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Acknowledgements
+
+#[tokio::test]
+async fn delivery_tags_start_at_1_on_each_channel_and_another_channels_tag_is_406() {
+    let t = start().await;
+    let a = t.channel().await;
+    let b = t.channel().await;
+    declare_queue(&a, "tags-a").await;
+    declare_queue(&a, "tags-b").await;
+    fill(&a, "tags-a", &["a1", "a2"]).await;
+    fill(&a, "tags-b", &["b1"]).await;
+    let mut on_a = consume(&a, "tags-a", "ca", false).await;
+    let mut on_b = consume(&b, "tags-b", "cb", false).await;
+    assert_eq!(next(&mut on_a).await, ("a1".into(), 1, false));
+    assert_eq!(next(&mut on_a).await, ("a2".into(), 2, false));
+    assert_eq!(next(&mut on_b).await, ("b1".into(), 1, false));
+    // Tag 2 exists on channel a only.
+    assert_eq!(
+        error_after(&b, b.basic_ack(2, BasicAckOptions::default())).await,
+        (406, "PRECONDITION_FAILED - unknown delivery tag 2".into())
+    );
+    // b's unacked message went back with its channel; a's deliveries are untouched.
+    assert_eq!(ready(&t, "tags-b"), 1);
+    a.basic_ack(2, BasicAckOptions { multiple: true })
+        .await
+        .unwrap();
+    a.close(200, "bye".into()).await.unwrap();
+    assert_eq!(ready(&t, "tags-a"), 0);
+}
 
 #[tokio::test]
 async fn ack_multiple_settles_every_tag_up_to_the_one_named() {

@@ -224,3 +224,14 @@ pub fn non_loopback_ipv4() -> Option<std::net::Ipv4Addr> {
     }
     None
 }
+
+/// Waits (bounded, 5 s) until `condition` holds: for effects the client gets no reply for.
+pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
