@@ -2,7 +2,14 @@
 
 mod common;
 
+use bytes::BytesMut;
+use common::raw::RawClient;
 use common::*;
+use dwellmq::codec::methods::{
+    ExchangeBind, ExchangeDeclare, ExchangeDelete, ExchangeUnbind, QueueBind, QueueDeclare,
+    QueueDelete, QueuePurge,
+};
+use dwellmq::codec::{encode_method, Method};
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, ExchangeKind};
@@ -234,4 +241,119 @@ async fn unknown_exchange_type_closes_the_connection_with_503() {
             "COMMAND_INVALID - unknown exchange type 'x-unknown'".into()
         )
     );
+}
+
+/// Sends `methods` on channel 1 of `client` in one write.
+async fn send_all(client: &mut RawClient, methods: &[Method]) {
+    let mut out = BytesMut::new();
+    for method in methods {
+        encode_method(&mut out, 1, method);
+    }
+    client.send_raw(&out).await;
+}
+
+#[tokio::test]
+async fn no_wait_declares_binds_purges_and_deletes_take_effect_without_replies() {
+    let t = start().await;
+    let mut client = RawClient::open(t.broker.local_addr()).await;
+    client.open_channel(1).await;
+    send_all(
+        &mut client,
+        &[
+            Method::ExchangeDeclare(ExchangeDeclare {
+                exchange: "nw-front".into(),
+                kind: "fanout".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::ExchangeDeclare(ExchangeDeclare {
+                exchange: "nw-back".into(),
+                kind: "direct".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::QueueDeclare(QueueDeclare {
+                queue: "nw-q".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::ExchangeBind(ExchangeBind {
+                destination: "nw-back".into(),
+                source: "nw-front".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::QueueBind(QueueBind {
+                queue: "nw-q".into(),
+                exchange: "nw-back".into(),
+                routing_key: "k".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+        ],
+    )
+    .await;
+    // No -ok for any of them: the next reply is this declare's. They all took effect: a
+    // publish to the front exchange reaches the queue through both bindings.
+    assert_eq!(client.queue_depth(1, "nw-q").await, 0);
+    client.publish(1, "nw-front", "k", b"routed").await;
+    assert_eq!(client.queue_depth(1, "nw-q").await, 1);
+
+    send_all(
+        &mut client,
+        &[
+            Method::QueuePurge(QueuePurge {
+                queue: "nw-q".into(),
+                no_wait: true,
+            }),
+            Method::ExchangeUnbind(ExchangeUnbind {
+                destination: "nw-back".into(),
+                source: "nw-front".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+        ],
+    )
+    .await;
+    assert_eq!(client.queue_depth(1, "nw-q").await, 0);
+    client.publish(1, "nw-front", "k", b"unbound").await;
+    assert_eq!(client.queue_depth(1, "nw-q").await, 0);
+
+    send_all(
+        &mut client,
+        &[
+            Method::QueueDelete(QueueDelete {
+                queue: "nw-q".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::ExchangeDelete(ExchangeDelete {
+                exchange: "nw-front".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::ExchangeDelete(ExchangeDelete {
+                exchange: "nw-back".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::QueueDeclare(QueueDeclare {
+                queue: "nw-q".into(),
+                passive: true,
+                ..Default::default()
+            }),
+        ],
+    )
+    .await;
+    assert_eq!(
+        client.expect_channel_close(1).await,
+        (
+            404,
+            "NOT_FOUND - no queue 'nw-q' in vhost '/'".into(),
+            50,
+            10
+        )
+    );
+    let names = t.broker.exchange_names("/");
+    assert!(!names.iter().any(|n| n.starts_with("nw-")), "{names:?}");
 }
