@@ -191,7 +191,7 @@ async fn tx_commit_applies_acks_nacks_and_rejects_and_not_before() {
 #[tokio::test]
 async fn pipelined_mandatory_publishes_get_each_return_before_the_ack_covering_it() {
     const COUNT: u64 = 60;
-    let unroutable = |tag: u64| tag % 3 == 0;
+    let unroutable = |tag: u64| tag.is_multiple_of(3);
     let t = start().await;
     let mut client = RawClient::open(t.broker.local_addr()).await;
     client.open_channel(1).await;
