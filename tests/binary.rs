@@ -11,8 +11,6 @@ use std::time::{Duration, Instant};
 
 use common::raw::RawClient;
 use common::*;
-use lapin::options::*;
-use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dwellmq");
 
@@ -138,26 +136,6 @@ impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-async fn connect_url(url: &str) -> lapin::Result<Connection> {
-    Connection::connect(url, ConnectionProperties::default()).await
-}
-
-async fn round_trip(connection: &Connection, queue: &str) {
-    let ch = connection.create_channel().await.expect("channel opens");
-    declare_queue(&ch, queue).await;
-    ch.basic_publish(
-        "".into(),
-        queue.into(),
-        BasicPublishOptions::default(),
-        b"hello from a process",
-        BasicProperties::default(),
-    )
-    .await
-    .expect("publish sent");
-    let mut consumer = consume_no_ack(&ch, queue).await;
-    assert_eq!(next_body(&mut consumer).await, "hello from a process");
 }
 
 // ---------------------------------------------------------------------------------------------

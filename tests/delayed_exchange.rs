@@ -66,10 +66,6 @@ async fn setup(t: &TestBroker, inner: &str) -> Channel {
     ch
 }
 
-fn ready(t: &TestBroker) -> usize {
-    t.broker.queue_info("/", "out").unwrap().messages
-}
-
 #[tokio::test]
 async fn shorter_delay_published_later_arrives_first() {
     let t = start_manual().await;
@@ -78,7 +74,7 @@ async fn shorter_delay_published_later_arrives_first() {
     publish_delayed(&ch, "delayed", "k", "one", Some(AMQPValue::LongInt(1000))).await;
     sync(&ch).await;
     assert_eq!(t.broker.delayed_count("/", "delayed"), 2);
-    assert_eq!(ready(&t), 0);
+    assert_eq!(ready(&t, "out"), 0);
     let mut consumer = consume_no_ack(&ch, "out").await;
     assert_eq!(t.broker.advance(Duration::from_millis(999)), 0);
     assert_eq!(t.broker.advance(Duration::from_millis(1)), 1);
@@ -130,9 +126,9 @@ async fn a_24_hour_reminder_runs_in_milliseconds() {
     .await;
     sync(&ch).await;
     t.broker.advance(Duration::from_secs(86_399));
-    assert_eq!(ready(&t), 0);
+    assert_eq!(ready(&t, "out"), 0);
     t.broker.advance(Duration::from_secs(1));
-    assert_eq!(ready(&t), 1);
+    assert_eq!(ready(&t, "out"), 1);
 }
 
 #[tokio::test]
@@ -149,12 +145,16 @@ async fn delays_beyond_u32_millis_are_honoured() {
     )
     .await;
     sync(&ch).await;
-    assert_eq!(ready(&t), 0, "not delivered at once, unlike the plugin");
+    assert_eq!(
+        ready(&t, "out"),
+        0,
+        "not delivered at once, unlike the plugin"
+    );
     let listed = t.broker.delayed_messages("/", "delayed", 10);
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].due_ms, T0_MS + sixty_days as u64);
     t.broker.set_now(T0_MS + sixty_days as u64);
-    assert_eq!(ready(&t), 1);
+    assert_eq!(ready(&t, "out"), 1);
 }
 
 #[tokio::test]
@@ -173,7 +173,7 @@ async fn missing_zero_or_negative_delay_routes_immediately() {
     .await;
     publish_delayed(&ch, "delayed", "k", "bool", Some(AMQPValue::Boolean(true))).await;
     sync(&ch).await;
-    assert_eq!(ready(&t), 4);
+    assert_eq!(ready(&t, "out"), 4);
     assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
 }
 
@@ -438,7 +438,7 @@ async fn deleting_a_delayed_exchange_drops_what_it_holds() {
     .await
     .unwrap();
     assert_eq!(t.broker.advance(Duration::from_millis(100)), 0);
-    assert_eq!(ready(&t), 0);
+    assert_eq!(ready(&t, "out"), 0);
 }
 
 #[tokio::test]
@@ -459,10 +459,10 @@ async fn list_cancel_and_purge_held_messages() {
     assert!(!t.broker.cancel_delayed(held[0].id), "already cancelled");
     assert_eq!(t.broker.delayed_count("/", "delayed"), 2);
     t.broker.advance(Duration::from_millis(200));
-    assert_eq!(ready(&t), 1, "only c: b was cancelled");
+    assert_eq!(ready(&t, "out"), 1, "only c: b was cancelled");
     assert_eq!(t.broker.purge_delayed("/", "delayed"), 1);
     t.broker.advance(Duration::from_millis(1000));
-    assert_eq!(ready(&t), 1);
+    assert_eq!(ready(&t, "out"), 1);
 }
 
 #[tokio::test]

@@ -23,41 +23,6 @@ const PREDECLARED: [&str; 7] = [
     "amq.topic",
 ];
 
-async fn connect_url(url: &str) -> lapin::Result<Connection> {
-    Connection::connect(url, ConnectionProperties::default()).await
-}
-
-/// Publishes one message to a fresh queue and consumes it back: the connection really works.
-/// Returns the channel: dropping lapin's last handle closes it in the background, which can
-/// race with an immediate `Connection::close` inside lapin, so callers that close keep it.
-async fn round_trip(connection: &Connection, queue: &str) -> lapin::Channel {
-    let ch = connection.create_channel().await.expect("channel opens");
-    declare_queue(&ch, queue).await;
-    ch.basic_publish(
-        "".into(),
-        queue.into(),
-        BasicPublishOptions::default(),
-        b"ping",
-        BasicProperties::default(),
-    )
-    .await
-    .expect("publish sent");
-    let mut consumer = consume_no_ack(&ch, queue).await;
-    assert_eq!(next_body(&mut consumer).await, "ping");
-    ch
-}
-
-/// Waits (bounded) until `condition` holds: for effects the client gets no reply for.
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for: {what}");
-}
-
 /// Connects to `[::1]:port`, vhost `/`. lapin's URL parser (amq-protocol-uri) drops bracketed
 /// IPv6 hosts (it reads `Url::domain()`, which is `None` for IP literals, and falls back to
 /// `localhost`), so the address is set on the parsed URI instead of written in the URL.

@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use common::raw::{
-    capabilities_without, start_ok_amqplain, start_ok_plain, RawClient, Tune, AMQP_0_9_1,
+    capabilities_without, publish_frames_with, publish_method, queue_declare, start_ok_amqplain,
+    start_ok_plain, RawClient, Tune, AMQP_0_9_1,
 };
-use common::{consume_no_ack, declare_queue, next_body};
-use dwellmq::codec::methods::{
-    BasicConsume, ConnectionClose, ConnectionTuneOk, QueueDeclare, QueuePurge,
-};
+use common::{consume_no_ack, declare_queue, eventually, next_body};
+use dwellmq::codec::methods::{BasicConsume, ConnectionClose, ConnectionTuneOk, QueuePurge};
 use dwellmq::codec::{encode_method, FieldValue, FramePayload, Method};
 use dwellmq::{Broker, BrokerConfig, BrokerHandle, Limits, UserConfig};
 use lapin::options::BasicPublishOptions;
@@ -41,34 +40,6 @@ fn raw_frame(kind: u8, channel: u16, payload: &[u8], end: u8) -> Vec<u8> {
     out.extend_from_slice(payload);
     out.push(end);
     out
-}
-
-fn declare(queue: &str, passive: bool) -> Method {
-    Method::QueueDeclare(QueueDeclare {
-        queue: queue.into(),
-        passive,
-        ..Default::default()
-    })
-}
-
-/// Declares `queue` on `channel` and returns its ready-message count.
-async fn declare_count(client: &mut RawClient, channel: u16, queue: &str, passive: bool) -> u32 {
-    client.send_method(channel, &declare(queue, passive)).await;
-    match client.recv_method_on(channel).await {
-        Method::QueueDeclareOk(ok) => ok.message_count,
-        other => panic!("expected queue.declare-ok, got {other:?}"),
-    }
-}
-
-/// Polls a broker-side condition (e.g. a connection count that drops after a socket closed).
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -562,18 +533,8 @@ async fn a_method_where_a_content_header_was_expected_is_505() {
     let broker = broker().await;
     let mut client = RawClient::open(broker.local_addr()).await;
     client.open_channel(1).await;
-    client
-        .send_method(
-            1,
-            &Method::BasicPublish(dwellmq::codec::methods::BasicPublish {
-                exchange: "".into(),
-                routing_key: "q".into(),
-                mandatory: false,
-                immediate: false,
-            }),
-        )
-        .await;
-    client.send_method(1, &declare("q", false)).await;
+    client.send_publish_method(1, "", "q").await;
+    client.send_method(1, &queue_declare("q", false)).await;
     let (code, text, _, _) = client.expect_close_and_ack().await;
     assert_eq!(code, 505);
     // RabbitMQ's text exactly, which dwellmq follows with the offending method's name.
@@ -588,17 +549,7 @@ async fn a_method_where_a_content_header_was_expected_is_505() {
     // A body frame where the header was expected: RabbitMQ's text.
     let mut client = RawClient::open(broker.local_addr()).await;
     client.open_channel(1).await;
-    client
-        .send_method(
-            1,
-            &Method::BasicPublish(dwellmq::codec::methods::BasicPublish {
-                exchange: "".into(),
-                routing_key: "q".into(),
-                mandatory: false,
-                immediate: false,
-            }),
-        )
-        .await;
+    client.send_publish_method(1, "", "q").await;
     client.send_body(1, b"abc").await;
     let (code, text, _, _) = client.expect_close_and_ack().await;
     assert_eq!(
@@ -613,17 +564,7 @@ async fn a_method_where_a_content_header_was_expected_is_505() {
     // A second header where a body was expected.
     let mut client = RawClient::open(broker.local_addr()).await;
     client.open_channel(1).await;
-    client
-        .send_method(
-            1,
-            &Method::BasicPublish(dwellmq::codec::methods::BasicPublish {
-                exchange: "".into(),
-                routing_key: "q".into(),
-                mandatory: false,
-                immediate: false,
-            }),
-        )
-        .await;
+    client.send_publish_method(1, "", "q").await;
     client.send_content_header(1, 3).await;
     client.send_content_header(1, 3).await;
     let (code, text, _, _) = client.expect_close_and_ack().await;
@@ -644,17 +585,7 @@ async fn a_body_larger_than_announced_is_501_as_in_rabbitmq() {
     let broker = broker().await;
     let mut client = RawClient::open(broker.local_addr()).await;
     client.open_channel(1).await;
-    client
-        .send_method(
-            1,
-            &Method::BasicPublish(dwellmq::codec::methods::BasicPublish {
-                exchange: "".into(),
-                routing_key: "q".into(),
-                mandatory: false,
-                immediate: false,
-            }),
-        )
-        .await;
+    client.send_publish_method(1, "", "q").await;
     client.send_content_header(1, 3).await;
     client.send_body(1, b"abcde").await;
     let (code, text, class_id, method_id) = client.expect_close_and_ack().await;
@@ -678,7 +609,7 @@ async fn a_body_larger_than_announced_is_501_as_in_rabbitmq() {
 async fn a_method_on_an_unopened_channel_is_504() {
     let broker = broker().await;
     let mut client = RawClient::open(broker.local_addr()).await;
-    client.send_method(5, &declare("q", false)).await;
+    client.send_method(5, &queue_declare("q", false)).await;
     let (code, text, class_id, method_id) = client.expect_close_and_ack().await;
     assert_eq!(
         (code, text.as_str(), class_id, method_id),
@@ -705,7 +636,7 @@ async fn a_second_channel_open_is_504() {
 async fn a_channel_method_on_channel_0_is_rabbitmqs_504() {
     let broker = broker().await;
     let mut client = RawClient::open(broker.local_addr()).await;
-    client.send_method(0, &declare("q", false)).await;
+    client.send_method(0, &queue_declare("q", false)).await;
     let (code, text, class_id, method_id) = client.expect_close_and_ack().await;
     assert_eq!(
         (code, text.as_str(), class_id, method_id),
@@ -750,7 +681,7 @@ async fn after_a_channel_error_frames_are_ignored_until_close_ok_then_the_channe
     let broker = broker().await;
     let mut client = RawClient::open(broker.local_addr()).await;
     client.open_channel(1).await;
-    client.send_method(1, &declare("missing", true)).await;
+    client.send_method(1, &queue_declare("missing", true)).await;
     assert_eq!(
         client.expect_channel_close(1).await,
         (
@@ -763,7 +694,7 @@ async fn after_a_channel_error_frames_are_ignored_until_close_ok_then_the_channe
     // While the server waits for close-ok, everything else on the channel is dropped: a
     // declare, a whole publish, even channel.open.
     client
-        .send_method(1, &declare("made-while-closing", false))
+        .send_method(1, &queue_declare("made-while-closing", false))
         .await;
     client
         .publish(1, "", "made-while-closing", b"dropped")
@@ -777,7 +708,10 @@ async fn after_a_channel_error_frames_are_ignored_until_close_ok_then_the_channe
     client.send_method(1, &Method::ChannelCloseOk).await;
     client.open_channel(1).await;
     assert_eq!(
-        declare_count(&mut client, 1, "after-reopen", false).await,
+        client
+            .declare_queue(1, "after-reopen", false)
+            .await
+            .message_count,
         0
     );
     client.close().await;
@@ -807,7 +741,7 @@ async fn channel_close_from_either_side_completes() {
 
     // Both sides close at once: the server answers the client's close while it waits for its
     // own close-ok, and a close-ok then ends the wait.
-    client.send_method(1, &declare("missing", true)).await;
+    client.send_method(1, &queue_declare("missing", true)).await;
     let (code, _, _, _) = client.expect_channel_close(1).await;
     assert_eq!(code, 404);
     client
@@ -962,7 +896,7 @@ async fn client_connection_close_gets_close_ok_and_the_socket_closes() {
     let broker = broker().await;
     let mut client = RawClient::open(broker.local_addr()).await;
     client.open_channel(1).await;
-    declare_count(&mut client, 1, "excl-check", false).await;
+    client.declare_queue(1, "excl-check", false).await;
     client.close().await; // asserts close-ok, then EOF
     eventually("the connection is gone", || broker.connection_count() == 0).await;
     broker.shutdown().await;
@@ -1026,8 +960,8 @@ async fn dropping_the_handle_does_not_stop_the_broker() {
 /// Delayed messages must still be released after the handle is dropped (system clock).
 #[tokio::test]
 async fn dropping_the_handle_does_not_stop_delayed_releases() {
-    use dwellmq::codec::methods::{BasicPublish, ExchangeDeclare, QueueBind};
-    use dwellmq::codec::{encode_body, encode_header, BasicProperties, ContentHeader, FieldTable};
+    use dwellmq::codec::methods::{ExchangeDeclare, QueueBind};
+    use dwellmq::codec::{BasicProperties, FieldTable};
 
     let broker = broker().await;
     let mut client = RawClient::open(broker.local_addr()).await;
@@ -1046,7 +980,7 @@ async fn dropping_the_handle_does_not_stop_delayed_releases() {
         )
         .await;
     assert_eq!(client.recv_method_on(1).await, Method::ExchangeDeclareOk);
-    declare_count(&mut client, 1, "due", false).await;
+    client.declare_queue(1, "due", false).await;
     client
         .send_method(
             1,
@@ -1078,33 +1012,21 @@ async fn dropping_the_handle_does_not_stop_delayed_releases() {
     let mut headers = FieldTable::new();
     headers.insert("x-delay", FieldValue::I32(200));
     let mut out = BytesMut::new();
-    encode_method(
+    let properties = BasicProperties {
+        headers: Some(headers),
+        ..Default::default()
+    };
+    publish_frames_with(
         &mut out,
         1,
-        &Method::BasicPublish(BasicPublish {
-            exchange: "later".into(),
-            routing_key: "k".into(),
-            mandatory: false,
-            immediate: false,
-        }),
+        &publish_method("later", "k", false),
+        properties,
+        b"hi",
     );
-    encode_header(
-        &mut out,
-        1,
-        &ContentHeader {
-            class_id: 60,
-            body_size: 2,
-            properties: BasicProperties {
-                headers: Some(headers),
-                ..Default::default()
-            },
-        },
-    );
-    encode_body(&mut out, 1, b"hi");
     // Taken before the publish leaves, so at or before the broker computes its due time.
     let published = std::time::Instant::now();
     client.send_raw(&out).await;
-    declare_count(&mut client, 1, "due", true).await; // the publish has been handled
+    client.declare_queue(1, "due", true).await; // the publish has been handled
     drop(broker);
 
     assert!(matches!(
@@ -1128,7 +1050,13 @@ async fn dropping_the_handle_does_not_stop_delayed_releases() {
 /// `connection.blocked`.
 async fn publish_until_blocked(publisher: &mut RawClient) {
     publisher.open_channel(1).await;
-    assert_eq!(declare_count(publisher, 1, "held", false).await, 0);
+    assert_eq!(
+        publisher
+            .declare_queue(1, "held", false)
+            .await
+            .message_count,
+        0
+    );
     publisher.publish(1, "", "held", &[b'x'; 600]).await;
     publisher.publish(1, "", "held", &[b'y'; 600]).await;
     assert_eq!(
@@ -1172,7 +1100,7 @@ async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
 
     // Sent while blocked: the server does not read it until it unblocks.
     publisher.publish(1, "", "held", b"later").await;
-    publisher.send_method(1, &declare("held", true)).await;
+    publisher.send_method(1, &queue_declare("held", true)).await;
 
     purge_held(broker.local_addr()).await;
     assert_eq!(publisher.recv_method0().await, Method::ConnectionUnblocked);
@@ -1199,16 +1127,25 @@ async fn a_client_without_the_connection_blocked_capability_is_blocked_without_n
     )
     .await;
     publisher.open_channel(1).await;
-    assert_eq!(declare_count(&mut publisher, 1, "held", false).await, 0);
+    assert_eq!(
+        publisher
+            .declare_queue(1, "held", false)
+            .await
+            .message_count,
+        0
+    );
     publisher.publish(1, "", "held", &[b'x'; 600]).await;
     publisher.publish(1, "", "held", &[b'y'; 600]).await;
     // Handled, and over the watermark: the server stops reading right after this reply.
-    assert_eq!(declare_count(&mut publisher, 1, "held", true).await, 2);
+    assert_eq!(
+        publisher.declare_queue(1, "held", true).await.message_count,
+        2
+    );
     assert_eq!(broker.memory_used(), 1200);
 
     // Sent while blocked: not read until memory is freed (the purge finds two messages).
     publisher.publish(1, "", "held", b"later").await;
-    publisher.send_method(1, &declare("held", true)).await;
+    publisher.send_method(1, &queue_declare("held", true)).await;
     purge_held(broker.local_addr()).await;
     // Neither connection.blocked nor connection.unblocked came first (RabbitMQ sends them only
     // to clients that announce the capability): the next frame is the declare's reply.
@@ -1244,7 +1181,10 @@ async fn a_blocked_connection_is_not_dropped_for_unread_heartbeats() {
     }
     purge_held(broker.local_addr()).await;
     assert_eq!(publisher.recv_method0().await, Method::ConnectionUnblocked);
-    assert_eq!(declare_count(&mut publisher, 1, "held", true).await, 0);
+    assert_eq!(
+        publisher.declare_queue(1, "held", true).await.message_count,
+        0
+    );
     publisher.close().await;
     broker.shutdown().await;
 }
@@ -1329,27 +1269,22 @@ async fn a_smaller_client_frame_max_wins_both_ways() {
     )
     .await;
     client.open_channel(1).await;
-    declare_count(&mut client, 1, "small-frames", false).await;
+    client.declare_queue(1, "small-frames", false).await;
 
     // Inbound: a body in frames of exactly 4096 octets (4088 of payload) is fine.
     let body: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-    let mut out = BytesMut::new();
-    encode_method(
-        &mut out,
-        1,
-        &Method::BasicPublish(dwellmq::codec::methods::BasicPublish {
-            exchange: "".into(),
-            routing_key: "small-frames".into(),
-            mandatory: false,
-            immediate: false,
-        }),
-    );
-    client.send_raw(&out).await;
+    client.send_publish_method(1, "", "small-frames").await;
     client.send_content_header(1, body.len() as u64).await;
     for chunk in body.chunks(4088) {
         client.send_body(1, chunk).await;
     }
-    assert_eq!(declare_count(&mut client, 1, "small-frames", true).await, 1);
+    assert_eq!(
+        client
+            .declare_queue(1, "small-frames", true)
+            .await
+            .message_count,
+        1
+    );
 
     // Outbound: the delivery is split to the client's frame-max.
     client
@@ -1482,10 +1417,10 @@ async fn zero_limits_mean_no_limit() {
     );
     client.open_channel(1).await;
     client.open_channel(65_535).await;
-    declare_count(&mut client, 1, "big", false).await;
+    client.declare_queue(1, "big", false).await;
     // A single body frame well above the usual 128 KiB frame-max.
     client.publish(1, "", "big", &vec![7u8; 300_000]).await;
-    assert_eq!(declare_count(&mut client, 1, "big", true).await, 1);
+    assert_eq!(client.declare_queue(1, "big", true).await.message_count, 1);
     client.close().await;
     broker.shutdown().await;
 }
@@ -1526,26 +1461,21 @@ async fn a_body_in_thousands_of_tiny_frames_is_delivered_intact() {
     let broker = broker().await;
     let mut client = RawClient::open(broker.local_addr()).await;
     client.open_channel(1).await;
-    declare_count(&mut client, 1, "tiny-frames", false).await;
+    client.declare_queue(1, "tiny-frames", false).await;
     // 1500 one-octet body frames: more than the broker keeps as separate slices.
     let body: Vec<u8> = (0..1500u32).map(|i| (i % 251) as u8).collect();
-    let mut out = BytesMut::new();
-    encode_method(
-        &mut out,
-        1,
-        &Method::BasicPublish(dwellmq::codec::methods::BasicPublish {
-            exchange: "".into(),
-            routing_key: "tiny-frames".into(),
-            mandatory: false,
-            immediate: false,
-        }),
-    );
-    client.send_raw(&out).await;
+    client.send_publish_method(1, "", "tiny-frames").await;
     client.send_content_header(1, body.len() as u64).await;
     for octet in &body {
         client.send_body(1, std::slice::from_ref(octet)).await;
     }
-    assert_eq!(declare_count(&mut client, 1, "tiny-frames", true).await, 1);
+    assert_eq!(
+        client
+            .declare_queue(1, "tiny-frames", true)
+            .await
+            .message_count,
+        1
+    );
     client
         .send_method(
             1,

@@ -256,6 +256,43 @@ async fn pipelined_mandatory_publishes_get_each_return_before_the_ack_covering_i
 }
 
 #[tokio::test]
+async fn publishes_before_a_channel_error_in_the_same_write_are_still_confirmed() {
+    let t = start().await;
+    let mut client = RawClient::open(t.broker.local_addr()).await;
+    client.open_channel(1).await;
+    client.declare_queue(1, "kept", false).await;
+    assert_eq!(
+        client
+            .call(1, &Method::ConfirmSelect(ConfirmSelect { no_wait: false }))
+            .await,
+        Method::ConfirmSelectOk
+    );
+    let mut out = BytesMut::new();
+    publish_frames(&mut out, 1, "", "kept", false, b"fine");
+    publish_frames(&mut out, 1, "missing", "k", false, b"refused");
+    client.send_raw(&out).await;
+    // As in RabbitMQ, which confirms after every method: the first publish is acked before the
+    // second one's error closes the channel.
+    assert_eq!(
+        client.recv_method_on(1).await,
+        Method::BasicAck(BasicAck {
+            delivery_tag: 1,
+            multiple: false
+        })
+    );
+    assert_eq!(
+        client.expect_channel_close(1).await,
+        (
+            404,
+            "NOT_FOUND - no exchange 'missing' in vhost '/'".into(),
+            60,
+            40
+        )
+    );
+    assert_eq!(t.broker.queue_info("/", "kept").unwrap().messages, 1);
+}
+
+#[tokio::test]
 async fn tx_and_confirm_modes_exclude_each_other() {
     let t = start().await;
     let ch = t.channel().await;

@@ -2,7 +2,11 @@
 //! real AMQP client (lapin) connected to it.
 #![allow(dead_code)]
 
+mod ops;
 pub mod raw;
+
+#[allow(unused_imports)] // not every test file uses every helper
+pub use ops::*;
 
 use std::time::Duration;
 

@@ -115,6 +115,25 @@ pub fn start_ok_amqplain(user: &str, password: &str) -> Method {
     })
 }
 
+/// `basic.publish` alone (the content frames are up to the caller).
+pub fn publish_method(exchange: &str, routing_key: &str, mandatory: bool) -> Method {
+    Method::BasicPublish(BasicPublish {
+        exchange: exchange.into(),
+        routing_key: routing_key.into(),
+        mandatory,
+        immediate: false,
+    })
+}
+
+/// `queue.declare` of `queue`, passive or not, other flags off.
+pub fn queue_declare(queue: &str, passive: bool) -> Method {
+    Method::QueueDeclare(QueueDeclare {
+        queue: queue.into(),
+        passive,
+        ..Default::default()
+    })
+}
+
 /// Appends `basic.publish` + a default content header + one body frame (none for an empty
 /// body) to `out`: a publish to send in one write, alone or pipelined with others.
 pub fn publish_frames(
@@ -125,23 +144,27 @@ pub fn publish_frames(
     mandatory: bool,
     body: &[u8],
 ) {
-    encode_method(
-        out,
-        channel,
-        &Method::BasicPublish(BasicPublish {
-            exchange: exchange.into(),
-            routing_key: routing_key.into(),
-            mandatory,
-            immediate: false,
-        }),
-    );
+    let method = publish_method(exchange, routing_key, mandatory);
+    publish_frames_with(out, channel, &method, BasicProperties::default(), body);
+}
+
+/// Appends the publish `method` + a content header with `properties` + one body frame (none
+/// for an empty body) to `out`.
+pub fn publish_frames_with(
+    out: &mut BytesMut,
+    channel: u16,
+    method: &Method,
+    properties: BasicProperties,
+    body: &[u8],
+) {
+    encode_method(out, channel, method);
     encode_header(
         out,
         channel,
         &ContentHeader {
             class_id: 60,
             body_size: body.len() as u64,
-            properties: BasicProperties::default(),
+            properties,
         },
     );
     if !body.is_empty() {
@@ -285,6 +308,12 @@ impl RawClient {
         let mut out = BytesMut::new();
         encode_body(&mut out, channel, body);
         self.send_raw(&out).await;
+    }
+
+    /// A lone `basic.publish` method frame (not mandatory), without its content.
+    pub async fn send_publish_method(&mut self, channel: u16, exchange: &str, routing_key: &str) {
+        self.send_method(channel, &publish_method(exchange, routing_key, false))
+            .await;
     }
 
     /// `basic.publish` + header + one body frame, in one write.
@@ -460,12 +489,7 @@ impl RawClient {
         queue: &str,
         passive: bool,
     ) -> QueueDeclareOk {
-        let declare = Method::QueueDeclare(QueueDeclare {
-            queue: queue.into(),
-            passive,
-            ..Default::default()
-        });
-        match self.call(channel, &declare).await {
+        match self.call(channel, &queue_declare(queue, passive)).await {
             Method::QueueDeclareOk(ok) => ok,
             other => panic!("expected queue.declare-ok for {queue}, got {other:?}"),
         }
