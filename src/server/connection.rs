@@ -361,6 +361,9 @@ impl Connection {
                     }
                     Err(error) => {
                         tracing::debug!(channel = id, %error, "channel error");
+                        // Publishes handled before the error are confirmed before the close,
+                        // as RabbitMQ (which confirms after every method) does.
+                        channel.flush_confirms(cx.outbound);
                         channel.close(&mut cx);
                         cx.outbound.send_method(
                             id,
