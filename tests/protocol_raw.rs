@@ -10,37 +10,15 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use common::raw::{
-    capabilities_without, publish_frames_with, publish_method, queue_declare, start_ok_amqplain,
-    start_ok_plain, RawClient, Tune, AMQP_0_9_1,
+    capabilities_without, publish_frames_with, publish_method, queue_declare, raw_frame,
+    start_ok_amqplain, start_ok_plain, RawClient, Tune, AMQP_0_9_1, FRAME_METHOD,
 };
-use common::{consume_no_ack, declare_queue, eventually, next_body};
+use common::{broker, broker_with, consume_no_ack, declare_queue, eventually, next_body};
 use dwellmq::codec::methods::{BasicConsume, ConnectionClose, ConnectionTuneOk, QueuePurge};
 use dwellmq::codec::{encode_method, FieldValue, FramePayload, Method};
-use dwellmq::{Broker, BrokerConfig, BrokerHandle, Limits, UserConfig};
+use dwellmq::{Broker, BrokerConfig, Limits, UserConfig};
 use lapin::options::BasicPublishOptions;
 use lapin::BasicProperties;
-
-const FRAME_METHOD: u8 = 1;
-
-async fn broker() -> BrokerHandle {
-    broker_with(Limits::default()).await
-}
-
-async fn broker_with(limits: Limits) -> BrokerHandle {
-    let mut config = BrokerConfig::ephemeral();
-    config.limits = limits;
-    Broker::start(config).await.expect("broker starts")
-}
-
-/// One frame with an arbitrary type and end octet.
-fn raw_frame(kind: u8, channel: u16, payload: &[u8], end: u8) -> Vec<u8> {
-    let mut out = vec![kind];
-    out.extend_from_slice(&channel.to_be_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(payload);
-    out.push(end);
-    out
-}
 
 // ---------------------------------------------------------------------------------------------
 // 1. Protocol header

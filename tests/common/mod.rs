@@ -10,7 +10,7 @@ pub use ops::*;
 
 use std::time::Duration;
 
-use dwellmq::{Broker, BrokerConfig, BrokerHandle};
+use dwellmq::{Broker, BrokerConfig, BrokerHandle, Limits};
 use futures_lite::StreamExt;
 use lapin::options::{BasicConsumeOptions, ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
@@ -23,6 +23,18 @@ pub const T0_MS: u64 = 1_767_225_600_000;
 pub struct TestBroker {
     pub broker: BrokerHandle,
     pub connection: Connection,
+}
+
+/// Starts an in-memory broker on an ephemeral port (system clock), without a client.
+pub async fn broker() -> BrokerHandle {
+    broker_with(Limits::default()).await
+}
+
+/// [`broker`] with these limits.
+pub async fn broker_with(limits: Limits) -> BrokerHandle {
+    let mut config = BrokerConfig::ephemeral();
+    config.limits = limits;
+    Broker::start(config).await.expect("broker starts")
 }
 
 /// Starts an in-memory broker on an ephemeral port (system clock) and connects to it.

@@ -21,6 +21,19 @@ use tokio::net::TcpStream;
 /// The 0-9-1 protocol header.
 pub const AMQP_0_9_1: &[u8; 8] = b"AMQP\x00\x00\x09\x01";
 
+/// The frame type octet of a method frame.
+pub const FRAME_METHOD: u8 = 1;
+
+/// One frame with an arbitrary type and end octet (for malformed frames).
+pub fn raw_frame(kind: u8, channel: u16, payload: &[u8], end: u8) -> Vec<u8> {
+    let mut out = vec![kind];
+    out.extend_from_slice(&channel.to_be_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(payload);
+    out.push(end);
+    out
+}
+
 /// How long any single expected frame may take: a hang guard, not a timing assertion.
 pub const FRAME_WAIT: Duration = Duration::from_secs(5);
 /// How long the server may take to close a socket it should close.
