@@ -1,4 +1,5 @@
-//! Publisher confirms, mandatory returns and transactions.
+//! Publishing: publisher confirms, mandatory returns, transactions, `immediate`, messages
+//! larger than frame_max, and RabbitMQ's texts for a bad `expiration`.
 
 mod common;
 
@@ -317,4 +318,124 @@ async fn tx_and_confirm_modes_exclude_each_other() {
             "PRECONDITION_FAILED - channel is not transactional".into()
         )
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Publish options and properties
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn publish_with_immediate_is_540_not_implemented_for_the_connection() {
+    let t = start().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "imm").await;
+    // Under confirms the pending confirm carries the error that ended the connection.
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let confirm = ch
+        .basic_publish(
+            "".into(),
+            "imm".into(),
+            BasicPublishOptions {
+                immediate: true,
+                ..Default::default()
+            },
+            b"now",
+            BasicProperties::default(),
+        )
+        .await
+        .expect("publish sent")
+        .await;
+    assert_eq!(
+        channel_error(confirm),
+        (540, "NOT_IMPLEMENTED - immediate=true".into())
+    );
+    assert_connection_closed(&t.connection).await;
+    assert_eq!(ready(&t, "imm"), 0);
+}
+
+#[tokio::test]
+async fn a_message_larger_than_frame_max_round_trips() {
+    let t = start().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "big300").await;
+    let body: Vec<u8> = (0..300 * 1024u32).map(|i| (i % 253) as u8).collect();
+    for _ in 0..2 {
+        ch.basic_publish(
+            "".into(),
+            "big300".into(),
+            BasicPublishOptions::default(),
+            &body,
+            BasicProperties::default().with_message_id("big".into()),
+        )
+        .await
+        .unwrap();
+    }
+    sync(&ch).await;
+    // Once through basic.get-ok, once through basic.deliver.
+    let got = ch
+        .basic_get("big300".into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("a message");
+    assert_eq!(got.delivery.data.len(), body.len());
+    assert_eq!(got.delivery.data, body);
+    let mut consumer = consume(&ch, "big300", "", true).await;
+    let d = next_delivery(&mut consumer).await;
+    assert_eq!(d.data, body);
+    assert_eq!(
+        d.properties.message_id().as_ref().map(|m| m.as_str()),
+        Some("big")
+    );
+}
+
+#[tokio::test]
+async fn invalid_expiration_is_406_with_rabbitmqs_texts() {
+    let t = start().await;
+    declare_queue(&t.channel().await, "exp").await;
+    for (value, reason) in [
+        ("abc", "no_integer".to_string()),
+        ("-1", "{value_negative,-1}".to_string()),
+        ("1.5", "{leftover_string,\".5\"}".to_string()),
+    ] {
+        let ch = t.channel().await;
+        // Under confirms the pending confirm carries the channel error.
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        let confirm = ch
+            .basic_publish(
+                "".into(),
+                "exp".into(),
+                BasicPublishOptions::default(),
+                b"x",
+                BasicProperties::default().with_expiration(value.into()),
+            )
+            .await
+            .expect("publish sent")
+            .await;
+        assert_eq!(
+            channel_error(confirm),
+            (
+                406,
+                format!("PRECONDITION_FAILED - invalid expiration '{value}': {reason}")
+            ),
+            "expiration {value:?}"
+        );
+    }
+    // Valid ones are accepted.
+    let ch = t.channel().await;
+    for value in ["0", "60000"] {
+        ch.basic_publish(
+            "".into(),
+            "exp".into(),
+            BasicPublishOptions::default(),
+            b"x",
+            BasicProperties::default().with_expiration(value.into()),
+        )
+        .await
+        .unwrap();
+    }
+    sync(&ch).await;
 }
