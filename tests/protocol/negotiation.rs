@@ -3,13 +3,12 @@
 //! handshake timeout. RabbitMQ's reply codes and texts are the reference; where dwellmq
 //! deliberately says something else, the test says so.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::raw::{start_ok_amqplain, start_ok_plain, RawClient, Tune, AMQP_0_9_1};
-use common::{broker, broker_with};
+use crate::common;
+use crate::common::raw::{start_ok_amqplain, start_ok_plain, RawClient, Tune, AMQP_0_9_1};
+use crate::common::{broker, broker_with};
 use dwellmq::codec::methods::{BasicConsume, ConnectionClose, ConnectionTuneOk};
 use dwellmq::codec::{FieldValue, FramePayload, Method};
 use dwellmq::{Broker, BrokerConfig, Limits, UserConfig};

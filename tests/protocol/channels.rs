@@ -1,10 +1,8 @@
 //! Channel state over raw frames: opening, ids, errors and closing from either side.
 //! RabbitMQ's reply codes and texts are the reference.
 
-mod common;
-
-use common::raw::{queue_declare, RawClient};
-use common::{broker, broker_with};
+use crate::common::raw::{queue_declare, RawClient};
+use crate::common::{broker, broker_with};
 use dwellmq::codec::Method;
 use dwellmq::Limits;
 

@@ -2,17 +2,16 @@
 //! and broker shutdown, the memory watermark (connection.blocked) and the connection limit.
 //! RabbitMQ's behaviour is the reference; where dwellmq deliberately differs, the test says so.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use common::raw::{
+use crate::common;
+use crate::common::raw::{
     capabilities_without, publish_frames_with, publish_method, queue_declare, RawClient, Tune,
     AMQP_0_9_1, FRAME_METHOD,
 };
-use common::{broker, broker_with, consume_no_ack, declare_queue, eventually, next_body};
+use crate::common::{broker, broker_with, consume_no_ack, declare_queue, eventually, next_body};
+use bytes::BytesMut;
 use dwellmq::codec::methods::{BasicConsume, QueuePurge};
 use dwellmq::codec::{FieldValue, FramePayload, Method};
 use dwellmq::Limits;

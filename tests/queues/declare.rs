@@ -2,9 +2,7 @@
 //! auto-delete, purge, unbind, the "last declared queue" shortcut, and
 //! RabbitMQ's texts for bad arguments.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, ExchangeKind};

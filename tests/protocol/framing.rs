@@ -2,11 +2,9 @@
 //! and bodies in many tiny frames. RabbitMQ's reply codes and texts are the reference; where
 //! dwellmq deliberately says something else, the test says so.
 
-mod common;
-
+use crate::common::raw::{queue_declare, raw_frame, RawClient, FRAME_METHOD};
+use crate::common::{broker, broker_with};
 use bytes::BytesMut;
-use common::raw::{queue_declare, raw_frame, RawClient, FRAME_METHOD};
-use common::{broker, broker_with};
 use dwellmq::codec::{encode_method, FramePayload, Method};
 use dwellmq::Limits;
 

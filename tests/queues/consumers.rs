@@ -3,12 +3,10 @@
 //! What lapin cannot send (a prefetch size) or see (a basic.cancel frame) goes over
 //! `common::raw`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::raw::{capabilities_without, RawClient};
-use common::*;
+use crate::common::raw::{capabilities_without, RawClient};
+use crate::common::*;
 use dwellmq::codec::methods::{BasicCancel, BasicQos};
 use dwellmq::codec::Method;
 use futures_lite::StreamExt;

@@ -3,10 +3,8 @@
 //! delivery tags, multiple ack/nack, and double acks. Dropping a socket goes over
 //! `common::raw`.
 
-mod common;
-
-use common::raw::RawClient;
-use common::*;
+use crate::common::raw::RawClient;
+use crate::common::*;
 use dwellmq::codec::methods::{BasicConsume, QueueDeclare};
 use dwellmq::codec::{FramePayload, Method};
 use lapin::options::*;
