@@ -9,8 +9,7 @@ use bytes::BytesMut;
 use dwellmq_codec::methods::{ChannelClose, ConnectionBlocked, ConnectionClose};
 use dwellmq_codec::{decode_frame, Frame, FramePayload, Method, ShortStr};
 use dwellmq_core::BrokerError;
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -58,18 +57,21 @@ enum Flow {
     Closed,
 }
 
-/// Serves one accepted socket until it closes.
-pub(crate) async fn serve(
+/// Serves one connection, given as the two halves of its byte stream (a TCP socket's, or an
+/// in-memory stream's), until it closes.
+pub(crate) async fn serve<R, W>(
     state: Arc<BrokerState>,
-    stream: TcpStream,
+    mut reader: R,
+    writer: W,
     peer: SocketAddr,
     shutdown: watch::Receiver<bool>,
-) {
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let id = state.next_connection_id();
     let span = tracing::info_span!("conn", id, %peer);
     async move {
-        let _ = stream.set_nodelay(true);
-        let (mut reader, writer) = stream.into_split();
         let outbound = Arc::new(Outbound::new());
         let writer_task = tokio::spawn(run_writer(Arc::clone(&outbound), writer));
         {
@@ -124,11 +126,11 @@ fn send_connection_close(outbound: &Outbound, fault: &Fault) {
     );
 }
 
-async fn run(
+async fn run<R: AsyncRead + Unpin>(
     id: ConnectionId,
     state: &Arc<BrokerState>,
     negotiated: Negotiated,
-    mut reader: tokio::net::tcp::OwnedReadHalf,
+    mut reader: R,
     mut buf: BytesMut,
     outbound: &Arc<Outbound>,
     mut shutdown: watch::Receiver<bool>,
@@ -208,11 +210,7 @@ async fn run(
 
 /// After sending `connection.close`, discard frames until `close-ok` (or the peer's own
 /// `close`) arrives, the socket ends, or the timeout passes.
-async fn await_close_ok(
-    reader: &mut tokio::net::tcp::OwnedReadHalf,
-    buf: &mut BytesMut,
-    frame_max: u32,
-) {
+async fn await_close_ok<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut BytesMut, frame_max: u32) {
     let wait = async {
         loop {
             match decode_frame(buf, frame_max) {
