@@ -19,7 +19,7 @@ use lapin::{Channel, Connection, ConnectionProperties, Consumer, ExchangeKind};
 /// 2026-01-01T00:00:00Z: where manual clocks start, so due times are easy to read.
 pub const T0_MS: u64 = 1_767_225_600_000;
 
-/// A broker plus one connection to it.
+/// A broker plus one connection to it; dropping it shuts the broker down.
 pub struct TestBroker {
     pub broker: BrokerHandle,
     pub connection: Connection,
@@ -61,6 +61,14 @@ pub async fn connect(broker: &BrokerHandle) -> Connection {
     )
     .await
     .expect("client connects")
+}
+
+/// The test is over: stop the broker, its connections and its timer thread, so that they do
+/// not outlive the test's runtime (an OS thread would).
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        self.broker.begin_shutdown();
+    }
 }
 
 impl TestBroker {

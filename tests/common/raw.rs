@@ -1,5 +1,6 @@
-//! A tiny raw AMQP 0-9-1 client: frames straight over a `TcpStream`, for the protocol edges a
-//! library client never produces (bad frames, odd channel ids, silence instead of heartbeats).
+//! A tiny raw AMQP 0-9-1 client: frames straight over a `TcpStream` (or an in-memory stream
+//! from `BrokerHandle::connect_in_memory`), for the protocol edges a library client never
+//! produces (bad frames, odd channel ids, silence instead of heartbeats).
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -15,7 +16,8 @@ use dwellmq::codec::{
     decode_frame, encode_body, encode_frame, encode_header, encode_heartbeat, encode_method,
     BasicProperties, ContentHeader, FieldTable, FieldValue, Frame, FramePayload, Method,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use dwellmq::BrokerHandle;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::net::TcpStream;
 
 /// The 0-9-1 protocol header.
@@ -48,9 +50,9 @@ pub struct Tune {
     pub heartbeat: Option<u16>,
 }
 
-/// A raw connection: the socket plus a read buffer.
-pub struct RawClient {
-    pub stream: TcpStream,
+/// A raw connection: the byte stream (a TCP socket unless given another) plus a read buffer.
+pub struct RawClient<S = TcpStream> {
+    pub stream: S,
     buf: BytesMut,
     /// What the server offered in `connection.tune` (after [`RawClient::open`]).
     pub server_tune: ConnectionTune,
@@ -185,7 +187,7 @@ pub fn publish_frames_with(
     }
 }
 
-impl RawClient {
+impl RawClient<TcpStream> {
     /// Opens the TCP connection only.
     pub async fn connect(addr: SocketAddr) -> RawClient {
         let stream = tokio::time::timeout(FRAME_WAIT, TcpStream::connect(addr))
@@ -193,12 +195,7 @@ impl RawClient {
             .expect("connect in time")
             .expect("TCP connect");
         stream.set_nodelay(true).unwrap();
-        RawClient {
-            stream,
-            buf: BytesMut::with_capacity(64 * 1024),
-            server_tune: ConnectionTune::default(),
-            tune_ok: ConnectionTuneOk::default(),
-        }
+        RawClient::over(stream)
     }
 
     /// Sends the protocol header and returns the server's `connection.start`.
@@ -211,12 +208,7 @@ impl RawClient {
         addr: SocketAddr,
         header: &[u8],
     ) -> (RawClient, ConnectionStart) {
-        let mut client = RawClient::connect(addr).await;
-        client.send_raw(header).await;
-        match client.recv_method0().await {
-            Method::ConnectionStart(start) => (client, start),
-            other => panic!("expected connection.start, got {other:?}"),
-        }
+        RawClient::connect(addr).await.start_handshake(header).await
     }
 
     /// The whole handshake as guest/guest (PLAIN), echoing the server's limits, heartbeat 0.
@@ -226,25 +218,72 @@ impl RawClient {
 
     /// The whole handshake as guest/guest (PLAIN) with the given tune-ok values.
     pub async fn open_with(addr: SocketAddr, tune: Tune) -> RawClient {
-        let (mut client, _start) = RawClient::start(addr).await;
-        client
-            .send_method(0, &start_ok_plain("guest", "guest"))
-            .await;
-        client.finish_handshake(tune).await;
-        client
+        RawClient::connect(addr)
+            .await
+            .handshake(tune, &CAPABILITIES)
+            .await
     }
 
     /// The whole handshake as guest/guest (PLAIN), heartbeat 0, announcing `capabilities`
     /// (see [`capabilities_without`]).
     pub async fn open_announcing(addr: SocketAddr, capabilities: &[(&str, bool)]) -> RawClient {
-        let (mut client, _start) = RawClient::start(addr).await;
+        RawClient::connect(addr)
+            .await
+            .handshake(Tune::default(), capabilities)
+            .await
+    }
+}
+
+impl RawClient<DuplexStream> {
+    /// The whole handshake as guest/guest over an in-memory connection to `broker`
+    /// ([`BrokerHandle::connect_in_memory`]): no socket, so tokio's paused clock stays exact.
+    pub async fn open_in_memory(broker: &BrokerHandle, tune: Tune) -> RawClient<DuplexStream> {
+        RawClient::over(broker.connect_in_memory())
+            .handshake(tune, &CAPABILITIES)
+            .await
+    }
+
+    /// Sends the protocol header over an in-memory connection to `broker` and returns the
+    /// server's `connection.start`.
+    pub async fn start_in_memory(
+        broker: &BrokerHandle,
+    ) -> (RawClient<DuplexStream>, ConnectionStart) {
+        RawClient::over(broker.connect_in_memory())
+            .start_handshake(AMQP_0_9_1)
+            .await
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> RawClient<S> {
+    /// A client on an already connected byte stream.
+    pub fn over(stream: S) -> RawClient<S> {
+        RawClient {
+            stream,
+            buf: BytesMut::with_capacity(64 * 1024),
+            server_tune: ConnectionTune::default(),
+            tune_ok: ConnectionTuneOk::default(),
+        }
+    }
+
+    /// Sends `header` and returns the server's `connection.start`.
+    pub async fn start_handshake(mut self, header: &[u8]) -> (RawClient<S>, ConnectionStart) {
+        self.send_raw(header).await;
+        match self.recv_method0().await {
+            Method::ConnectionStart(start) => (self, start),
+            other => panic!("expected connection.start, got {other:?}"),
+        }
+    }
+
+    /// The whole handshake as guest/guest (PLAIN), with `tune` and `capabilities`.
+    pub async fn handshake(self, tune: Tune, capabilities: &[(&str, bool)]) -> RawClient<S> {
+        let (mut client, _start) = self.start_handshake(AMQP_0_9_1).await;
         client
             .send_method(
                 0,
                 &start_ok_plain_announcing("guest", "guest", capabilities),
             )
             .await;
-        client.finish_handshake(Tune::default()).await;
+        client.finish_handshake(tune).await;
         client
     }
 

@@ -2,7 +2,6 @@
 //! and broker shutdown, the memory watermark (connection.blocked) and the connection limit.
 //! RabbitMQ's behaviour is the reference; where dwellmq deliberately differs, the test says so.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::common;
@@ -12,36 +11,38 @@ use crate::common::raw::{
 };
 use crate::common::{broker, broker_with, consume_no_ack, declare_queue, eventually, next_body};
 use bytes::BytesMut;
-use dwellmq::codec::methods::{BasicConsume, QueuePurge};
+use dwellmq::codec::methods::{BasicConsume, QueueDeclare, QueuePurge};
 use dwellmq::codec::{FieldValue, FramePayload, Method};
-use dwellmq::Limits;
+use dwellmq::{BrokerHandle, Limits};
 use lapin::options::BasicPublishOptions;
 use lapin::BasicProperties;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
 
 // ---------------------------------------------------------------------------------------------
 // Heartbeats
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test]
+/// The heartbeat tests run in memory on tokio's paused clock: the seconds they span pass in
+/// virtual time, at once and exactly.
+const HEARTBEAT_1S: Tune = Tune {
+    channel_max: None,
+    frame_max: None,
+    heartbeat: Some(1),
+};
+
+#[tokio::test(start_paused = true)]
 async fn a_silent_client_gets_heartbeats_and_is_then_disconnected() {
     let broker = broker().await;
-    // Taken before the handshake, so at or before the moment the server starts its clock.
-    let opened = std::time::Instant::now();
-    let mut client = RawClient::open_with(
-        broker.local_addr(),
-        Tune {
-            heartbeat: Some(1),
-            ..Tune::default()
-        },
-    )
-    .await;
-    // Hang guard only: expect_eof fails if the socket is still open after 10 s.
+    let opened = Instant::now();
+    let mut client = RawClient::open_in_memory(&broker, HEARTBEAT_1S).await;
     let seen = client.expect_eof().await;
-    // Not early: RabbitMQ gives up only after two heartbeat intervals of silence.
+    // RabbitMQ gives up after two heartbeat intervals of silence: not before, and (checking
+    // every half interval) not much later.
+    let after = opened.elapsed();
     assert!(
-        opened.elapsed() >= Duration::from_secs(2),
-        "disconnected after {:?}, before two 1 s heartbeat intervals",
-        opened.elapsed()
+        after > Duration::from_secs(2) && after <= Duration::from_millis(2500),
+        "disconnected after {after:?}"
     );
     assert!(
         seen.iter()
@@ -57,17 +58,10 @@ async fn a_silent_client_gets_heartbeats_and_is_then_disconnected() {
     broker.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_sending_heartbeats_stays_connected() {
     let broker = broker().await;
-    let mut client = RawClient::open_with(
-        broker.local_addr(),
-        Tune {
-            heartbeat: Some(1),
-            ..Tune::default()
-        },
-    )
-    .await;
+    let mut client = RawClient::open_in_memory(&broker, HEARTBEAT_1S).await;
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         client.send_heartbeat().await;
@@ -75,6 +69,35 @@ async fn a_client_sending_heartbeats_stays_connected() {
     // Four seconds (two missed-heartbeat windows twice over) later the connection works.
     client.open_channel(1).await;
     client.close().await;
+    broker.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn exclusive_and_auto_delete_queues_go_when_heartbeats_time_out() {
+    let broker = broker().await;
+    let mut client = RawClient::open_in_memory(&broker, HEARTBEAT_1S).await;
+    client.open_channel(1).await;
+    for (queue, exclusive, auto_delete) in [("mine", true, false), ("temp", false, true)] {
+        let declare = Method::QueueDeclare(QueueDeclare {
+            queue: queue.into(),
+            exclusive,
+            auto_delete,
+            ..Default::default()
+        });
+        assert!(matches!(
+            client.call(1, &declare).await,
+            Method::QueueDeclareOk(_)
+        ));
+    }
+    client.declare_queue(1, "kept", false).await;
+    client.consume(1, "temp", "c", false).await;
+    assert_eq!(broker.queue_names("/"), ["kept", "mine", "temp"]);
+    // Silence: the broker drops the connection after two heartbeat intervals.
+    client.expect_eof().await;
+    eventually("the exclusive and auto-delete queues are gone", || {
+        broker.queue_names("/") == ["kept"]
+    })
+    .await;
     broker.shutdown().await;
 }
 
@@ -187,15 +210,15 @@ async fn broker_shutdown_sends_320_and_waits_for_close_ok() {
         .unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn shutdown_does_not_wait_for_a_client_stuck_in_the_handshake() {
     let broker = broker().await;
-    let (mut client, _start) = RawClient::start(broker.local_addr()).await;
+    let (mut client, _start) = RawClient::start_in_memory(&broker).await;
     // The client never answers connection.start. Shutdown must not wait for the 10 s
-    // handshake timeout (5 s is a hang guard below that).
-    tokio::time::timeout(Duration::from_secs(5), broker.shutdown())
-        .await
-        .expect("shutdown returns without waiting for the handshake timeout");
+    // handshake timeout; in memory on the paused clock, it takes no (virtual) time at all.
+    let asked = Instant::now();
+    broker.shutdown().await;
+    assert_eq!(asked.elapsed(), Duration::ZERO);
     client.expect_eof().await;
 }
 
@@ -304,7 +327,7 @@ async fn dropping_the_handle_does_not_stop_delayed_releases() {
 
 /// Fills queue "held" past a 1 KiB watermark from `publisher` and waits for
 /// `connection.blocked`.
-async fn publish_until_blocked(publisher: &mut RawClient) {
+async fn publish_until_blocked<S: AsyncRead + AsyncWrite + Unpin>(publisher: &mut RawClient<S>) {
     publisher.open_channel(1).await;
     assert_eq!(
         publisher
@@ -323,9 +346,9 @@ async fn publish_until_blocked(publisher: &mut RawClient) {
     );
 }
 
-/// Purges "held" from another (non-publishing) connection.
-async fn purge_held(addr: SocketAddr) {
-    let mut operator = RawClient::open(addr).await;
+/// Purges "held" from another (non-publishing) connection, in memory.
+async fn purge_held(broker: &BrokerHandle) {
+    let mut operator = RawClient::open_in_memory(broker, Tune::default()).await;
     operator.open_channel(1).await;
     operator
         .send_method(
@@ -343,14 +366,16 @@ async fn purge_held(addr: SocketAddr) {
     operator.close().await;
 }
 
-#[tokio::test]
+// The memory tests run in memory on the paused clock too, for the heartbeat one's sake.
+
+#[tokio::test(start_paused = true)]
 async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
     let broker = broker_with(Limits {
         memory_high_watermark: 1024,
         ..Limits::default()
     })
     .await;
-    let mut publisher = RawClient::open(broker.local_addr()).await;
+    let mut publisher = RawClient::open_in_memory(&broker, Tune::default()).await;
     publish_until_blocked(&mut publisher).await;
     assert_eq!(broker.memory_used(), 1200);
 
@@ -358,7 +383,7 @@ async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
     publisher.publish(1, "", "held", b"later").await;
     publisher.send_method(1, &queue_declare("held", true)).await;
 
-    purge_held(broker.local_addr()).await;
+    purge_held(&broker).await;
     assert_eq!(publisher.recv_method0().await, Method::ConnectionUnblocked);
     // The publish sent while blocked was handled after the purge: it is the only message.
     match publisher.recv_method_on(1).await {
@@ -370,18 +395,19 @@ async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
     broker.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_without_the_connection_blocked_capability_is_blocked_without_notice() {
     let broker = broker_with(Limits {
         memory_high_watermark: 1024,
         ..Limits::default()
     })
     .await;
-    let mut publisher = RawClient::open_announcing(
-        broker.local_addr(),
-        &capabilities_without(&["connection.blocked"]),
-    )
-    .await;
+    let mut publisher = RawClient::over(broker.connect_in_memory())
+        .handshake(
+            Tune::default(),
+            &capabilities_without(&["connection.blocked"]),
+        )
+        .await;
     publisher.open_channel(1).await;
     assert_eq!(
         publisher
@@ -402,7 +428,7 @@ async fn a_client_without_the_connection_blocked_capability_is_blocked_without_n
     // Sent while blocked: not read until memory is freed (the purge finds two messages).
     publisher.publish(1, "", "held", b"later").await;
     publisher.send_method(1, &queue_declare("held", true)).await;
-    purge_held(broker.local_addr()).await;
+    purge_held(&broker).await;
     // Neither connection.blocked nor connection.unblocked came first (RabbitMQ sends them only
     // to clients that announce the capability): the next frame is the declare's reply.
     match publisher.recv_method_on(1).await {
@@ -413,21 +439,14 @@ async fn a_client_without_the_connection_blocked_capability_is_blocked_without_n
     broker.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_blocked_connection_is_not_dropped_for_unread_heartbeats() {
     let broker = broker_with(Limits {
         memory_high_watermark: 1024,
         ..Limits::default()
     })
     .await;
-    let mut publisher = RawClient::open_with(
-        broker.local_addr(),
-        Tune {
-            heartbeat: Some(1),
-            ..Tune::default()
-        },
-    )
-    .await;
+    let mut publisher = RawClient::open_in_memory(&broker, HEARTBEAT_1S).await;
     publish_until_blocked(&mut publisher).await;
     // The client keeps sending heartbeats; the blocked server does not read them. Four
     // seconds is twice the missed-heartbeat window.
@@ -435,7 +454,7 @@ async fn a_blocked_connection_is_not_dropped_for_unread_heartbeats() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         publisher.send_heartbeat().await;
     }
-    purge_held(broker.local_addr()).await;
+    purge_held(&broker).await;
     assert_eq!(publisher.recv_method0().await, Method::ConnectionUnblocked);
     assert_eq!(
         publisher.declare_queue(1, "held", true).await.message_count,
