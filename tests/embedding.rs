@@ -6,7 +6,7 @@ mod common;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener as StdTcpListener};
 use std::time::Duration;
 
-use common::raw::RawClient;
+use common::raw::{RawClient, Tune, AMQP_0_9_1};
 use common::*;
 use dwellmq::{Broker, BrokerConfig, BrokerHandle, UserConfig};
 use lapin::options::*;
@@ -196,6 +196,67 @@ async fn connection_count_follows_clients() {
     b.close(200, "bye".into()).await.unwrap();
     eventually("no connection left", || broker.connection_count() == 0).await;
     broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_in_memory_connection_is_served_like_a_socket_until_shutdown() {
+    let broker = Broker::start(BrokerConfig::ephemeral()).await.unwrap();
+    let mut memory = RawClient::open_in_memory(&broker, Tune::default()).await;
+    let tcp = connect(&broker).await;
+    assert_eq!(broker.connection_count(), 2);
+    // One broker behind both: what the in-memory client declares, the TCP client sees.
+    memory.open_channel(1).await;
+    memory.declare_queue(1, "shared", false).await;
+    memory.publish(1, "", "shared", b"from memory").await;
+    let ch = tcp.create_channel().await.unwrap();
+    let mut consumer = consume_no_ack(&ch, "shared").await;
+    assert_eq!(next_body(&mut consumer).await, "from memory");
+
+    let stopping = tokio::spawn(broker.shutdown());
+    assert_eq!(
+        memory.expect_close_and_ack().await,
+        (
+            320,
+            "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'".into(),
+            0,
+            0
+        )
+    );
+    stopping.await.unwrap();
+}
+
+#[tokio::test]
+async fn in_memory_connections_count_toward_max_connections_and_end_with_the_broker() {
+    let mut config = BrokerConfig::ephemeral();
+    config.limits.max_connections = 1;
+    let broker = Broker::start(config).await.unwrap();
+    let mut first = RawClient::open_in_memory(&broker, Tune::default()).await;
+    // Over the limit: closed unserved, as a socket would be.
+    let mut refused = RawClient::over(broker.connect_in_memory());
+    refused.send_raw(AMQP_0_9_1).await;
+    assert!(refused.expect_eof().await.is_empty());
+    first.close().await;
+    eventually("the slot is free", || broker.connection_count() == 0).await;
+    let stream = broker.connect_in_memory();
+    broker.shutdown().await;
+    // Handed over too late or not: after shutdown the stream ends.
+    assert!(RawClient::over(stream).expect_eof().await.is_empty());
+}
+
+#[tokio::test]
+async fn dropping_a_test_broker_shuts_the_broker_down() {
+    let t = start().await;
+    let mut raw = RawClient::open(t.broker.local_addr()).await;
+    drop(t);
+    assert_eq!(
+        raw.expect_close_and_ack().await,
+        (
+            320,
+            "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'".into(),
+            0,
+            0
+        )
+    );
 }
 
 #[tokio::test]
