@@ -6,8 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::DuplexStream;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use dwellmq_timer::Clock;
@@ -15,7 +16,7 @@ use dwellmq_timer::Clock;
 use crate::broker::delayed::{DelayedId, DelayedMessageInfo};
 use crate::broker::BrokerState;
 use crate::config::{BrokerConfig, Policy, PolicyConfig, PolicyError};
-use crate::server::accept_loop;
+use crate::server::{accept_loop, in_memory_loop};
 pub use dwellmq_core::queue::DeathReason;
 pub use wait::{Condition, WaitTimeout};
 
@@ -91,10 +92,16 @@ impl Broker {
             })?;
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let tasks: Vec<JoinHandle<()>> = listeners
+        let mut tasks: Vec<JoinHandle<()>> = listeners
             .into_iter()
             .map(|l| tokio::spawn(accept_loop(Arc::clone(&state), l, shutdown_rx.clone())))
             .collect();
+        let (in_memory, incoming) = mpsc::unbounded_channel();
+        tasks.push(tokio::spawn(in_memory_loop(
+            Arc::clone(&state),
+            incoming,
+            shutdown_rx,
+        )));
         let timer_thread = match state.manual_clock {
             None => Some(
                 crate::broker::timer_thread::spawn(Arc::clone(&state))
@@ -111,9 +118,14 @@ impl Broker {
             shutdown,
             tasks,
             timer_thread,
+            in_memory,
         })
     }
 }
+
+/// Bytes each direction of an in-memory connection buffers before the writer waits for the
+/// reader (a socket's buffers play this part over TCP).
+const IN_MEMORY_BUFFER: usize = 256 * 1024;
 
 /// A running broker. Dropping the handle does not stop it; call [`BrokerHandle::shutdown`].
 pub struct BrokerHandle {
@@ -122,6 +134,8 @@ pub struct BrokerHandle {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     timer_thread: Option<std::thread::JoinHandle<()>>,
+    /// Hands in-memory connections to the task that serves them.
+    in_memory: mpsc::UnboundedSender<DuplexStream>,
 }
 
 /// A snapshot of one queue, for tests and operators.
@@ -392,6 +406,32 @@ impl BrokerHandle {
     /// Held messages that found no route when released (dropped), since start.
     pub fn delayed_unroutable(&self) -> u64 {
         self.state.delayed.unroutable()
+    }
+
+    /// A new client connection that never touches the network: the returned stream is the
+    /// client's end of an in-memory pipe whose other end the broker serves exactly like an
+    /// accepted socket (handshake, limits, shutdown), as a loopback peer. Speak AMQP over it
+    /// with any client that accepts an `AsyncRead + AsyncWrite` stream.
+    ///
+    /// Everything runs on the tokio runtime, so a test on tokio's paused clock
+    /// (`#[tokio::test(start_paused = true)]`) sees heartbeats and handshake timeouts happen
+    /// in virtual time, with no real waiting; TCP connections would let the clock jump while
+    /// the runtime waits for the network. After [`BrokerHandle::shutdown`] the stream reads EOF.
+    pub fn connect_in_memory(&self) -> DuplexStream {
+        let (client, server) = tokio::io::duplex(IN_MEMORY_BUFFER);
+        // Refused only once the broker has shut down: `server` is dropped and `client` reads
+        // EOF, as a refused socket would.
+        let _ = self.in_memory.send(server);
+        client
+    }
+
+    /// Starts shutting down without waiting: stops accepting, asks every connection to close
+    /// with `CONNECTION_FORCED` and stops the delayed-message timer thread. For synchronous
+    /// contexts such as a test fixture's `Drop`; [`BrokerHandle::shutdown`] does the same and
+    /// waits for it to finish.
+    pub fn begin_shutdown(&self) {
+        let _ = self.shutdown.send(true);
+        self.state.timer.stop();
     }
 
     /// Stops accepting, closes every connection with `CONNECTION_FORCED`, and waits (up to

@@ -37,25 +37,6 @@ async fn publish_then_consume_through_the_default_exchange() {
 }
 
 #[tokio::test]
-async fn large_bodies_span_many_frames_both_ways() {
-    let t = start().await;
-    let ch = t.channel().await;
-    declare_queue(&ch, "big").await;
-    let body: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
-    ch.basic_publish(
-        "".into(),
-        "big".into(),
-        BasicPublishOptions::default(),
-        &body,
-        BasicProperties::default(),
-    )
-    .await
-    .unwrap();
-    let mut consumer = consume_no_ack(&ch, "big").await;
-    assert_eq!(next_delivery(&mut consumer).await.data, body);
-}
-
-#[tokio::test]
 async fn basic_get_returns_messages_then_empty() {
     let t = start().await;
     let ch = t.channel().await;

@@ -66,10 +66,6 @@ async fn setup(t: &TestBroker, inner: &str) -> Channel {
     ch
 }
 
-fn ready(t: &TestBroker) -> usize {
-    t.broker.queue_info("/", "out").unwrap().messages
-}
-
 #[tokio::test]
 async fn shorter_delay_published_later_arrives_first() {
     let t = start_manual().await;
@@ -78,7 +74,7 @@ async fn shorter_delay_published_later_arrives_first() {
     publish_delayed(&ch, "delayed", "k", "one", Some(AMQPValue::LongInt(1000))).await;
     sync(&ch).await;
     assert_eq!(t.broker.delayed_count("/", "delayed"), 2);
-    assert_eq!(ready(&t), 0);
+    assert_eq!(ready(&t, "out"), 0);
     let mut consumer = consume_no_ack(&ch, "out").await;
     assert_eq!(t.broker.advance(Duration::from_millis(999)), 0);
     assert_eq!(t.broker.advance(Duration::from_millis(1)), 1);
@@ -131,9 +127,9 @@ async fn a_24_hour_reminder_runs_in_milliseconds() {
     .await;
     sync(&ch).await;
     t.broker.advance(Duration::from_secs(86_399));
-    assert_eq!(ready(&t), 0);
+    assert_eq!(ready(&t, "out"), 0);
     t.broker.advance(Duration::from_secs(1));
-    assert_eq!(ready(&t), 1);
+    assert_eq!(ready(&t, "out"), 1);
 }
 
 #[tokio::test]
@@ -150,7 +146,11 @@ async fn delays_beyond_u32_millis_are_honoured() {
     )
     .await;
     sync(&ch).await;
-    assert_eq!(ready(&t), 0, "not delivered at once, unlike the plugin");
+    assert_eq!(
+        ready(&t, "out"),
+        0,
+        "not delivered at once, unlike the plugin"
+    );
     let listed = t.broker.delayed_messages("/", "delayed", 10);
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].due_ms, T0_MS + sixty_days as u64);
@@ -186,7 +186,7 @@ async fn missing_zero_or_negative_delay_routes_immediately() {
     .await;
     publish_delayed(&ch, "delayed", "k", "bool", Some(AMQPValue::Boolean(true))).await;
     sync(&ch).await;
-    assert_eq!(ready(&t), 4);
+    assert_eq!(ready(&t, "out"), 4);
     assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
 }
 
@@ -362,7 +362,7 @@ async fn redeclaring_ignores_x_delayed_type() {
     publish_delayed(&ch, "delayed", "k", "m", Some(AMQPValue::LongInt(10))).await;
     sync(&ch).await;
     t.broker.advance(Duration::from_millis(10));
-    assert_eq!(ready(&t), 1);
+    assert_eq!(ready(&t, "out"), 1);
 }
 
 #[tokio::test]
@@ -572,7 +572,7 @@ async fn a_message_reaching_a_delayed_exchange_through_a_binding_is_held() {
         );
         // ...while the delayed exchange holds its copy for the message's x-delay.
         assert_eq!(t.broker.delayed_count("/", "delayed"), 1, "{kind:?}");
-        assert_eq!(ready(&t), 0, "{kind:?}");
+        assert_eq!(ready(&t, "out"), 0, "{kind:?}");
         assert_eq!(t.broker.advance(Duration::from_millis(499)), 0, "{kind:?}");
         assert_eq!(t.broker.advance(Duration::from_millis(1)), 1, "{kind:?}");
         let released = next_delivery(&mut out).await;
@@ -583,7 +583,8 @@ async fn a_message_reaching_a_delayed_exchange_through_a_binding_is_held() {
             Some(AMQPValue::LongInt(-500)),
             "{kind:?}"
         );
-        t.broker.shutdown().await;
+        // Dropping the test broker shuts it down.
+        drop(t);
     }
 }
 
@@ -595,7 +596,7 @@ async fn through_a_binding_without_delay_or_without_route_now() {
     // No x-delay: straight through the delayed exchange, as the plugin routes it.
     publish_delayed(&ch, "front", "k", "plain", None).await;
     sync(&ch).await;
-    assert_eq!(ready(&t), 1);
+    assert_eq!(ready(&t, "out"), 1);
     assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
     // Mandatory, and nothing behind the delayed exchange routes "other" now: returned, not
     // held (the direct binding of `now` does not match either).
@@ -642,7 +643,7 @@ async fn released_messages_are_not_held_again_by_a_second_delayed_exchange() {
     assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
     t.broker.advance(Duration::from_millis(300));
     // At release it carries x-delay = −300, which `delayed` routes at once.
-    assert_eq!(ready(&t), 1);
+    assert_eq!(ready(&t, "out"), 1);
     assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
 }
 
@@ -683,7 +684,7 @@ async fn deleting_a_delayed_exchange_drops_what_it_holds() {
     .await
     .unwrap();
     assert_eq!(t.broker.advance(Duration::from_millis(100)), 0);
-    assert_eq!(ready(&t), 0);
+    assert_eq!(ready(&t, "out"), 0);
 }
 
 #[tokio::test]
@@ -704,10 +705,10 @@ async fn list_cancel_and_purge_held_messages() {
     assert!(!t.broker.cancel_delayed(held[0].id), "already cancelled");
     assert_eq!(t.broker.delayed_count("/", "delayed"), 2);
     t.broker.advance(Duration::from_millis(200));
-    assert_eq!(ready(&t), 1, "only c: b was cancelled");
+    assert_eq!(ready(&t, "out"), 1, "only c: b was cancelled");
     assert_eq!(t.broker.purge_delayed("/", "delayed"), 1);
     t.broker.advance(Duration::from_millis(1000));
-    assert_eq!(ready(&t), 1);
+    assert_eq!(ready(&t, "out"), 1);
 }
 
 #[tokio::test]

@@ -23,18 +23,6 @@ async fn consume_replies(ch: &Channel, tag: &str, no_ack: bool) -> lapin::Result
     .await
 }
 
-async fn publish(ch: &Channel, exchange: &str, key: &str, body: &[u8], props: BasicProperties) {
-    ch.basic_publish(
-        exchange.into(),
-        key.into(),
-        BasicPublishOptions::default(),
-        body,
-        props,
-    )
-    .await
-    .unwrap();
-}
-
 #[tokio::test]
 async fn a_request_and_its_reply_round_trip_through_the_pseudo_queue() {
     let t = start().await;
@@ -48,7 +36,7 @@ async fn a_request_and_its_reply_round_trip_through_the_pseudo_queue() {
     let props = BasicProperties::default()
         .with_reply_to(REPLY_TO.into())
         .with_correlation_id("c-7".into());
-    publish(&client, "", "rpc", b"ping", props).await;
+    publish_with(&client, "", "rpc", b"ping", props).await;
 
     let request = next_delivery(&mut requests).await;
     let address = request.properties.reply_to().clone().expect("reply_to");
@@ -63,7 +51,7 @@ async fn a_request_and_its_reply_round_trip_through_the_pseudo_queue() {
         (0, 1)
     );
     let reply_props = BasicProperties::default().with_correlation_id("c-7".into());
-    publish(&server, "", address.as_str(), b"pong", reply_props).await;
+    publish_with(&server, "", address.as_str(), b"pong", reply_props).await;
 
     let reply = next_delivery(&mut replies).await;
     assert_eq!(reply.data, b"pong");
@@ -142,7 +130,7 @@ async fn a_reply_to_an_address_that_is_gone_is_dropped_or_returned() {
     let mut replies = consume_replies(&client, "replies", true).await.unwrap();
     declare_queue(&client, "rpc").await;
     let props = BasicProperties::default().with_reply_to(REPLY_TO.into());
-    publish(&client, "", "rpc", b"req", props).await;
+    publish_with(&client, "", "rpc", b"req", props).await;
     sync(&client).await;
     let server = t.channel().await;
     let request = server

@@ -2,7 +2,14 @@
 
 mod common;
 
+use bytes::BytesMut;
+use common::raw::RawClient;
 use common::*;
+use dwellmq::codec::methods::{
+    ExchangeBind, ExchangeDeclare, ExchangeDelete, ExchangeUnbind, QueueBind, QueueDeclare,
+    QueueDelete, QueuePurge,
+};
+use dwellmq::codec::{encode_method, Method};
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, ExchangeKind};
@@ -25,29 +32,6 @@ async fn bind(ch: &Channel, queue: &str, exchange: &str, key: &str, args: FieldT
     .unwrap();
 }
 
-async fn publish(ch: &Channel, exchange: &str, key: &str, body: &str, headers: Option<FieldTable>) {
-    let mut props = BasicProperties::default();
-    if let Some(h) = headers {
-        props = props.with_headers(h);
-    }
-    ch.basic_publish(
-        exchange.into(),
-        key.into(),
-        BasicPublishOptions::default(),
-        body.as_bytes(),
-        props,
-    )
-    .await
-    .unwrap();
-}
-
-/// Ready message count once everything published so far has been routed.
-async fn depth(t: &TestBroker, ch: &Channel, queue: &str) -> usize {
-    // A synchronous round trip orders us after every earlier publish on this channel.
-    passive_declare(ch, queue).await.unwrap();
-    t.broker.queue_info("/", queue).unwrap().messages
-}
-
 #[tokio::test]
 async fn topic_patterns_route_as_rabbitmq() {
     let t = start().await;
@@ -61,10 +45,10 @@ async fn topic_patterns_route_as_rabbitmq() {
         declare_queue(&ch, q).await;
         bind(&ch, q, "logs", pattern, FieldTable::default()).await;
     }
-    publish(&ch, "logs", "app.web.error", "1", None).await;
-    publish(&ch, "logs", "app.db.pool.error", "2", None).await;
-    publish(&ch, "logs", "app", "3", None).await;
-    publish(&ch, "logs", "other.web.error", "4", None).await;
+    publish(&ch, "logs", "app.web.error", "1").await;
+    publish(&ch, "logs", "app.db.pool.error", "2").await;
+    publish(&ch, "logs", "app", "3").await;
+    publish(&ch, "logs", "other.web.error", "4").await;
     assert_eq!(depth(&t, &ch, "star").await, 1);
     assert_eq!(depth(&t, &ch, "hash").await, 3);
     assert_eq!(depth(&t, &ch, "exact").await, 1);
@@ -79,9 +63,9 @@ async fn fanout_and_direct_and_predeclared_exchanges() {
     bind(&ch, "f1", "amq.fanout", "", FieldTable::default()).await;
     bind(&ch, "f2", "amq.fanout", "ignored", FieldTable::default()).await;
     bind(&ch, "f1", "amq.direct", "k1", FieldTable::default()).await;
-    publish(&ch, "amq.fanout", "whatever", "x", None).await;
-    publish(&ch, "amq.direct", "k1", "y", None).await;
-    publish(&ch, "amq.direct", "k2", "z", None).await;
+    publish(&ch, "amq.fanout", "whatever", "x").await;
+    publish(&ch, "amq.direct", "k1", "y").await;
+    publish(&ch, "amq.direct", "k2", "z").await;
     assert_eq!(depth(&t, &ch, "f1").await, 2);
     assert_eq!(depth(&t, &ch, "f2").await, 1);
 }
@@ -105,8 +89,22 @@ async fn headers_exchange_all_and_any() {
     both.insert("type".into(), AMQPValue::LongString("report".into()));
     let mut one = FieldTable::default();
     one.insert("format".into(), AMQPValue::LongString("pdf".into()));
-    publish(&ch, "amq.headers", "", "both", Some(both)).await;
-    publish(&ch, "amq.headers", "", "one", Some(one)).await;
+    publish_with(
+        &ch,
+        "amq.headers",
+        "",
+        b"both",
+        BasicProperties::default().with_headers(both),
+    )
+    .await;
+    publish_with(
+        &ch,
+        "amq.headers",
+        "",
+        b"one",
+        BasicProperties::default().with_headers(one),
+    )
+    .await;
     assert_eq!(depth(&t, &ch, "all").await, 1);
     assert_eq!(depth(&t, &ch, "any").await, 2);
 }
@@ -128,8 +126,8 @@ async fn exchange_to_exchange_bindings_forward_messages() {
     .unwrap();
     declare_queue(&ch, "e2e").await;
     bind(&ch, "e2e", "back", "", FieldTable::default()).await;
-    publish(&ch, "front", "orders.new", "yes", None).await;
-    publish(&ch, "front", "users.new", "no", None).await;
+    publish(&ch, "front", "orders.new", "yes").await;
+    publish(&ch, "front", "users.new", "no").await;
     assert_eq!(depth(&t, &ch, "e2e").await, 1);
     ch.exchange_unbind(
         "back".into(),
@@ -140,7 +138,7 @@ async fn exchange_to_exchange_bindings_forward_messages() {
     )
     .await
     .unwrap();
-    publish(&ch, "front", "orders.new", "no longer", None).await;
+    publish(&ch, "front", "orders.new", "no longer").await;
     assert_eq!(depth(&t, &ch, "e2e").await, 1);
 }
 
@@ -159,8 +157,8 @@ async fn unroutable_messages_go_to_the_alternate_exchange() {
     exchange(&ch, "main", ExchangeKind::Direct, args).await;
     declare_queue(&ch, "routed").await;
     bind(&ch, "routed", "main", "known", FieldTable::default()).await;
-    publish(&ch, "main", "known", "a", None).await;
-    publish(&ch, "main", "unknown", "b", None).await;
+    publish(&ch, "main", "known", "a").await;
+    publish(&ch, "main", "unknown", "b").await;
     assert_eq!(depth(&t, &ch, "routed").await, 1);
     assert_eq!(depth(&t, &ch, "unrouted").await, 1);
 }
@@ -249,4 +247,119 @@ async fn unknown_exchange_type_closes_the_connection_with_503() {
         amqp_error(&err),
         (503, "COMMAND_INVALID - invalid exchange type ''".into())
     );
+}
+
+/// Sends `methods` on channel 1 of `client` in one write.
+async fn send_all(client: &mut RawClient, methods: &[Method]) {
+    let mut out = BytesMut::new();
+    for method in methods {
+        encode_method(&mut out, 1, method);
+    }
+    client.send_raw(&out).await;
+}
+
+#[tokio::test]
+async fn no_wait_declares_binds_purges_and_deletes_take_effect_without_replies() {
+    let t = start().await;
+    let mut client = RawClient::open(t.broker.local_addr()).await;
+    client.open_channel(1).await;
+    send_all(
+        &mut client,
+        &[
+            Method::ExchangeDeclare(ExchangeDeclare {
+                exchange: "nw-front".into(),
+                kind: "fanout".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::ExchangeDeclare(ExchangeDeclare {
+                exchange: "nw-back".into(),
+                kind: "direct".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::QueueDeclare(QueueDeclare {
+                queue: "nw-q".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::ExchangeBind(ExchangeBind {
+                destination: "nw-back".into(),
+                source: "nw-front".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::QueueBind(QueueBind {
+                queue: "nw-q".into(),
+                exchange: "nw-back".into(),
+                routing_key: "k".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+        ],
+    )
+    .await;
+    // No -ok for any of them: the next reply is this declare's. They all took effect: a
+    // publish to the front exchange reaches the queue through both bindings.
+    assert_eq!(client.queue_depth(1, "nw-q").await, 0);
+    client.publish(1, "nw-front", "k", b"routed").await;
+    assert_eq!(client.queue_depth(1, "nw-q").await, 1);
+
+    send_all(
+        &mut client,
+        &[
+            Method::QueuePurge(QueuePurge {
+                queue: "nw-q".into(),
+                no_wait: true,
+            }),
+            Method::ExchangeUnbind(ExchangeUnbind {
+                destination: "nw-back".into(),
+                source: "nw-front".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+        ],
+    )
+    .await;
+    assert_eq!(client.queue_depth(1, "nw-q").await, 0);
+    client.publish(1, "nw-front", "k", b"unbound").await;
+    assert_eq!(client.queue_depth(1, "nw-q").await, 0);
+
+    send_all(
+        &mut client,
+        &[
+            Method::QueueDelete(QueueDelete {
+                queue: "nw-q".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::ExchangeDelete(ExchangeDelete {
+                exchange: "nw-front".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::ExchangeDelete(ExchangeDelete {
+                exchange: "nw-back".into(),
+                no_wait: true,
+                ..Default::default()
+            }),
+            Method::QueueDeclare(QueueDeclare {
+                queue: "nw-q".into(),
+                passive: true,
+                ..Default::default()
+            }),
+        ],
+    )
+    .await;
+    assert_eq!(
+        client.expect_channel_close(1).await,
+        (
+            404,
+            "NOT_FOUND - no queue 'nw-q' in vhost '/'".into(),
+            50,
+            10
+        )
+    );
+    let names = t.broker.exchange_names("/");
+    assert!(!names.iter().any(|n| n.starts_with("nw-")), "{names:?}");
 }

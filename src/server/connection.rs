@@ -9,8 +9,7 @@ use bytes::BytesMut;
 use dwellmq_codec::methods::{ChannelClose, ConnectionBlocked, ConnectionClose};
 use dwellmq_codec::{decode_frame, Frame, FramePayload, Method, ShortStr};
 use dwellmq_core::BrokerError;
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -61,18 +60,21 @@ enum Flow {
     Closed,
 }
 
-/// Serves one accepted socket until it closes.
-pub(crate) async fn serve(
+/// Serves one connection, given as the two halves of its byte stream (a TCP socket's, or an
+/// in-memory stream's), until it closes.
+pub(crate) async fn serve<R, W>(
     state: Arc<BrokerState>,
-    stream: TcpStream,
+    mut reader: R,
+    writer: W,
     peer: SocketAddr,
     shutdown: watch::Receiver<bool>,
-) {
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let id = state.next_connection_id();
     let span = tracing::info_span!("conn", id, %peer);
     async move {
-        let _ = stream.set_nodelay(true);
-        let (mut reader, writer) = stream.into_split();
         let outbound = Arc::new(Outbound::new());
         let writer_task = tokio::spawn(run_writer(Arc::clone(&outbound), writer));
         {
@@ -130,11 +132,11 @@ fn send_connection_close(outbound: &Outbound, fault: &Fault) {
     );
 }
 
-async fn run(
+async fn run<R: AsyncRead + Unpin>(
     id: ConnectionId,
     state: &Arc<BrokerState>,
     negotiated: Negotiated,
-    reader: &mut tokio::net::tcp::OwnedReadHalf,
+    reader: &mut R,
     buf: &mut BytesMut,
     outbound: &Arc<Outbound>,
     mut shutdown: watch::Receiver<bool>,
@@ -214,11 +216,7 @@ async fn run(
 
 /// After sending `connection.close`, discard frames until `close-ok` (or the peer's own
 /// `close`) arrives, the socket ends, or the timeout passes.
-async fn await_close_ok(
-    reader: &mut tokio::net::tcp::OwnedReadHalf,
-    buf: &mut BytesMut,
-    frame_max: u32,
-) {
+async fn await_close_ok<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut BytesMut, frame_max: u32) {
     let wait = async {
         loop {
             match decode_frame(buf, frame_max) {
@@ -255,8 +253,8 @@ async fn await_close_ok(
 /// and a reset can destroy the `close-ok` still on its way to the client: a client with
 /// frames in flight after its `connection.close` (amqp091-go answering a channel close,
 /// amqplib with a full write buffer) then sees EPIPE or EOF instead of its close completing.
-async fn drain_until_peer_closes(
-    reader: &mut tokio::net::tcp::OwnedReadHalf,
+async fn drain_until_peer_closes<R: AsyncRead + Unpin>(
+    reader: &mut R,
     buf: &mut BytesMut,
     shutdown: &mut watch::Receiver<bool>,
 ) {
@@ -401,6 +399,9 @@ impl Connection {
                     }
                     Err(error) => {
                         tracing::debug!(channel = id, %error, "channel error");
+                        // Publishes handled before the error are confirmed before the close,
+                        // as RabbitMQ (which confirms after every method) does.
+                        channel.flush_confirms(cx.outbound);
                         channel.close(&mut cx);
                         cx.outbound.send_method(
                             id,

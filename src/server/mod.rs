@@ -7,11 +7,13 @@ pub(crate) mod frames;
 pub(crate) mod handshake;
 pub(crate) mod outbound;
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::broker::BrokerState;
@@ -27,18 +29,9 @@ pub(crate) async fn accept_loop(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let limit = state.config.limits.max_connections;
-                    if state.open_connections.load(Ordering::Relaxed) >= limit {
-                        tracing::warn!(%peer, limit, "connection refused: connection limit reached");
-                        continue;
-                    }
-                    state.open_connections.fetch_add(1, Ordering::Relaxed);
-                    let state = Arc::clone(&state);
-                    let shutdown = shutdown.clone();
-                    connections.spawn(async move {
-                        connection::serve(Arc::clone(&state), stream, peer, shutdown).await;
-                        state.open_connections.fetch_sub(1, Ordering::Relaxed);
-                    });
+                    let _ = stream.set_nodelay(true);
+                    let (reader, writer) = stream.into_split();
+                    spawn_connection(&mut connections, &state, reader, writer, peer, &shutdown);
                 }
                 Err(error) => {
                     // Usually EMFILE: back off briefly instead of spinning.
@@ -51,6 +44,58 @@ pub(crate) async fn accept_loop(
         }
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// Serves the in-memory streams `BrokerHandle::connect_in_memory` hands over, like accepted
+/// sockets, until `shutdown` turns true; then waits for every such connection to end.
+pub(crate) async fn in_memory_loop(
+    state: Arc<BrokerState>,
+    mut incoming: mpsc::UnboundedReceiver<DuplexStream>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            Some(stream) = incoming.recv() => {
+                let (reader, writer) = tokio::io::split(stream);
+                spawn_connection(&mut connections, &state, reader, writer, IN_MEMORY_PEER, &shutdown);
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = shutdown_requested(&mut shutdown) => break,
+        }
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+/// The peer address an in-memory connection reports: it comes from this very process, so it
+/// counts as loopback (guest may use it).
+const IN_MEMORY_PEER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+
+/// Serves one connection on `connections` unless the connection limit is reached (then the
+/// stream is dropped unserved, which closes it).
+fn spawn_connection<R, W>(
+    connections: &mut JoinSet<()>,
+    state: &Arc<BrokerState>,
+    reader: R,
+    writer: W,
+    peer: SocketAddr,
+    shutdown: &watch::Receiver<bool>,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let limit = state.config.limits.max_connections;
+    if state.open_connections.load(Ordering::Relaxed) >= limit {
+        tracing::warn!(%peer, limit, "connection refused: connection limit reached");
+        return;
+    }
+    state.open_connections.fetch_add(1, Ordering::Relaxed);
+    let state = Arc::clone(state);
+    let shutdown = shutdown.clone();
+    connections.spawn(async move {
+        connection::serve(Arc::clone(&state), reader, writer, peer, shutdown).await;
+        state.open_connections.fetch_sub(1, Ordering::Relaxed);
+    });
 }
 
 /// Resolves once `BrokerHandle::shutdown` has been called (at once if it already was).

@@ -2,11 +2,15 @@
 //! real AMQP client (lapin) connected to it.
 #![allow(dead_code)]
 
+mod ops;
 pub mod raw;
+
+#[allow(unused_imports)] // not every test file uses every helper
+pub use ops::*;
 
 use std::time::Duration;
 
-use dwellmq::{Broker, BrokerConfig, BrokerHandle};
+use dwellmq::{Broker, BrokerConfig, BrokerHandle, Limits};
 use futures_lite::StreamExt;
 use lapin::options::{BasicConsumeOptions, ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
@@ -15,10 +19,22 @@ use lapin::{Channel, Connection, ConnectionProperties, Consumer, ExchangeKind};
 /// 2026-01-01T00:00:00Z: where manual clocks start, so due times are easy to read.
 pub const T0_MS: u64 = 1_767_225_600_000;
 
-/// A broker plus one connection to it.
+/// A broker plus one connection to it; dropping it shuts the broker down.
 pub struct TestBroker {
     pub broker: BrokerHandle,
     pub connection: Connection,
+}
+
+/// Starts an in-memory broker on an ephemeral port (system clock), without a client.
+pub async fn broker() -> BrokerHandle {
+    broker_with(Limits::default()).await
+}
+
+/// [`broker`] with these limits.
+pub async fn broker_with(limits: Limits) -> BrokerHandle {
+    let mut config = BrokerConfig::ephemeral();
+    config.limits = limits;
+    Broker::start(config).await.expect("broker starts")
 }
 
 /// Starts an in-memory broker on an ephemeral port (system clock) and connects to it.
@@ -45,6 +61,14 @@ pub async fn connect(broker: &BrokerHandle) -> Connection {
     )
     .await
     .expect("client connects")
+}
+
+/// The test is over: stop the broker, its connections and its timer thread, so that they do
+/// not outlive the test's runtime (an OS thread would).
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        self.broker.begin_shutdown();
+    }
 }
 
 impl TestBroker {
@@ -179,4 +203,59 @@ pub async fn publish_error(
         .await
         .expect("publish sent");
     amqp_error(&confirm.await.expect_err("the broker closes the channel"))
+}
+
+/// Whether a test that needs a machine feature it does not have may end early. Only when the
+/// environment says so, with `DWELLMQ_TEST_SKIP=<feature>[,<feature>...]`: otherwise the test
+/// fails, so that a run on a machine without IPv6 (say) reports it instead of passing.
+/// Features: `ipv6` (an IPv6 loopback), `non-loopback-ip` (a non-loopback IPv4 address).
+pub fn skip_without(feature: &str, available: bool) -> bool {
+    if available {
+        return false;
+    }
+    let skip = std::env::var("DWELLMQ_TEST_SKIP").unwrap_or_default();
+    assert!(
+        skip.split(',').any(|f| f.trim() == feature),
+        "this machine lacks `{feature}`: set DWELLMQ_TEST_SKIP={feature} to skip the tests \
+         that need it"
+    );
+    eprintln!("skipped: DWELLMQ_TEST_SKIP names `{feature}`, which this machine lacks");
+    true
+}
+
+/// Whether this machine has an IPv6 loopback we can listen on.
+pub fn ipv6_loopback_available() -> bool {
+    std::net::TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, 0)).is_ok()
+}
+
+/// A non-loopback IPv4 address of this machine that can be listened on (the one it would route
+/// outside through), if any. No packet is sent: connecting a UDP socket only picks the route.
+pub fn non_loopback_ipv4() -> Option<std::net::Ipv4Addr> {
+    use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+    for target in ["192.0.2.1:9", "10.255.255.254:9", "203.0.113.1:9"] {
+        let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+        if socket.connect(target).is_err() {
+            continue;
+        }
+        if let Ok(local) = socket.local_addr() {
+            if let IpAddr::V4(ip) = local.ip() {
+                let listenable = std::net::TcpListener::bind((ip, 0)).is_ok();
+                if !ip.is_loopback() && !ip.is_unspecified() && listenable {
+                    return Some(ip);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Waits (bounded, 5 s) until `condition` holds: for effects the client gets no reply for.
+pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for: {what}");
 }

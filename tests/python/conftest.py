@@ -73,13 +73,21 @@ def with_default_vhost(url: str) -> str:
 class BrokerProcess:
     """A running `dwellmq` child process; stderr goes to a log file shown on failure."""
 
-    def __init__(self, binary: Path):
+    def __init__(self, binary: Path, extra_args: tuple[str, ...] = ()):
         self.log = tempfile.NamedTemporaryFile(
             prefix="dwellmq-interop-", suffix=".log", delete=False
         )
         atexit.register(Path(self.log.name).unlink, missing_ok=True)
         self.proc = subprocess.Popen(
-            [str(binary), "--listen", "127.0.0.1:0", "--in-memory", "--log-level", "info"],
+            [
+                str(binary),
+                "--listen",
+                "127.0.0.1:0",
+                "--in-memory",
+                "--log-level",
+                "info",
+                *extra_args,
+            ],
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -178,6 +186,33 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if _broker is not None and exitstatus not in (0, pytest.ExitCode.OK):
         terminalreporter.section("dwellmq log (tail)")
         terminalreporter.write_line(_broker.log_tail())
+
+
+@pytest.fixture
+def own_broker(broker_url):
+    """Starts brokers of the test's own from TOML config text (for settings the shared broker
+    must not have, like a tiny memory watermark); returns their URLs and stops them afterwards.
+
+    Skipped (and reported so) when DWELLMQ_URL names an external broker: its configuration is
+    not ours to change.
+    """
+    if os.environ.get("DWELLMQ_URL"):
+        pytest.skip("needs a dwellmq of its own; DWELLMQ_URL points at an external broker")
+    started: list[BrokerProcess] = []
+
+    def start(config_toml: str) -> str:
+        config = tempfile.NamedTemporaryFile(
+            "w", prefix="dwellmq-interop-", suffix=".toml", delete=False
+        )
+        atexit.register(Path(config.name).unlink, missing_ok=True)
+        with config:
+            config.write(config_toml)
+        started.append(BrokerProcess(broker_binary(), ("--config", config.name)))
+        return with_default_vhost(started[-1].url)
+
+    yield start
+    for broker in started:
+        broker.stop()
 
 
 @pytest.fixture

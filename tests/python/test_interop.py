@@ -209,12 +209,18 @@ def test_nack_without_requeue_drops_the_message(conn, channel, name):
 
     tag, got = consume(conn, channel, queue, 2)
     assert [body for _, _, body in got] == [b"poison", b"fine"]
+    # Cancel first: a wrongly requeued message must land in the queue (where the checks below
+    # see it), not go straight back to a still active consumer as a new unacked delivery.
+    channel.basic_cancel(tag)
     channel.basic_nack(got[0][0].delivery_tag, requeue=False)
     channel.basic_ack(got[1][0].delivery_tag)
-    channel.basic_cancel(tag)
 
     assert queue_depth(conn, queue) == 0
     assert channel.basic_get(queue) == (None, None, None)
+    assert len(got) == 2, "nothing was redelivered"
+    # Nor is the nacked message still held unacked: closing the channel requeues nothing.
+    channel.close()
+    assert queue_depth(conn, queue) == 0
 
 
 def test_reject_requeue_and_multiple_ack(conn, channel, name):
@@ -632,7 +638,9 @@ def publish_two_delayed_and_consume(conn, channel, name):
     )
     channel.queue_declare(queue)
     channel.queue_bind(queue, exchange, routing_key="due")
-    channel.confirm_delivery()
+    # No confirm mode: both publishes leave in one burst, so their due times are 200 ms apart
+    # whatever the broker's confirm round trip costs (waiting for a's confirm before sending b
+    # could push b's due time past a's on a slow machine).
     channel.basic_publish(exchange, "due", b"a", BasicProperties(headers={"x-delay": 300}))
     channel.basic_publish(exchange, "due", b"b", BasicProperties(headers={"x-delay": 100}))
 
@@ -656,7 +664,8 @@ def test_delayed_exchange_releases_messages_beyond_the_wheel_horizon(conn, chann
     )
     channel.queue_declare(queue)
     channel.queue_bind(queue, exchange, routing_key="later.#")
-    channel.confirm_delivery()
+    # One burst without confirms: the due times stay 400 ms and more apart, whatever a
+    # confirm round trip between the publishes would have cost.
     for body, delay in [(b"far", 1600), (b"near", 1200), (b"soon", 50)]:
         channel.basic_publish(
             exchange, "later.x", body, BasicProperties(headers={"x-delay": delay})
@@ -865,7 +874,7 @@ def test_tx_and_confirm_modes_exclude_each_other(conn):
 # --- connection-level capabilities ------------------------------------------------------------
 
 
-def test_connection_blocked_is_advertised_and_callbacks_register(conn):
+def test_server_capabilities_are_advertised(conn):
     caps = conn._impl.server_capabilities
     assert caps.get("connection.blocked") is True
     assert conn.publisher_confirms_supported
@@ -873,15 +882,38 @@ def test_connection_blocked_is_advertised_and_callbacks_register(conn):
     assert conn.consumer_cancel_notify_supported
     assert conn.exchange_exchange_bindings_supported
 
+
+def test_the_memory_watermark_blocks_a_publisher_until_memory_is_freed(own_broker, name):
+    # A broker of its own: blocking the shared one would stall every other test's publishers.
+    params = pika.URLParameters(own_broker("[limits]\nmemory_high_watermark = 1024\n"))
+    publisher = pika.BlockingConnection(params)
     events = []
-    conn.add_on_connection_blocked_callback(lambda c, frame: events.append(("blocked", frame)))
-    conn.add_on_connection_unblocked_callback(lambda c, frame: events.append(("unblocked", frame)))
-    # Nothing triggers the memory alarm here: the connection keeps working and was never blocked.
-    ch = conn.channel()
-    assert ch.is_open
-    conn.process_data_events(time_limit=0)
-    assert events == []
-    assert not conn._impl.is_closed
+    publisher.add_on_connection_blocked_callback(lambda _c, frame: events.append(frame.method))
+    publisher.add_on_connection_unblocked_callback(lambda _c, frame: events.append(frame.method))
+    queue = name("held")
+    ch = publisher.channel()
+    ch.queue_declare(queue)
+    ch.confirm_delivery()
+    ch.basic_publish("", queue, b"x" * 600)
+    assert events == [], "below the watermark nothing is blocked"
+    ch.basic_publish("", queue, b"y" * 600)  # 1200 bytes held: above 1 KiB
+    assert wait_until(publisher, lambda: events, DELIVERY_TIMEOUT), "no connection.blocked"
+    assert isinstance(events[0], pika.spec.Connection.Blocked)
+    assert events[0].reason == "low on memory"
+
+    # A connection that never published is not blocked (as in RabbitMQ): it frees the memory.
+    operator = pika.BlockingConnection(params)
+    try:
+        assert operator.channel().queue_purge(queue).method.message_count == 2
+        assert wait_until(publisher, lambda: len(events) >= 2, DELIVERY_TIMEOUT), (
+            "no connection.unblocked"
+        )
+        assert isinstance(events[1], pika.spec.Connection.Unblocked)
+        ch.basic_publish("", queue, b"after")  # confirmed: the broker reads again
+        assert operator.channel().queue_declare(queue, passive=True).method.message_count == 1
+    finally:
+        operator.close()
+        publisher.close()
 
 
 def test_heartbeats_flow_both_ways(params, connect):
