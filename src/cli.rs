@@ -18,8 +18,10 @@ OPTIONS:
   --data-dir DIR     where durable state lives (default ./dwellmq-data)  env: DWELLMQ_DATA_DIR
   --in-memory        keep everything in memory, write nothing to disk     env: DWELLMQ_IN_MEMORY=1
   --config FILE      TOML configuration file (listen, data_dir, in_memory, log_level, vhosts,
-                     [[users]], [limits])                                env: DWELLMQ_CONFIG
+                     http, [[users]] with tags, [limits])                env: DWELLMQ_CONFIG
   --log-level LEVEL  error|warn|info|debug|trace or a tracing filter      env: DWELLMQ_LOG
+  --http ADDR|off    HTTP management API and /metrics (default 127.0.0.1:15672)
+                                                                         env: DWELLMQ_HTTP
   --timer-rt-priority N  run the delayed-message timer thread under SCHED_FIFO at priority
                      N (1-99, Linux, needs CAP_SYS_NICE): releases stay on time on a busy host
   -h, --help         print this help
@@ -49,6 +51,7 @@ struct Flags {
     config: Option<String>,
     log_level: Option<String>,
     timer_rt_priority: Option<String>,
+    http: Option<String>,
 }
 
 /// Parses `args` (without the program name) with `env` as the environment lookup.
@@ -78,6 +81,7 @@ pub(crate) fn parse(
             "--config" => flags.config = Some(value("--config")?),
             "--log-level" => flags.log_level = Some(value("--log-level")?),
             "--timer-rt-priority" => flags.timer_rt_priority = Some(value("--timer-rt-priority")?),
+            "--http" => flags.http = Some(value("--http")?),
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
@@ -113,6 +117,9 @@ pub(crate) fn parse(
     if let Some(level) = flags.log_level {
         log_level = level;
     }
+    if let Some(http) = flags.http.or_else(|| env("DWELLMQ_HTTP")) {
+        config.http = parse_http(&http)?;
+    }
     if let Some(priority) = flags.timer_rt_priority {
         let n: u8 = priority
             .parse()
@@ -134,6 +141,17 @@ fn parse_addrs<'a>(addrs: impl Iterator<Item = &'a str>) -> Result<Vec<SocketAdd
         .collect()
 }
 
+/// `--http`: an address, or `off`.
+fn parse_http(value: &str) -> Result<Option<SocketAddr>, String> {
+    if value == "off" {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .map_err(|_| format!("invalid --http '{value}' (expected e.g. 127.0.0.1:15672, or off)"))
+}
+
 fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> Result<(), String> {
     let table: toml::Table = text.parse().map_err(|e| format!("{e}"))?;
     for (key, value) in &table {
@@ -150,6 +168,7 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             }
             "log_level" => *log_level = string(value, "log_level")?,
             "vhosts" => config.vhosts = string_list(value, "vhosts")?,
+            "http" => config.http = parse_http(&string(value, "http")?)?,
             "timer_realtime_priority" => {
                 let n = value
                     .as_integer()
@@ -232,6 +251,10 @@ fn user(value: &toml::Value) -> Result<UserConfig, String> {
             })
             .transpose()?
             .unwrap_or(false),
+        tags: match t.get("tags") {
+            Some(v) => string_list(v, "users.tags")?,
+            None => Vec::new(),
+        },
     })
 }
 
@@ -299,6 +322,29 @@ mod tests {
         apply_file(&mut config, &mut level, "timer_realtime_priority = 20").unwrap();
         assert_eq!(config.timer_realtime_priority, Some(20));
         assert!(apply_file(&mut config, &mut level, "timer_realtime_priority = 100").is_err());
+    }
+
+    #[test]
+    fn http_takes_an_address_or_off() {
+        let s = run(&[], &[]).unwrap();
+        assert_eq!(s.config.http, Some("127.0.0.1:15672".parse().unwrap()));
+        let s = run(&["--http", "off"], &[]).unwrap();
+        assert_eq!(s.config.http, None);
+        let s = run(&["--http=0.0.0.0:8080"], &[("DWELLMQ_HTTP", "off")]).unwrap();
+        assert_eq!(s.config.http, Some("0.0.0.0:8080".parse().unwrap()));
+        assert!(run(&["--http", "nope"], &[])
+            .unwrap_err()
+            .contains("invalid --http"));
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(
+            &mut config,
+            &mut level,
+            "http = \"off\"\n[[users]]\nname = \"ops\"\npassword = \"pw\"\ntags = [\"monitoring\"]",
+        )
+        .unwrap();
+        assert_eq!(config.http, None);
+        assert_eq!(config.users[0].tags, vec!["monitoring".to_string()]);
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub struct UserConfig {
     /// Only connections from a loopback address may log in as this user (RabbitMQ's rule for
     /// `guest`).
     pub loopback_only: bool,
+    /// RabbitMQ's user tags, which decide what the user may do over HTTP: `management` (see and
+    /// change the vhosts it may open), `monitoring` (also see every vhost), `administrator`
+    /// (everything, including users and definitions). A user without tags may only use AMQP.
+    pub tags: Vec<String>,
 }
 
 impl UserConfig {
@@ -25,6 +29,7 @@ impl UserConfig {
             password: "guest".into(),
             vhosts: vec!["*".into()],
             loopback_only: true,
+            tags: vec!["administrator".into()],
         }
     }
 
@@ -103,6 +108,9 @@ pub struct BrokerConfig {
     /// releases on time when other threads compete for the cores; `None` leaves it a normal
     /// thread.
     pub timer_realtime_priority: Option<u8>,
+    /// Where the HTTP management API and `/metrics` listen (RabbitMQ's port 15672); `None`
+    /// turns HTTP off. Port 0 picks a free port.
+    pub http: Option<SocketAddr>,
 }
 
 impl Default for BrokerConfig {
@@ -118,6 +126,7 @@ impl Default for BrokerConfig {
             limits: Limits::default(),
             clock: ClockConfig::System,
             timer_realtime_priority: None,
+            http: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 15672))),
         }
     }
 }
@@ -128,6 +137,9 @@ impl BrokerConfig {
         BrokerConfig {
             listen: vec![SocketAddr::from((Ipv4Addr::LOCALHOST, 0))],
             data_dir: None,
+            // Tests opt in (with port 0): several brokers in one process must not fight over
+            // 15672.
+            http: None,
             ..BrokerConfig::default()
         }
     }

@@ -66,12 +66,30 @@ impl Broker {
             .iter()
             .filter_map(|l| l.local_addr().ok())
             .collect();
+        let http_listener = match config.http {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
+        let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
         let state = BrokerState::new(config);
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let tasks: Vec<JoinHandle<()>> = listeners
+        let mut tasks: Vec<JoinHandle<()>> = listeners
             .into_iter()
             .map(|l| tokio::spawn(accept_loop(Arc::clone(&state), l, shutdown_rx.clone())))
             .collect();
+        if let Some(listener) = http_listener {
+            let serve = crate::http::serve(
+                Arc::clone(&state),
+                addrs.clone(),
+                listener,
+                shutdown_rx.clone(),
+            );
+            tasks.push(tokio::spawn(serve));
+        }
         let timer_thread = match state.manual_clock {
             None => Some(
                 crate::broker::timer_thread::spawn(Arc::clone(&state))
@@ -82,9 +100,13 @@ impl Broker {
         for addr in &addrs {
             tracing::info!(%addr, "listening");
         }
+        if let Some(addr) = http_addr {
+            tracing::info!(%addr, "HTTP API listening");
+        }
         Ok(BrokerHandle {
             state,
             addrs,
+            http_addr,
             shutdown,
             tasks,
             timer_thread,
@@ -96,6 +118,7 @@ impl Broker {
 pub struct BrokerHandle {
     state: Arc<BrokerState>,
     addrs: Vec<SocketAddr>,
+    http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     timer_thread: Option<std::thread::JoinHandle<()>>,
@@ -121,6 +144,11 @@ impl BrokerHandle {
     /// Every address the broker listens on.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// Where the HTTP management API listens, if it is on (`BrokerConfig::http`).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// `amqp://host:port` for the first listen address (IPv6 hosts in brackets).

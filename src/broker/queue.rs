@@ -244,6 +244,40 @@ impl Queue {
         self.inner.lock().consumers.len()
     }
 
+    /// Delivered and not yet settled (the management API's `messages_unacknowledged`).
+    pub(crate) fn unacked_count(&self) -> usize {
+        self.inner.lock().unacked
+    }
+
+    /// The management API's get: takes up to `count` ready messages from the head, each with
+    /// the number of ready messages left behind it, and with `requeue` puts them all back
+    /// afterwards, marked redelivered, at their places (what RabbitMQ does: `basic.get` then
+    /// `basic.reject` with requeue). Consumers are not involved and nothing stays unacked.
+    pub(crate) fn take_for_inspection(
+        self: &Arc<Self>,
+        count: usize,
+        requeue: bool,
+    ) -> Vec<(QueueEntry, usize)> {
+        let mut inner = self.inner.lock();
+        let mut taken = Vec::new();
+        while taken.len() < count {
+            let Some(entry) = inner.messages.pop() else {
+                break;
+            };
+            taken.push((entry, inner.messages.len()));
+        }
+        if requeue && !inner.deleted {
+            for (entry, _) in &taken {
+                let mut back = entry.clone();
+                back.redelivered = true;
+                back.acquired_count += 1;
+                inner.messages.requeue(back);
+            }
+            self.deliver_ready(&mut inner);
+        }
+        taken
+    }
+
     /// Whether the queue has been deleted (its consumers were cancelled by the server).
     pub(crate) fn is_deleted(&self) -> bool {
         self.inner.lock().deleted

@@ -79,7 +79,7 @@ class BrokerProcess:
         )
         atexit.register(Path(self.log.name).unlink, missing_ok=True)
         self.proc = subprocess.Popen(
-            [str(binary), "--listen", "127.0.0.1:0", "--in-memory", "--log-level", "info"],
+            [str(binary), "--listen", "127.0.0.1:0", "--in-memory", "--http", "off", "--log-level", "info"],
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

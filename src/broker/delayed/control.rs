@@ -80,10 +80,26 @@ impl DelayedMessages {
 
     /// Cancels one held message; false if it is unknown or already released.
     pub(crate) fn cancel(&self, id: DelayedId) -> bool {
+        self.cancel_where(id, |_| true)
+    }
+
+    /// Cancels one held message if the exchange holds it (the HTTP API addresses messages
+    /// through their exchange); false if it does not, or the message is already released.
+    pub(crate) fn cancel_held_by(&self, vhost: &str, exchange: &str, id: DelayedId) -> bool {
+        let key = (ShortStr::from(vhost), ShortStr::from(exchange));
+        self.cancel_where(id, |held| held.belongs_to(&key))
+    }
+
+    fn cancel_where(&self, id: DelayedId, wanted: impl Fn(&Held) -> bool) -> bool {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
-        let held = match inner.beyond.remove(&(id.due_ms, id.seq)) {
-            Some(held) => {
+        let in_beyond = inner.beyond.get(&(id.due_ms, id.seq)).map(&wanted);
+        let held = match in_beyond {
+            Some(false) => return false,
+            Some(true) => {
+                let Some(held) = inner.beyond.remove(&(id.due_ms, id.seq)) else {
+                    return false;
+                };
                 inner.forget(&held, Some((id.due_ms, id.seq)));
                 held
             }
@@ -91,8 +107,9 @@ impl DelayedMessages {
                 let Some(&timer) = inner.in_wheel.get(&id.seq) else {
                     return false;
                 };
-                if inner.wheel.get(timer).map(|(due, _)| due) != Some(id.due_ms) {
-                    return false;
+                match inner.wheel.get(timer) {
+                    Some((due, (_, held))) if due == id.due_ms && wanted(held) => {}
+                    _ => return false,
                 }
                 inner.in_wheel.remove(&id.seq);
                 let Some((_, held)) = inner.wheel.cancel(timer) else {
@@ -148,16 +165,52 @@ impl DelayedMessages {
             .into_iter()
             .chain(beyond)
             .take(limit)
-            .map(|(id, held)| {
-                let (routing_key, headers) = held.message.key_and_headers();
-                DelayedMessageInfo {
-                    id,
-                    due_ms: id.due_ms,
-                    routing_key: routing_key.to_string(),
-                    headers,
-                    body_size: held.message.body_len(),
-                }
+            .map(|(id, held)| info(id, held))
+            .collect()
+    }
+
+    /// One page of an exchange's held messages in due order: those after `page.after`, due in
+    /// `[page.due_from_ms, page.due_until_ms)`, at most `page.limit`. Only the page is read,
+    /// however many messages the exchange holds.
+    pub(crate) fn list_page(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        page: &ListPage,
+    ) -> Vec<DelayedMessageInfo> {
+        let key = (ShortStr::from(vhost), ShortStr::from(exchange));
+        let start = match page.after {
+            Some(after) => (page.due_from_ms, 0).max((after.due_ms, after.seq.saturating_add(1))),
+            None => (page.due_from_ms, 0),
+        };
+        let wanted = |due_ms: u64, seq: u64| (due_ms, seq) >= start && due_ms < page.due_until_ms;
+        let inner = self.inner.lock();
+        let Some(index) = inner.exchanges.get(&key) else {
+            return Vec::new();
+        };
+        let mut in_wheel: Vec<(DelayedId, &Held)> = inner
+            .in_wheel
+            .iter()
+            .filter_map(|(&seq, &timer)| {
+                let (due_ms, (_, held)) = inner.wheel.get(timer)?;
+                (held.belongs_to(&key) && wanted(due_ms, seq))
+                    .then_some((DelayedId { due_ms, seq }, held))
             })
+            .collect();
+        in_wheel.sort_by_key(|(id, _)| *id);
+        let beyond = index
+            .beyond
+            .range(start..)
+            .take_while(|&&(due_ms, _)| due_ms < page.due_until_ms)
+            .filter_map(|&(due_ms, seq)| {
+                let held = inner.beyond.get(&(due_ms, seq))?;
+                Some((DelayedId { due_ms, seq }, held))
+            });
+        in_wheel
+            .into_iter()
+            .chain(beyond)
+            .take(page.limit)
+            .map(|(id, held)| info(id, held))
             .collect()
     }
 
@@ -170,5 +223,27 @@ impl DelayedMessages {
     pub(crate) fn len(&self) -> usize {
         let inner = self.inner.lock();
         inner.wheel.len() + inner.beyond.len()
+    }
+}
+
+/// Which held messages [`DelayedMessages::list_page`] returns.
+pub(crate) struct ListPage {
+    /// Start after this message (the last one of the previous page).
+    pub(crate) after: Option<DelayedId>,
+    /// Due at or after this time (ms since the Unix epoch).
+    pub(crate) due_from_ms: u64,
+    /// Due before this time.
+    pub(crate) due_until_ms: u64,
+    pub(crate) limit: usize,
+}
+
+fn info(id: DelayedId, held: &Held) -> DelayedMessageInfo {
+    let (routing_key, headers) = held.message.key_and_headers();
+    DelayedMessageInfo {
+        id,
+        due_ms: id.due_ms,
+        routing_key: routing_key.to_string(),
+        headers,
+        body_size: held.message.body_len(),
     }
 }

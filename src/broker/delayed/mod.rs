@@ -33,6 +33,7 @@ use super::exchange::Exchange;
 use super::memory::MemoryMonitor;
 use super::queue::Queue;
 use super::vhost::VHost;
+pub(crate) use control::ListPage;
 use held::{ExchangeKey, Held, Kept, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 
