@@ -18,10 +18,12 @@ OPTIONS:
   --data-dir DIR     where durable state lives (default ./dwellmq-data)  env: DWELLMQ_DATA_DIR
   --in-memory        keep everything in memory, write nothing to disk     env: DWELLMQ_IN_MEMORY=1
   --config FILE      TOML configuration file (listen, data_dir, in_memory, log_level, vhosts,
-                     http, [[users]] with tags, [limits])                env: DWELLMQ_CONFIG
+                     http, definitions, [[users]] with tags, [limits])   env: DWELLMQ_CONFIG
   --log-level LEVEL  error|warn|info|debug|trace or a tracing filter      env: DWELLMQ_LOG
   --http ADDR|off    HTTP management API and /metrics (default 127.0.0.1:15672)
                                                                          env: DWELLMQ_HTTP
+  --definitions FILE  declare the exchanges, queues and bindings of a RabbitMQ definitions
+                     file (JSON) at start                       env: DWELLMQ_DEFINITIONS
   --timer-rt-priority N  run the delayed-message timer thread under SCHED_FIFO at priority
                      N (1-99, Linux, needs CAP_SYS_NICE): releases stay on time on a busy host
   -h, --help         print this help
@@ -52,6 +54,7 @@ struct Flags {
     log_level: Option<String>,
     timer_rt_priority: Option<String>,
     http: Option<String>,
+    definitions: Option<String>,
 }
 
 /// Parses `args` (without the program name) with `env` as the environment lookup.
@@ -82,6 +85,7 @@ pub(crate) fn parse(
             "--log-level" => flags.log_level = Some(value("--log-level")?),
             "--timer-rt-priority" => flags.timer_rt_priority = Some(value("--timer-rt-priority")?),
             "--http" => flags.http = Some(value("--http")?),
+            "--definitions" => flags.definitions = Some(value("--definitions")?),
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
@@ -119,6 +123,9 @@ pub(crate) fn parse(
     }
     if let Some(http) = flags.http.or_else(|| env("DWELLMQ_HTTP")) {
         config.http = parse_http(&http)?;
+    }
+    if let Some(file) = flags.definitions.or_else(|| env("DWELLMQ_DEFINITIONS")) {
+        config.definitions = Some(PathBuf::from(file));
     }
     if let Some(priority) = flags.timer_rt_priority {
         let n: u8 = priority
@@ -169,6 +176,9 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             "log_level" => *log_level = string(value, "log_level")?,
             "vhosts" => config.vhosts = string_list(value, "vhosts")?,
             "http" => config.http = parse_http(&string(value, "http")?)?,
+            "definitions" => {
+                config.definitions = Some(PathBuf::from(string(value, "definitions")?))
+            }
             "timer_realtime_priority" => {
                 let n = value
                     .as_integer()
@@ -345,6 +355,8 @@ mod tests {
         .unwrap();
         assert_eq!(config.http, None);
         assert_eq!(config.users[0].tags, vec!["monitoring".to_string()]);
+        let s = run(&["--definitions", "defs.json"], &[]).unwrap();
+        assert_eq!(s.config.definitions, Some(PathBuf::from("defs.json")));
     }
 
     #[test]

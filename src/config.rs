@@ -111,6 +111,9 @@ pub struct BrokerConfig {
     /// Where the HTTP management API and `/metrics` listen (RabbitMQ's port 15672); `None`
     /// turns HTTP off. Port 0 picks a free port.
     pub http: Option<SocketAddr>,
+    /// A RabbitMQ definitions file (JSON) whose exchanges, queues and bindings are declared at
+    /// start, before any client connects.
+    pub definitions: Option<PathBuf>,
 }
 
 impl Default for BrokerConfig {
@@ -127,6 +130,7 @@ impl Default for BrokerConfig {
             clock: ClockConfig::System,
             timer_realtime_priority: None,
             http: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 15672))),
+            definitions: None,
         }
     }
 }

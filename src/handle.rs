@@ -25,6 +25,9 @@ pub enum StartError {
     /// The timer thread could not be started.
     #[error("cannot start the timer thread: {0}")]
     Timer(std::io::Error),
+    /// The definitions file could not be read or applied.
+    #[error("cannot import definitions: {0}")]
+    Definitions(String),
     /// No configured address could be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -75,7 +78,13 @@ impl Broker {
             None => None,
         };
         let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let definitions = config.definitions.clone();
         let state = BrokerState::new(config);
+        if let Some(path) = definitions {
+            crate::http::definitions::import_file(&state, &path)
+                .map_err(StartError::Definitions)?;
+            tracing::info!(path = %path.display(), "definitions imported");
+        }
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks: Vec<JoinHandle<()>> = listeners
             .into_iter()

@@ -60,6 +60,11 @@ impl ApiError {
         )
     }
 
+    /// The readable part of the error.
+    pub(crate) fn reason(&self) -> &str {
+        &self.reason
+    }
+
     /// 413: the body is over the request size limit.
     pub(crate) fn too_large(limit: usize) -> Self {
         ApiError::new(

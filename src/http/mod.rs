@@ -7,6 +7,7 @@
 
 mod auth;
 mod bindings;
+pub(crate) mod definitions;
 mod delayed;
 mod error;
 mod exchanges;
@@ -144,6 +145,14 @@ fn router(api: Arc<Api>) -> Router {
         .route(
             "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
             get(bindings::show).delete(bindings::delete),
+        )
+        .route(
+            "/api/definitions",
+            get(definitions::export).post(definitions::import_all),
+        )
+        .route(
+            "/api/definitions/{vhost}",
+            get(definitions::export_vhost).post(definitions::import_vhost),
         )
         .route("/api/delayed", get(delayed::list_exchanges))
         .route(
