@@ -587,3 +587,45 @@ async fn health_checks_answer_ok() {
         .error(404);
     t.broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn flags_and_counts_sent_as_strings_are_accepted_as_rabbitmqadmin_sends_them() {
+    let (t, addr) = start_api().await;
+    let reply = put(
+        addr,
+        "/api/queues/%2F/q",
+        GUEST,
+        json!({"durable": "false", "auto_delete": "false", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    assert_eq!(
+        get(addr, "/api/queues/%2F/q", GUEST).await.json()["durable"],
+        false
+    );
+    let reply = put(
+        addr,
+        "/api/exchanges/%2F/x",
+        GUEST,
+        json!({"type": "direct", "durable": "true", "internal": "false"}),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    put(
+        addr,
+        "/api/queues/%2F/q2",
+        GUEST,
+        json!({"durable": "maybe"}),
+    )
+    .await
+    .error(400);
+    let got = post(
+        addr,
+        "/api/queues/%2F/q/get",
+        GUEST,
+        json!({"count": "3", "ackmode": "ack_requeue_true", "encoding": "auto"}),
+    )
+    .await;
+    assert_eq!(got.json(), json!([]));
+    t.broker.shutdown().await;
+}

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::auth::{Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
-use super::extract::{JsonBody, PathOf, QueryOf};
+use super::extract::{lenient_bool, JsonBody, PathOf, QueryOf};
 use super::fields::{json_to_table, short, table_to_json};
 use super::Api;
 use crate::broker::exchange::{Exchange, ExchangeKind};
@@ -100,11 +100,11 @@ pub(crate) async fn show(
 pub(crate) struct ExchangeBody {
     #[serde(rename = "type")]
     kind: String,
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "lenient_bool")]
     durable: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_bool")]
     auto_delete: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_bool")]
     internal: bool,
     #[serde(default)]
     arguments: Option<Value>,
@@ -161,7 +161,7 @@ pub(crate) async fn declare(
 
 #[derive(Deserialize)]
 pub(crate) struct DeleteQuery {
-    #[serde(rename = "if-unused", default)]
+    #[serde(rename = "if-unused", default, deserialize_with = "lenient_bool")]
     if_unused: bool,
 }
 

@@ -7,6 +7,7 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use super::error::ApiError;
 use super::MAX_BODY;
@@ -63,5 +64,71 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryOf<T> {
             .await
             .map(|Query(t)| QueryOf(t))
             .map_err(|e| ApiError::bad_request(e.body_text()))
+    }
+}
+
+/// A boolean member that may also arrive as the string `"true"` or `"false"`: `rabbitmqadmin`
+/// sends them so, and RabbitMQ accepts both.
+pub(crate) fn lenient_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Flag {
+        Bool(bool),
+        Text(String),
+    }
+    match Flag::deserialize(d)? {
+        Flag::Bool(b) => Ok(b),
+        Flag::Text(t) if t == "true" => Ok(true),
+        Flag::Text(t) if t == "false" => Ok(false),
+        Flag::Text(t) => Err(serde::de::Error::custom(format!(
+            "expected true or false, got '{t}'"
+        ))),
+    }
+}
+
+/// A count that may also arrive as a decimal string (`rabbitmqadmin get count=5`).
+pub(crate) fn lenient_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Count {
+        Number(usize),
+        Text(String),
+    }
+    match Count::deserialize(d)? {
+        Count::Number(n) => Ok(n),
+        Count::Text(t) => t.trim().parse().map_err(|_| {
+            serde::de::Error::custom(format!("expected a non-negative integer, got '{t}'"))
+        }),
+    }
+}
+
+/// The same, optional.
+pub(crate) fn lenient_opt_count<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<usize>, D::Error> {
+    lenient_count(d).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug)]
+    struct Body {
+        #[serde(deserialize_with = "lenient_bool")]
+        flag: bool,
+        #[serde(deserialize_with = "lenient_count")]
+        count: usize,
+    }
+
+    #[test]
+    fn flags_and_counts_may_be_strings() {
+        let b: Body = serde_json::from_str(r#"{"flag": "true", "count": "12"}"#).unwrap();
+        assert!(b.flag);
+        assert_eq!(b.count, 12);
+        let b: Body = serde_json::from_str(r#"{"flag": false, "count": 3}"#).unwrap();
+        assert!(!b.flag);
+        assert!(serde_json::from_str::<Body>(r#"{"flag": "yes", "count": 1}"#).is_err());
+        assert!(serde_json::from_str::<Body>(r#"{"flag": true, "count": "-1"}"#).is_err());
     }
 }

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use super::auth::{Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::exchanges::broker_name;
-use super::extract::{JsonBody, PathOf};
+use super::extract::{lenient_count, lenient_opt_count, JsonBody, PathOf};
 use super::fields::{json_to_properties, properties_to_json, short};
 use super::queues::find_queue;
 use super::Api;
@@ -173,6 +173,7 @@ pub(crate) async fn publish(
 /// The body of `POST /api/queues/{vhost}/{name}/get`.
 #[derive(Deserialize)]
 pub(crate) struct GetBody {
+    #[serde(deserialize_with = "lenient_count")]
     count: usize,
     #[serde(default)]
     ackmode: Option<String>,
@@ -181,7 +182,7 @@ pub(crate) struct GetBody {
     requeue: Option<bool>,
     #[serde(default = "auto")]
     encoding: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_opt_count")]
     truncate: Option<usize>,
 }
 

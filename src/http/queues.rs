@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::auth::{Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::exchanges::yes;
-use super::extract::{JsonBody, PathOf, QueryOf};
+use super::extract::{lenient_bool, JsonBody, PathOf, QueryOf};
 use super::fields::{json_to_table, short, table_to_json};
 use super::{Api, NODE};
 use crate::broker::queue::Queue;
@@ -92,9 +92,9 @@ pub(crate) async fn show(
 /// The body of `PUT /api/queues/{vhost}/{name}`.
 #[derive(Deserialize)]
 pub(crate) struct QueueBody {
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "lenient_bool")]
     durable: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_bool")]
     auto_delete: bool,
     #[serde(default)]
     arguments: Option<Value>,
@@ -142,9 +142,9 @@ pub(crate) async fn declare(
 
 #[derive(Deserialize)]
 pub(crate) struct DeleteQuery {
-    #[serde(rename = "if-unused", default)]
+    #[serde(rename = "if-unused", default, deserialize_with = "lenient_bool")]
     if_unused: bool,
-    #[serde(rename = "if-empty", default)]
+    #[serde(rename = "if-empty", default, deserialize_with = "lenient_bool")]
     if_empty: bool,
 }
 
