@@ -3,6 +3,7 @@
 //! Everything here is reached from connection tasks through `Arc`s and short locks; there is no
 //! broker-wide task or channel hop on the publish → deliver path.
 
+pub(crate) mod connections;
 pub(crate) mod delayed;
 pub(crate) mod delivery;
 pub(crate) mod exchange;
@@ -39,6 +40,8 @@ pub(crate) struct BrokerState {
     pub(crate) timer: timer_thread::TimerControl,
     next_connection_id: AtomicU64,
     pub(crate) open_connections: AtomicUsize,
+    /// Open AMQP connections (for the management API).
+    pub(crate) connections: connections::Connections,
     /// Outbound buffers of open connections (for `BrokerHandle::settle`).
     pub(crate) outbounds:
         parking_lot::Mutex<Vec<std::sync::Weak<crate::server::outbound::Outbound>>>,
@@ -73,6 +76,7 @@ impl BrokerState {
             next_connection_id: AtomicU64::new(1),
             open_connections: AtomicUsize::new(0),
             outbounds: parking_lot::Mutex::new(Vec::new()),
+            connections: connections::Connections::default(),
         })
     }
 

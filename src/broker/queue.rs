@@ -244,6 +244,11 @@ impl Queue {
         self.inner.lock().consumers.len()
     }
 
+    /// The consumers attached, in delivery priority order (the management API lists them).
+    pub(crate) fn consumers(&self) -> Vec<Arc<Consumer>> {
+        self.inner.lock().consumers.clone()
+    }
+
     /// Delivered and not yet settled (the management API's `messages_unacknowledged`).
     pub(crate) fn unacked_count(&self) -> usize {
         self.inner.lock().unacked

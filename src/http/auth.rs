@@ -51,7 +51,16 @@ pub(crate) struct Authed<const NEED: u8> {
 impl<const NEED: u8> Authed<NEED> {
     /// Monitoring users and administrators see every vhost; others the ones they may open.
     pub(crate) fn sees(&self, vhost: &str) -> bool {
-        level(&self.user) >= MONITORING || self.user.may_open(vhost)
+        self.sees_everything() || self.user.may_open(vhost)
+    }
+
+    /// Monitoring users and administrators see every vhost and connection.
+    pub(crate) fn sees_everything(&self) -> bool {
+        level(&self.user) >= MONITORING
+    }
+
+    pub(crate) fn is_administrator(&self) -> bool {
+        level(&self.user) >= ADMINISTRATOR
     }
 
     /// Refuses (as RabbitMQ: 401 `not_authorised`) a vhost the user may not open.

@@ -7,6 +7,7 @@
 
 mod auth;
 mod bindings;
+mod connections;
 pub(crate) mod definitions;
 mod delayed;
 mod error;
@@ -102,6 +103,12 @@ fn router(api: Arc<Api>) -> Router {
         .route("/api/permissions", get(overview::permissions))
         .route("/api/health/checks/alarms", get(overview::alarms))
         .route("/api/aliveness-test/{vhost}", get(publish_get::aliveness))
+        .route("/api/connections", get(connections::list))
+        .route(
+            "/api/connections/{name}",
+            get(connections::show).delete(connections::close),
+        )
+        .route("/api/consumers", get(connections::consumers))
         .route("/api/exchanges", get(exchanges::list_all))
         .route("/api/exchanges/{vhost}", get(exchanges::list_vhost))
         .route(

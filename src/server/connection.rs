@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use super::frames::{Fault, FaultOrExit};
 use super::handshake::{negotiate, ClientCapabilities, Negotiated};
 use super::outbound::{run_writer, Outbound};
 use super::shutdown_requested;
+use crate::broker::connections::ConnectionInfo;
 use crate::broker::delivery::DeliveryChannel;
 use crate::broker::queue::ConnectionId;
 use crate::broker::vhost::VHost;
@@ -69,6 +71,7 @@ pub(crate) async fn serve(
     let span = tracing::info_span!("conn", id, %peer);
     async move {
         let _ = stream.set_nodelay(true);
+        let local = stream.local_addr().unwrap_or(peer);
         let (mut reader, writer) = stream.into_split();
         let outbound = Arc::new(Outbound::new());
         let writer_task = tokio::spawn(run_writer(Arc::clone(&outbound), writer));
@@ -95,7 +98,17 @@ pub(crate) async fn serve(
         match negotiated {
             Ok(Ok(Some(n))) => {
                 tracing::info!(user = %n.user, vhost = %n.vhost.name, "connection open");
-                run(id, &state, n, reader, buf, &outbound, shutdown).await;
+                run(
+                    id,
+                    &state,
+                    n,
+                    (peer, local),
+                    reader,
+                    buf,
+                    &outbound,
+                    shutdown,
+                )
+                .await;
             }
             Ok(Ok(None)) | Ok(Err(FaultOrExit::Exit)) => {}
             Ok(Err(FaultOrExit::Fault(fault))) => {
@@ -124,15 +137,33 @@ fn send_connection_close(outbound: &Outbound, fault: &Fault) {
     );
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run(
     id: ConnectionId,
     state: &Arc<BrokerState>,
     negotiated: Negotiated,
+    (peer, local): (SocketAddr, SocketAddr),
     mut reader: tokio::net::tcp::OwnedReadHalf,
     mut buf: BytesMut,
     outbound: &Arc<Outbound>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let listed = state.connections.register(ConnectionInfo::new(
+        id,
+        peer,
+        local,
+        negotiated.user.clone(),
+        negotiated.vhost.name.to_string(),
+        state.clock.now_ms(),
+        negotiated.client_properties,
+        (
+            negotiated.heartbeat_secs,
+            negotiated.frame_max,
+            negotiated.channel_max,
+        ),
+        Arc::clone(outbound),
+    ));
+    let mut operator_close = listed.info.close_requested();
     let mut conn = Connection {
         id,
         user: negotiated.user,
@@ -170,7 +201,9 @@ async fn run(
                 Ok(0) | Err(_) => break Err(FaultOrExit::Exit),
                 Ok(_) => {
                     last_read = Instant::now();
-                    match conn.process(&mut buf) {
+                    let processed = conn.process(&mut buf);
+                    listed.info.channels.store(conn.channels.len(), Ordering::Relaxed);
+                    match processed {
                         Ok(Flow::Continue) => {}
                         Ok(Flow::Closed) => break Ok(()),
                         Err(fault) => break Err(FaultOrExit::Fault(fault)),
@@ -189,6 +222,14 @@ async fn run(
             }
             _ = memory_alarm.changed() => {}
             _ = outbound.writable() => conn.on_writable(),
+            Ok(()) = operator_close.changed() => {
+                let reason = operator_close.borrow().clone().unwrap_or_default();
+                break Err(FaultOrExit::Fault(Fault::new(
+                    BrokerError::ConnectionForced(reason),
+                    0,
+                    0,
+                )));
+            }
             _ = shutdown_requested(&mut shutdown) => {
                 break Err(FaultOrExit::Fault(Fault::new(
                     BrokerError::ConnectionForced("broker forced connection closure with reason 'shutdown'".into()),

@@ -64,7 +64,22 @@ pub async fn raw(
     who: As<'_>,
     body: Option<&[u8]>,
 ) -> Reply {
+    raw_with_headers(addr, method, path, who, &[], body).await
+}
+
+/// The same, with extra request headers.
+pub async fn raw_with_headers(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    who: As<'_>,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Reply {
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
     if let As::User(name, password) = who {
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{name}:{password}"));
         request.push_str(&format!("Authorization: Basic {token}\r\n"));

@@ -1,0 +1,123 @@
+//! Open AMQP connections as operators see them (the management API's `/api/connections`), and
+//! the way to close one from outside.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use dwellmq_codec::FieldTable;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use super::queue::ConnectionId;
+use crate::server::outbound::Outbound;
+
+/// One open connection, as listed.
+pub(crate) struct ConnectionInfo {
+    pub(crate) id: ConnectionId,
+    /// RabbitMQ's connection name: `peer -> local`.
+    pub(crate) name: String,
+    pub(crate) peer: SocketAddr,
+    pub(crate) local: SocketAddr,
+    pub(crate) user: String,
+    pub(crate) vhost: String,
+    pub(crate) connected_at_ms: u64,
+    pub(crate) client_properties: FieldTable,
+    pub(crate) heartbeat_secs: u16,
+    pub(crate) frame_max: u32,
+    pub(crate) channel_max: u16,
+    /// The connection's outbound buffer: identifies it from a consumer's channel.
+    pub(crate) outbound: Arc<Outbound>,
+    /// Open channels, as of the last batch of frames handled.
+    pub(crate) channels: AtomicUsize,
+    /// Set to the reason when an operator closes the connection.
+    close: watch::Sender<Option<String>>,
+}
+
+impl ConnectionInfo {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        id: ConnectionId,
+        peer: SocketAddr,
+        local: SocketAddr,
+        user: String,
+        vhost: String,
+        connected_at_ms: u64,
+        client_properties: FieldTable,
+        (heartbeat_secs, frame_max, channel_max): (u16, u32, u16),
+        outbound: Arc<Outbound>,
+    ) -> Self {
+        ConnectionInfo {
+            id,
+            name: format!("{peer} -> {local}"),
+            peer,
+            local,
+            user,
+            vhost,
+            connected_at_ms,
+            client_properties,
+            heartbeat_secs,
+            frame_max,
+            channel_max,
+            outbound,
+            channels: AtomicUsize::new(0),
+            close: watch::channel(None).0,
+        }
+    }
+
+    /// Asks the connection to close with `reason` (it sends `connection.close`,
+    /// `CONNECTION_FORCED`).
+    pub(crate) fn close(&self, reason: String) {
+        self.close.send_replace(Some(reason));
+    }
+
+    /// Resolves with the reason once an operator closed the connection.
+    pub(crate) fn close_requested(&self) -> watch::Receiver<Option<String>> {
+        self.close.subscribe()
+    }
+
+    pub(crate) fn channel_count(&self) -> usize {
+        self.channels.load(Ordering::Relaxed)
+    }
+}
+
+/// Every open connection of a broker.
+#[derive(Default)]
+pub(crate) struct Connections {
+    open: Mutex<BTreeMap<ConnectionId, Arc<ConnectionInfo>>>,
+}
+
+/// Keeps a connection listed while it lives.
+pub(crate) struct Listed<'a> {
+    connections: &'a Connections,
+    pub(crate) info: Arc<ConnectionInfo>,
+}
+
+impl Drop for Listed<'_> {
+    fn drop(&mut self) {
+        self.connections.open.lock().remove(&self.info.id);
+    }
+}
+
+impl Connections {
+    /// Lists `info` until the returned guard is dropped.
+    pub(crate) fn register(&self, info: ConnectionInfo) -> Listed<'_> {
+        let info = Arc::new(info);
+        self.open.lock().insert(info.id, Arc::clone(&info));
+        Listed {
+            connections: self,
+            info,
+        }
+    }
+
+    /// Open connections, oldest first.
+    pub(crate) fn list(&self) -> Vec<Arc<ConnectionInfo>> {
+        self.open.lock().values().cloned().collect()
+    }
+
+    /// The connection called `name`.
+    pub(crate) fn find(&self, name: &str) -> Option<Arc<ConnectionInfo>> {
+        self.open.lock().values().find(|c| c.name == name).cloned()
+    }
+}
