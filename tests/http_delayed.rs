@@ -109,6 +109,17 @@ async fn held_messages_are_listed_paged_filtered_cancelled_and_purged() {
     let p3 = page(addr, &format!("?limit=2&after={after}")).await;
     assert_eq!(ids(&p3), all_ids[4..]);
     assert_eq!(p3["next_page"], Value::Null);
+    // A page that ends exactly at the last message has no next page either.
+    let whole = page(addr, "?limit=5").await;
+    assert_eq!(
+        (ids(&whole), &whole["next_page"]),
+        (all_ids.clone(), &Value::Null)
+    );
+    let p4 = page(addr, &format!("?limit=4&after={}", all_ids[0])).await;
+    assert_eq!(
+        (ids(&p4), &p4["next_page"]),
+        (all_ids[1..].to_vec(), &Value::Null)
+    );
     // Due range [+2 s, +4 s).
     let range = page(
         addr,

@@ -110,15 +110,19 @@ pub(crate) async fn list_messages(
         after: query.after.as_deref().map(parse_id).transpose()?,
         due_from_ms: query.due_from.unwrap_or(0),
         due_until_ms: query.due_until.unwrap_or(u64::MAX),
-        limit,
+        // One more than asked: whether it exists says if there is a next page.
+        limit: limit + 1,
     };
-    let items = api
+    let mut items = api
         .state
         .delayed
         .list_page(&vhost.name, &exchange.name, &page);
-    let next_page = (items.len() == limit)
-        .then(|| items.last().map(|m| m.id.to_string()))
-        .flatten();
+    let next_page = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(|m| m.id.to_string())
+    } else {
+        None
+    };
     let now = api.state.clock.now_ms();
     let items: Vec<Value> = items
         .iter()
