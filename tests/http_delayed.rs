@@ -267,3 +267,55 @@ async fn metrics_expose_queues_connections_and_held_messages() {
     assert_eq!(sample(&text, "dwellmq_delayed_unroutable_total"), Some(0.0));
     t.broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn publish_counters_count_routed_dropped_and_returned_messages() {
+    let (t, addr) = start_api().await;
+    setup(addr).await;
+    let ch = t.channel().await;
+    let publish = |exchange: &'static str, key: &'static str, mandatory: bool| {
+        ch.basic_publish(
+            exchange.into(),
+            key.into(),
+            BasicPublishOptions {
+                mandatory,
+                ..Default::default()
+            },
+            b"x",
+            BasicProperties::default(),
+        )
+    };
+    publish("", "q", false).await.unwrap();
+    publish("amq.direct", "nowhere", false).await.unwrap();
+    publish("amq.direct", "nowhere", true).await.unwrap();
+    sync(&ch).await;
+    let reply = post(
+        addr,
+        "/api/exchanges/%2F/amq.direct/publish",
+        GUEST,
+        json!({
+        "routing_key": "nowhere", "payload": "", "payload_encoding": "string"}),
+    )
+    .await;
+    assert_eq!(reply.json(), json!({"routed": false}));
+    let text = get(addr, "/metrics", As::Nobody).await.text();
+    assert_eq!(
+        sample(&text, "rabbitmq_channel_messages_published_total"),
+        Some(4.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "rabbitmq_channel_messages_unroutable_dropped_total"),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&text, "rabbitmq_channel_messages_unroutable_returned_total"),
+        Some(1.0)
+    );
+    let overview = get(addr, "/api/overview", GUEST).await.json();
+    assert_eq!(
+        overview["message_stats"],
+        json!({"publish": 4, "drop_unroutable": 2, "return_unroutable": 1})
+    );
+    t.broker.shutdown().await;
+}

@@ -11,6 +11,7 @@ pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod queue;
 pub(crate) mod reply_to;
+pub(crate) mod stats;
 pub(crate) mod timer_thread;
 pub(crate) mod vhost;
 
@@ -40,6 +41,8 @@ pub(crate) struct BrokerState {
     pub(crate) timer: timer_thread::TimerControl,
     next_connection_id: AtomicU64,
     pub(crate) open_connections: AtomicUsize,
+    /// Message counters (for `/metrics`).
+    pub(crate) stats: stats::Stats,
     /// Open AMQP connections (for the management API).
     pub(crate) connections: connections::Connections,
     /// Outbound buffers of open connections (for `BrokerHandle::settle`).
@@ -77,6 +80,7 @@ impl BrokerState {
             open_connections: AtomicUsize::new(0),
             outbounds: parking_lot::Mutex::new(Vec::new()),
             connections: connections::Connections::default(),
+            stats: stats::Stats::default(),
         })
     }
 

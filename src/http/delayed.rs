@@ -130,7 +130,7 @@ pub(crate) async fn list_messages(
             json!({
                 "id": m.id.to_string(),
                 "due_ms": m.due_ms,
-                "due_in_ms": m.due_ms as i128 - now as i128,
+                "due_in_ms": (m.due_ms as i64).saturating_sub(now as i64),
                 "routing_key": m.routing_key,
                 "headers": m.headers.as_ref().map(table_to_json),
                 "payload_bytes": m.body_size,

@@ -102,6 +102,27 @@ pub(crate) fn render(api: &Api) -> String {
         }
     }
 
+    let totals = state.stats.totals();
+    for (name, help, value) in [
+        (
+            "rabbitmq_channel_messages_published_total",
+            "Messages published",
+            totals.published,
+        ),
+        (
+            "rabbitmq_channel_messages_unroutable_dropped_total",
+            "Published messages no queue took, dropped (not mandatory)",
+            totals.unroutable_dropped,
+        ),
+        (
+            "rabbitmq_channel_messages_unroutable_returned_total",
+            "Published messages no queue took, returned to the mandatory publisher",
+            totals.unroutable_returned,
+        ),
+    ] {
+        Family::new(&mut out, name, "counter", help).sample(name, &[], value);
+    }
+
     let used = state.memory.used().max(0);
     Family::new(
         &mut out,

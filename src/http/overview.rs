@@ -42,6 +42,7 @@ pub(crate) async fn overview(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
             .sum::<usize>();
         exchanges += vhost.exchanges().len();
     }
+    let totals = api.state.stats.totals();
     let listeners: Vec<Value> = api
         .amqp
         .iter()
@@ -70,6 +71,12 @@ pub(crate) async fn overview(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
             "messages": ready + unacked,
             "messages_ready": ready,
             "messages_unacknowledged": unacked,
+        },
+        // Totals only: dwellmq keeps no rate samples (`rates_mode` none).
+        "message_stats": {
+            "publish": totals.published,
+            "drop_unroutable": totals.unroutable_dropped,
+            "return_unroutable": totals.unroutable_returned,
         },
         "delayed_totals": {
             "messages_delayed": api.state.delayed.len(),

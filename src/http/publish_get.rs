@@ -27,6 +27,7 @@ use super::Api;
 use crate::broker::exchange::ExchangeKind;
 use crate::broker::queue::Queue;
 use crate::broker::reply_to::REPLY_PREFIX;
+use crate::broker::stats::MessageCounts;
 use crate::broker::vhost::{QueueSpec, VHost};
 use crate::broker::BrokerState;
 
@@ -84,14 +85,24 @@ pub(crate) fn publish_message(
         Body::Single(body),
         Some(Box::new(charge)),
     );
+    let mut counts = MessageCounts {
+        published: 1,
+        ..MessageCounts::default()
+    };
     if target.is_default() && routing_key.starts_with(REPLY_PREFIX) {
-        return Ok(state.reply_consumers.deliver(&routing_key, &message));
+        let delivered = state.reply_consumers.deliver(&routing_key, &message);
+        counts.unroutable_dropped = u64::from(!delivered);
+        state.stats.flush(&mut counts);
+        return Ok(delivered);
     }
     let mut scratch = Vec::new();
     let mut queues: Vec<Arc<Queue>> = Vec::new();
     let headers = message.properties.headers.as_ref();
     vhost.route(&target, &routing_key, headers, &mut scratch, &mut queues);
     let routed = !queues.is_empty();
+    // A delayed message's route is decided at release (and counted there if none).
+    counts.unroutable_dropped = u64::from(!routed && delay_ms == 0);
+    state.stats.flush(&mut counts);
     if delay_ms > 0 {
         // As on a channel: the queues are chosen again at release.
         let due_ms = state.clock.now_ms().saturating_add(delay_ms);

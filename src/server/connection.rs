@@ -24,6 +24,7 @@ use super::shutdown_requested;
 use crate::broker::connections::ConnectionInfo;
 use crate::broker::delivery::DeliveryChannel;
 use crate::broker::queue::ConnectionId;
+use crate::broker::stats::MessageCounts;
 use crate::broker::vhost::VHost;
 use crate::broker::BrokerState;
 
@@ -51,6 +52,7 @@ struct Connection {
     /// Only connections that publish are blocked by the memory alarm, as in RabbitMQ.
     has_published: bool,
     sent_blocked: bool,
+    counts: MessageCounts,
 }
 
 /// What the frame loop should do next.
@@ -177,6 +179,7 @@ async fn run(
         exclusive_queues: Vec::new(),
         has_published: false,
         sent_blocked: false,
+        counts: MessageCounts::default(),
     };
     let heartbeat = Duration::from_secs(u64::from(negotiated.heartbeat_secs));
     let mut ticker = tokio::time::interval(if heartbeat.is_zero() {
@@ -293,6 +296,7 @@ impl Connection {
                 outbound: &self.outbound,
                 exclusive_queues: &mut self.exclusive_queues,
                 consumer_cancel_notify: self.capabilities.consumer_cancel_notify,
+                counts: &mut self.counts,
             },
             &mut self.channels,
         )
@@ -315,6 +319,7 @@ impl Connection {
                 channel.flush_confirms(&self.outbound);
             }
         }
+        self.state.stats.flush(&mut self.counts);
         result
     }
 

@@ -22,6 +22,7 @@ use settle::Settlement;
 
 use crate::broker::delivery::{Consumer, DeliveryChannel, Unacked};
 use crate::broker::queue::{ConnectionId, Queue};
+use crate::broker::stats::MessageCounts;
 use crate::broker::vhost::VHost;
 use crate::broker::BrokerState;
 use crate::server::outbound::Outbound;
@@ -38,6 +39,8 @@ pub(crate) struct ConnContext<'a> {
     pub(crate) exclusive_queues: &'a mut Vec<Arc<Queue>>,
     /// The client asked for `basic.cancel` when a queue it consumes from goes away.
     pub(crate) consumer_cancel_notify: bool,
+    /// What this connection published since the last flush to `BrokerState::stats`.
+    pub(crate) counts: &'a mut MessageCounts,
 }
 
 impl ConnContext<'_> {

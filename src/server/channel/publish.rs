@@ -192,6 +192,7 @@ impl Channel {
             }
             _ => None,
         };
+        cx.counts.published += 1;
         if publication.exchange.is_empty() && publication.routing_key.starts_with(REPLY_PREFIX) {
             // A direct reply: straight to the requester's reply consumer, no queue.
             let delivered = cx
@@ -199,7 +200,10 @@ impl Channel {
                 .reply_consumers
                 .deliver(&publication.routing_key, &publication.message);
             if !delivered && publication.mandatory {
+                cx.counts.unroutable_returned += 1;
                 self.return_unroutable(cx, &publication);
+            } else if !delivered {
+                cx.counts.unroutable_dropped += 1;
             }
             self.confirm(confirm_tag);
             return;
@@ -218,6 +222,7 @@ impl Channel {
             );
         }
         if self.queue_scratch.is_empty() && publication.mandatory {
+            cx.counts.unroutable_returned += 1;
             self.return_unroutable(cx, &publication);
         } else if let (Some(exchange), true) = (&exchange, publication.delay_ms > 0) {
             // Routability was checked now (so `mandatory` is honest); the queues are chosen
@@ -226,6 +231,8 @@ impl Channel {
             let due_ms = cx.state.clock.now_ms().saturating_add(publication.delay_ms);
             cx.state
                 .hold_delayed(cx.vhost, exchange, Arc::clone(&publication.message), due_ms);
+        } else if self.queue_scratch.is_empty() {
+            cx.counts.unroutable_dropped += 1;
         }
         for queue in self.queue_scratch.drain(..) {
             queue.publish(Arc::clone(&publication.message));
