@@ -319,3 +319,57 @@ async fn publish_counters_count_routed_dropped_and_returned_messages() {
     );
     t.broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_histogram_counts_held_messages_per_interval() {
+    let (t, addr) = start_api().await;
+    setup(addr).await;
+    let ch = t.channel().await;
+    // 5,000 messages due every 10 ms from +10 ms to +50 s: more than one chunk of the index,
+    // and the first ones inside the timer wheel's horizon.
+    for i in 1..=5000 {
+        publish_delayed(&ch, "m", i * 10).await;
+    }
+    sync(&ch).await;
+    let path = format!("/api/delayed/%2F/later/histogram?from={T0_MS}&bucket_ms=10000&buckets=6");
+    let histogram = get(addr, &path, GUEST).await.json();
+    assert_eq!(histogram["counts"], json!([999, 1000, 1000, 1000, 1000, 1]));
+    assert_eq!(histogram["messages_delayed"], 5000);
+    assert_eq!(histogram["from_ms"], T0_MS);
+    assert_eq!(histogram["bucket_ms"], 10000);
+    // Defaults: a minute per bucket for the hour from now.
+    let hour = get(addr, "/api/delayed/%2F/later/histogram", GUEST)
+        .await
+        .json();
+    let counts = hour["counts"].as_array().unwrap();
+    assert_eq!(counts.len(), 60);
+    assert_eq!(counts[0], 5000);
+    // A window that starts later leaves out what is due before it.
+    let later = format!(
+        "/api/delayed/%2F/later/histogram?from={}&bucket_ms=1000&buckets=2",
+        T0_MS + 49_000
+    );
+    assert_eq!(
+        get(addr, &later, GUEST).await.json()["counts"],
+        json!([100, 1])
+    );
+    // Released messages (due up to +20 s inclusive) are no longer counted; the next second's
+    // are now in the timer wheel and still are.
+    t.broker.advance(Duration::from_secs(20));
+    let histogram = get(addr, &path, GUEST).await.json();
+    assert_eq!(histogram["counts"], json!([0, 0, 999, 1000, 1000, 1]));
+    get(addr, "/api/delayed/%2F/later/histogram?buckets=0", GUEST)
+        .await
+        .error(400);
+    get(addr, "/api/delayed/%2F/later/histogram?bucket_ms=0", GUEST)
+        .await
+        .error(400);
+    get(
+        addr,
+        "/api/delayed/%2F/later/histogram?buckets=100000",
+        GUEST,
+    )
+    .await
+    .error(400);
+    t.broker.shutdown().await;
+}

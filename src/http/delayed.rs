@@ -4,6 +4,8 @@
 //! - `GET /api/delayed`: every delayed exchange with its count, bytes and next due time.
 //! - `GET /api/delayed/{vhost}/{exchange}?limit=&after=&due_from=&due_until=`: held messages
 //!   in due order; `next_page` is the `after` of the following page (`null` at the end).
+//! - `GET /api/delayed/{vhost}/{exchange}/histogram?from=&bucket_ms=&buckets=`: how many fall
+//!   due in each interval (a timeline, without listing a million messages).
 //! - `DELETE /api/delayed/{vhost}/{exchange}/messages/{id}`: cancels one (204, 404 if gone).
 //! - `DELETE /api/delayed/{vhost}/{exchange}/contents`: drops all; `{"purged": n}`.
 
@@ -140,6 +142,44 @@ pub(crate) async fn list_messages(
     let mut out = summary(&api, &vhost, &exchange);
     out["items"] = Value::Array(items);
     out["next_page"] = next_page.into();
+    Ok(Json(out))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct HistogramQuery {
+    from: Option<u64>,
+    bucket_ms: Option<u64>,
+    buckets: Option<usize>,
+}
+
+/// Buckets per histogram at most.
+const MAX_BUCKETS: usize = 10_000;
+
+/// `GET /api/delayed/{vhost}/{exchange}/histogram`: defaults to a minute per bucket for the
+/// hour from now.
+pub(crate) async fn histogram(
+    user: Authed<MANAGEMENT>,
+    State(api): State<Arc<Api>>,
+    PathOf((vhost, exchange)): PathOf<(String, String)>,
+    QueryOf(query): QueryOf<HistogramQuery>,
+) -> ApiResult<Json<Value>> {
+    let (vhost, exchange) = delayed_exchange(&api, &user, &vhost, &exchange)?;
+    let from_ms = query.from.unwrap_or_else(|| api.state.clock.now_ms());
+    let bucket_ms = query.bucket_ms.unwrap_or(60_000);
+    let buckets = query.buckets.unwrap_or(60);
+    if bucket_ms == 0 || buckets == 0 || buckets > MAX_BUCKETS {
+        return Err(ApiError::bad_request(format!(
+            "bucket_ms must be positive and buckets from 1 to {MAX_BUCKETS}"
+        )));
+    }
+    let counts =
+        api.state
+            .delayed
+            .due_histogram(&vhost.name, &exchange.name, from_ms, bucket_ms, buckets);
+    let mut out = summary(&api, &vhost, &exchange);
+    out["from_ms"] = from_ms.into();
+    out["bucket_ms"] = bucket_ms.into();
+    out["counts"] = counts.into();
     Ok(Json(out))
 }
 

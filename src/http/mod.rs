@@ -167,6 +167,10 @@ fn router(api: Arc<Api>) -> Router {
             get(delayed::list_messages),
         )
         .route(
+            "/api/delayed/{vhost}/{exchange}/histogram",
+            get(delayed::histogram),
+        )
+        .route(
             "/api/delayed/{vhost}/{exchange}/contents",
             delete(delayed::purge),
         )
