@@ -373,3 +373,27 @@ async fn a_histogram_counts_held_messages_per_interval() {
     .error(400);
     t.broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn release_lateness_is_a_prometheus_histogram() {
+    let (t, addr) = start_api().await;
+    setup(addr).await;
+    let ch = t.channel().await;
+    publish_delayed(&ch, "a", 1000).await;
+    publish_delayed(&ch, "b", 2000).await;
+    sync(&ch).await;
+    // One jump of the manual clock to +2.5 s releases "a" 1.5 s late and "b" 0.5 s late.
+    t.broker.advance(Duration::from_millis(2500));
+    let text = get(addr, "/metrics", As::Nobody).await.text();
+    let name = "dwellmq_delayed_release_lateness_seconds";
+    assert!(text.contains(&format!("# TYPE {name} histogram")), "{text}");
+    let bucket = |le: &str| sample(&text, &format!("{name}_bucket{{le=\"{le}\"}}"));
+    assert_eq!(bucket("0.001"), Some(0.0));
+    assert_eq!(bucket("0.5"), Some(1.0), "b: 500 ms late");
+    assert_eq!(bucket("1"), Some(1.0));
+    assert_eq!(bucket("2.5"), Some(2.0), "a: 1.5 s late");
+    assert_eq!(bucket("+Inf"), Some(2.0));
+    assert_eq!(sample(&text, &format!("{name}_count")), Some(2.0));
+    assert_eq!(sample(&text, &format!("{name}_sum")), Some(2.0));
+    t.broker.shutdown().await;
+}

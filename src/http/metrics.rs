@@ -15,6 +15,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 
 use super::Api;
+use crate::broker::delayed::lateness::BOUNDS_MS;
 use crate::broker::exchange::ExchangeKind;
 
 /// One metric family being written: its header once, then its samples.
@@ -193,6 +194,22 @@ pub(crate) fn render(api: &Api) -> String {
             );
         }
     }
+    let name = "dwellmq_delayed_release_lateness_seconds";
+    let lateness = state.delayed.lateness.snapshot();
+    let mut family = Family::new(
+        &mut out,
+        name,
+        "histogram",
+        "How late the timer released delayed messages (ms resolution)",
+    );
+    let bucket = format!("{name}_bucket");
+    for (bound_ms, count) in BOUNDS_MS.iter().zip(lateness.cumulative) {
+        let le = (*bound_ms as f64 / 1000.0).to_string();
+        family.sample(&bucket, &[("le", &le)], count);
+    }
+    family.sample(&bucket, &[("le", "+Inf")], lateness.count);
+    family.sample(&format!("{name}_sum"), &[], lateness.sum_ms as f64 / 1000.0);
+    family.sample(&format!("{name}_count"), &[], lateness.count);
     Family::new(
         &mut out,
         "dwellmq_delayed_unroutable_total",

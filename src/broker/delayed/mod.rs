@@ -18,6 +18,7 @@
 mod control;
 mod held;
 mod info;
+pub(crate) mod lateness;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -96,6 +97,8 @@ pub(crate) struct DelayedMessages {
     memory: Arc<MemoryMonitor>,
     /// Taken before `inner` by the one releasing thread at a time.
     scratch: Mutex<ReleaseScratch>,
+    /// How late messages were released.
+    pub(crate) lateness: lateness::Lateness,
 }
 
 fn key_of(vhost: &ShortStr, exchange: &ShortStr) -> ExchangeKey {
@@ -117,6 +120,7 @@ impl DelayedMessages {
             }),
             memory,
             scratch: Mutex::new(ReleaseScratch::default()),
+            lateness: lateness::Lateness::default(),
         }
     }
 
@@ -220,7 +224,9 @@ impl DelayedMessages {
         }
         let count = released.len();
         let mut unroutable = 0;
-        for Released { held, .. } in released.drain(..) {
+        let mut lateness = lateness::LatenessBatch::default();
+        for Released { held, due_ms, .. } in released.drain(..) {
+            lateness.record(now_ms.saturating_sub(due_ms));
             let Target {
                 vhost, exchange, ..
             } = &*held.target;
@@ -241,6 +247,9 @@ impl DelayedMessages {
             for queue in targets.drain(..) {
                 queue.publish(Arc::clone(&message));
             }
+        }
+        if count > 0 {
+            self.lateness.add(&lateness);
         }
         if unroutable > 0 {
             tracing::debug!(
