@@ -225,3 +225,27 @@ async fn a_taken_http_port_fails_the_start() {
         Ok(_) => panic!("a taken port cannot be bound"),
     }
 }
+
+#[tokio::test]
+async fn the_page_is_served_to_management_users_only() {
+    let (broker, addr) = start_http(config()).await;
+    let reply = get(addr, "/", As::Nobody).await;
+    reply.error(401);
+    assert!(
+        reply.header("www-authenticate").is_some(),
+        "the browser asks for credentials"
+    );
+    get(addr, "/", As::User("app", "pw")).await.error(401);
+    let reply = get(addr, "/", As::User("mgmt", "pw")).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    assert_eq!(reply.header("x-frame-options"), Some("DENY"));
+    assert!(
+        reply.text().contains("/api/delayed"),
+        "the page reads the delayed endpoints"
+    );
+    broker.shutdown().await;
+}

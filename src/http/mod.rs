@@ -16,6 +16,7 @@ mod extract;
 mod fields;
 mod metrics;
 mod overview;
+mod page;
 mod publish_get;
 mod queues;
 
@@ -94,6 +95,7 @@ pub(crate) async fn serve(
 /// Every route. Paths with a vhost take it percent-encoded (`%2F` for `/`).
 fn router(api: Arc<Api>) -> Router {
     Router::new()
+        .route("/", get(page::index))
         .route("/api/overview", get(overview::overview))
         .route("/api/whoami", get(overview::whoami))
         .route("/api/vhosts", get(overview::vhosts))
