@@ -397,3 +397,39 @@ async fn release_lateness_is_a_prometheus_histogram() {
     assert_eq!(sample(&text, &format!("{name}_sum")), Some(2.0));
     t.broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn messages_in_the_timer_wheel_are_listed_in_due_order_across_scan_chunks() {
+    let (t, addr) = start_api().await;
+    setup(addr).await;
+    let ch = t.channel().await;
+    // 5,000 messages all due within the next second, so all in the timer wheel (which is
+    // scanned 4,096 entries at a time), in an order that differs from publish order.
+    for i in 0..5000i64 {
+        publish_delayed(&ch, "m", 200 + (i * 7) % 700).await;
+    }
+    sync(&ch).await;
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    let mut query = "?limit=1000".to_string();
+    loop {
+        let p = page(addr, &query).await;
+        for item in p["items"].as_array().unwrap() {
+            let (due, seq) = item["id"].as_str().unwrap().split_once('-').unwrap();
+            seen.push((due.parse().unwrap(), seq.parse().unwrap()));
+        }
+        match p["next_page"].as_str() {
+            Some(after) => query = format!("?limit=1000&after={after}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 5000);
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "due order, each once");
+    assert_eq!(seen[0].0, T0_MS + 200);
+    assert_eq!(page(addr, "").await["next_due_ms"], T0_MS + 200);
+    let path = format!("/api/delayed/%2F/later/histogram?from={T0_MS}&bucket_ms=100&buckets=10");
+    let counts = get(addr, &path, GUEST).await.json()["counts"].clone();
+    let counts: Vec<u64> = serde_json::from_value(counts).unwrap();
+    assert_eq!(counts.iter().sum::<u64>(), 5000);
+    assert_eq!(&counts[..2], &[0, 0], "nothing is due before +200 ms");
+    t.broker.shutdown().await;
+}

@@ -32,12 +32,7 @@ const MAX_LIMIT: usize = 1000;
 
 fn summary(api: &Api, vhost: &VHost, exchange: &Exchange) -> Value {
     let (count, bytes) = api.state.delayed.stats(&vhost.name, &exchange.name);
-    let next_due = api
-        .state
-        .delayed
-        .list(&vhost.name, &exchange.name, 1)
-        .first()
-        .map(|m| m.due_ms);
+    let next_due = api.state.delayed.next_due(&vhost.name, &exchange.name);
     json!({
         "vhost": vhost.name.as_str(),
         "exchange": exchange.name.as_str(),

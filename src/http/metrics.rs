@@ -142,11 +142,7 @@ pub(crate) fn render(api: &Api) -> String {
                 .filter(|x| matches!(x.kind, ExchangeKind::Delayed(_)))
                 .map(|x| {
                     let (count, bytes) = state.delayed.stats(&v.name, &x.name);
-                    let next = state
-                        .delayed
-                        .list(&v.name, &x.name, 1)
-                        .first()
-                        .map(|m| m.due_ms);
+                    let next = state.delayed.next_due(&v.name, &x.name);
                     (v.name.to_string(), x.name.to_string(), count, bytes, next)
                 })
                 .collect::<Vec<_>>()

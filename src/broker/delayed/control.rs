@@ -5,7 +5,7 @@ use std::time::Instant;
 use dwellmq_codec::ShortStr;
 use dwellmq_timer::TimerKey;
 
-use super::held::Held;
+use super::held::{ExchangeKey, Held};
 use super::{key_of, DelayedId, DelayedMessageInfo, DelayedMessages, PURGE_CHUNK};
 
 impl DelayedMessages {
@@ -169,9 +169,53 @@ impl DelayedMessages {
             .collect()
     }
 
+    /// Calls `found` with the id of each message of `key` in the timer wheel, taking the lock
+    /// for [`SCAN_CHUNK`] wheel entries at a time: the wheel holds the next second of every
+    /// exchange's messages, which under load is many, and releases must not wait for a scan.
+    fn scan_wheel(&self, key: &ExchangeKey, mut found: impl FnMut(DelayedId)) {
+        let mut cursor = 0;
+        loop {
+            let inner = self.inner.lock();
+            let mut seen = 0;
+            for (&seq, &timer) in inner.in_wheel.range(cursor..).take(SCAN_CHUNK) {
+                seen += 1;
+                cursor = seq.saturating_add(1);
+                if let Some((due_ms, (_, held))) = inner.wheel.get(timer) {
+                    if held.belongs_to(key) {
+                        found(DelayedId { due_ms, seq });
+                    }
+                }
+            }
+            if seen < SCAN_CHUNK {
+                return;
+            }
+        }
+    }
+
+    /// When the exchange's next message is due, if it holds any (read in chunks, as
+    /// [`Self::scan_wheel`]).
+    pub(crate) fn next_due(&self, vhost: &str, exchange: &str) -> Option<u64> {
+        let key = (ShortStr::from(vhost), ShortStr::from(exchange));
+        let mut next: Option<u64> = None;
+        self.scan_wheel(&key, |id| {
+            next = Some(next.map_or(id.due_ms, |n| n.min(id.due_ms)));
+        });
+        let inner = self.inner.lock();
+        let beyond = inner
+            .exchanges
+            .get(&key)
+            .and_then(|index| index.beyond.first())
+            .map(|&(due_ms, _)| due_ms);
+        match (next, beyond) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// One page of an exchange's held messages in due order: those after `page.after`, due in
-    /// `[page.due_from_ms, page.due_until_ms)`, at most `page.limit`. Only the page is read,
-    /// however many messages the exchange holds.
+    /// `[page.due_from_ms, page.due_until_ms)`, at most `page.limit`. Only the page is read
+    /// from the ordered index, however many messages the exchange holds; the wheel (the next
+    /// second) is scanned in chunks.
     pub(crate) fn list_page(
         &self,
         vhost: &str,
@@ -183,40 +227,45 @@ impl DelayedMessages {
             Some(after) => (page.due_from_ms, 0).max((after.due_ms, after.seq.saturating_add(1))),
             None => (page.due_from_ms, 0),
         };
-        let wanted = |due_ms: u64, seq: u64| (due_ms, seq) >= start && due_ms < page.due_until_ms;
+        let mut ids: Vec<DelayedId> = Vec::new();
+        self.scan_wheel(&key, |id| {
+            if (id.due_ms, id.seq) >= start && id.due_ms < page.due_until_ms {
+                ids.push(id);
+            }
+        });
         let inner = self.inner.lock();
-        let Some(index) = inner.exchanges.get(&key) else {
-            return Vec::new();
-        };
-        let mut in_wheel: Vec<(DelayedId, &Held)> = inner
-            .in_wheel
-            .iter()
-            .filter_map(|(&seq, &timer)| {
-                let (due_ms, (_, held)) = inner.wheel.get(timer)?;
-                (held.belongs_to(&key) && wanted(due_ms, seq))
-                    .then_some((DelayedId { due_ms, seq }, held))
+        if let Some(index) = inner.exchanges.get(&key) {
+            ids.extend(
+                index
+                    .beyond
+                    .range(start..)
+                    .take_while(|&&(due_ms, _)| due_ms < page.due_until_ms)
+                    .take(page.limit)
+                    .map(|&(due_ms, seq)| DelayedId { due_ms, seq }),
+            );
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        // Messages released since the scan are gone from both tiers and skipped here.
+        ids.iter()
+            .filter_map(|&id| {
+                let held = match inner.beyond.get(&(id.due_ms, id.seq)) {
+                    Some(held) => held,
+                    None => {
+                        let &timer = inner.in_wheel.get(&id.seq)?;
+                        let (due_ms, (_, held)) = inner.wheel.get(timer)?;
+                        (due_ms == id.due_ms).then_some(held)?
+                    }
+                };
+                held.belongs_to(&key).then(|| info(id, held))
             })
-            .collect();
-        in_wheel.sort_by_key(|(id, _)| *id);
-        let beyond = index
-            .beyond
-            .range(start..)
-            .take_while(|&&(due_ms, _)| due_ms < page.due_until_ms)
-            .filter_map(|&(due_ms, seq)| {
-                let held = inner.beyond.get(&(due_ms, seq))?;
-                Some((DelayedId { due_ms, seq }, held))
-            });
-        in_wheel
-            .into_iter()
-            .chain(beyond)
             .take(page.limit)
-            .map(|(id, held)| info(id, held))
             .collect()
     }
 
     /// How many of an exchange's held messages fall due in each of `buckets` consecutive
-    /// intervals of `bucket_ms` from `from_ms` (what a timeline shows). The ordered index is
-    /// walked [`HISTOGRAM_CHUNK`] entries per lock hold, so a histogram over a million held
+    /// intervals of `bucket_ms` from `from_ms` (what a timeline shows). The wheel and the
+    /// ordered index are walked [`SCAN_CHUNK`] entries per lock hold, so a histogram over a million held
     /// messages never holds up a release for long; messages held or released meanwhile may be
     /// counted or not, as for any snapshot of a moving set.
     pub(crate) fn due_histogram(
@@ -239,24 +288,15 @@ impl DelayedMessages {
                 }
             }
         };
+        self.scan_wheel(&key, |id| count(id.due_ms));
         let mut cursor = (from_ms, 0);
-        {
-            let inner = self.inner.lock();
-            for &timer in inner.in_wheel.values() {
-                if let Some((due_ms, (_, held))) = inner.wheel.get(timer) {
-                    if held.belongs_to(&key) {
-                        count(due_ms);
-                    }
-                }
-            }
-        }
         loop {
             let inner = self.inner.lock();
             let Some(index) = inner.exchanges.get(&key) else {
                 break;
             };
             let mut seen = 0;
-            for &(due_ms, seq) in index.beyond.range(cursor..).take(HISTOGRAM_CHUNK) {
+            for &(due_ms, seq) in index.beyond.range(cursor..).take(SCAN_CHUNK) {
                 if due_ms >= until_ms {
                     seen = 0;
                     break;
@@ -265,7 +305,7 @@ impl DelayedMessages {
                 cursor = (due_ms, seq.saturating_add(1));
                 seen += 1;
             }
-            if seen < HISTOGRAM_CHUNK {
+            if seen < SCAN_CHUNK {
                 break;
             }
         }
@@ -284,8 +324,8 @@ impl DelayedMessages {
     }
 }
 
-/// Index entries a due-time histogram reads per lock hold.
-const HISTOGRAM_CHUNK: usize = 4096;
+/// Entries a scan (histogram, next due time, a page's wheel part) reads per lock hold.
+const SCAN_CHUNK: usize = 4096;
 
 /// Which held messages [`DelayedMessages::list_page`] returns.
 pub(crate) struct ListPage {
