@@ -161,3 +161,81 @@ async fn only_administrators_close_other_users_connections() {
     );
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn channels_are_listed_as_their_connection_describes_them() {
+    let t = start_with(config()).await;
+    let addr = t.broker.http_addr().unwrap();
+    let plain = t.channel().await;
+    let confirming = t.channel().await;
+    confirming
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    declare_queue(&confirming, "q").await;
+    confirming
+        .basic_qos(7, BasicQosOptions::default())
+        .await
+        .unwrap();
+    confirming
+        .basic_publish(
+            "".into(),
+            "q".into(),
+            BasicPublishOptions::default(),
+            b"m",
+            lapin::BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut consumer = confirming
+        .basic_consume(
+            "q".into(),
+            "c".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    next_delivery(&mut consumer).await; // left unacked
+    sync(&plain).await;
+
+    let list = get(addr, "/api/channels", GUEST).await.json();
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 2, "{list:?}");
+    let (first, second) = (&list[0], &list[1]);
+    assert_eq!(first["number"], 1);
+    assert_eq!(first["confirm"], false);
+    assert_eq!(first["consumer_count"], 0);
+    assert_eq!(second["number"], 2);
+    assert_eq!(second["confirm"], true);
+    assert_eq!(second["transactional"], false);
+    assert_eq!(second["consumer_count"], 1);
+    assert_eq!(second["prefetch_count"], 7);
+    assert_eq!(second["messages_unacknowledged"], 1);
+    assert_eq!(second["user"], "guest");
+    let connection = second["connection_details"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(second["name"], format!("{connection} (2)"));
+    let path = format!("/api/connections/{}/channels", encoded(&connection));
+    assert_eq!(
+        get(addr, &path, GUEST)
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    // Another user's channels are not shown to a management user.
+    assert_eq!(
+        get(addr, "/api/channels", As::User("mgmt", "pw"))
+            .await
+            .json(),
+        json!([])
+    );
+    t.broker.shutdown().await;
+}

@@ -8,10 +8,29 @@ use std::sync::Arc;
 
 use dwellmq_codec::FieldTable;
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::queue::ConnectionId;
 use crate::server::outbound::Outbound;
+
+/// One channel, as `/api/channels` shows it.
+pub(crate) struct ChannelSummary {
+    pub(crate) number: u16,
+    pub(crate) consumers: usize,
+    /// `basic.qos` prefetch for new consumers (global=false).
+    pub(crate) prefetch_count: u32,
+    /// Channel-wide prefetch (global=true).
+    pub(crate) global_prefetch_count: u32,
+    pub(crate) unacked: usize,
+    pub(crate) confirm: bool,
+    pub(crate) transactional: bool,
+}
+
+/// A request for the connection's channels, answered by its task (which owns them).
+pub(crate) type ChannelsRequest = oneshot::Sender<Vec<ChannelSummary>>;
+
+/// How long a listing waits for a connection's task to describe its channels.
+const CHANNELS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One open connection, as listed.
 pub(crate) struct ConnectionInfo {
@@ -33,6 +52,8 @@ pub(crate) struct ConnectionInfo {
     pub(crate) channels: AtomicUsize,
     /// Set to the reason when an operator closes the connection.
     close: watch::Sender<Option<String>>,
+    /// To the connection's task: describe your channels.
+    channel_requests: mpsc::Sender<ChannelsRequest>,
 }
 
 impl ConnectionInfo {
@@ -47,8 +68,9 @@ impl ConnectionInfo {
         client_properties: FieldTable,
         (heartbeat_secs, frame_max, channel_max): (u16, u32, u16),
         outbound: Arc<Outbound>,
-    ) -> Self {
-        ConnectionInfo {
+    ) -> (Self, mpsc::Receiver<ChannelsRequest>) {
+        let (channel_requests, requests) = mpsc::channel(16);
+        let info = ConnectionInfo {
             id,
             name: format!("{peer} -> {local}"),
             peer,
@@ -63,7 +85,20 @@ impl ConnectionInfo {
             outbound,
             channels: AtomicUsize::new(0),
             close: watch::channel(None).0,
-        }
+            channel_requests,
+        };
+        (info, requests)
+    }
+
+    /// The connection's channels, as its task describes them; `None` if it does not answer
+    /// in time (it is closing, or too busy).
+    pub(crate) async fn channels(&self) -> Option<Vec<ChannelSummary>> {
+        let (reply, answer) = oneshot::channel();
+        self.channel_requests.try_send(reply).ok()?;
+        tokio::time::timeout(CHANNELS_TIMEOUT, answer)
+            .await
+            .ok()?
+            .ok()
     }
 
     /// Asks the connection to close with `reason` (it sends `connection.close`,

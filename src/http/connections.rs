@@ -1,5 +1,5 @@
-//! `/api/connections` and `/api/consumers`: who is connected and consuming; closing a
-//! connection as an operator.
+//! `/api/connections`, `/api/channels` and `/api/consumers`: who is connected and consuming;
+//! closing a connection as an operator.
 
 use std::sync::Arc;
 
@@ -100,6 +100,64 @@ pub(crate) async fn close(
     tracing::info!(connection = %c.name, by = %user.user.name, reason, "closing connection on request");
     c.close(reason.to_string());
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// A connection's channels as RabbitMQ lists them (asked of the connection's task, which owns
+/// them; a connection that does not answer in time is left out).
+async fn channels_of(c: &ConnectionInfo) -> Vec<Value> {
+    let Some(channels) = c.channels().await else {
+        return Vec::new();
+    };
+    channels
+        .iter()
+        .map(|ch| {
+            json!({
+                "name": format!("{} ({})", c.name, ch.number),
+                "number": ch.number,
+                "node": NODE,
+                "user": c.user,
+                "vhost": c.vhost,
+                "connection_details": {
+                    "name": c.name,
+                    "peer_host": c.peer.ip().to_string(),
+                    "peer_port": c.peer.port(),
+                },
+                "state": "running",
+                "consumer_count": ch.consumers,
+                "prefetch_count": ch.prefetch_count,
+                "global_prefetch_count": ch.global_prefetch_count,
+                "messages_unacknowledged": ch.unacked,
+                "confirm": ch.confirm,
+                "transactional": ch.transactional,
+            })
+        })
+        .collect()
+}
+
+/// `GET /api/channels`.
+pub(crate) async fn channels(user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>) -> Json<Value> {
+    let mut out = Vec::new();
+    for c in api.state.connections.list() {
+        if visible(&user, &c) {
+            out.extend(channels_of(&c).await);
+        }
+    }
+    Json(Value::Array(out))
+}
+
+/// `GET /api/connections/{name}/channels`.
+pub(crate) async fn channels_of_connection(
+    user: Authed<MANAGEMENT>,
+    State(api): State<Arc<Api>>,
+    PathOf(name): PathOf<String>,
+) -> ApiResult<Json<Value>> {
+    let c = api
+        .state
+        .connections
+        .find(&name)
+        .filter(|c| visible(&user, c))
+        .ok_or_else(ApiError::not_found)?;
+    Ok(Json(Value::Array(channels_of(&c).await)))
 }
 
 /// `GET /api/consumers`.

@@ -41,7 +41,6 @@ pub(crate) fn exchange_json(api: &Api, vhost: &VHost, x: &Exchange) -> Value {
         "auto_delete": x.auto_delete,
         "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
-        "user_who_performed_action": "",
     });
     if let ExchangeKind::Delayed(_) = x.kind {
         // As the delayed-message plugin reports it.

@@ -110,6 +110,11 @@ fn router(api: Arc<Api>) -> Router {
             "/api/connections/{name}",
             get(connections::show).delete(connections::close),
         )
+        .route(
+            "/api/connections/{name}/channels",
+            get(connections::channels_of_connection),
+        )
+        .route("/api/channels", get(connections::channels))
         .route("/api/consumers", get(connections::consumers))
         .route("/api/exchanges", get(exchanges::list_all))
         .route("/api/exchanges/{vhost}", get(exchanges::list_vhost))

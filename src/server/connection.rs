@@ -21,7 +21,7 @@ use super::frames::{Fault, FaultOrExit};
 use super::handshake::{negotiate, ClientCapabilities, Negotiated};
 use super::outbound::{run_writer, Outbound};
 use super::shutdown_requested;
-use crate::broker::connections::ConnectionInfo;
+use crate::broker::connections::{ChannelSummary, ConnectionInfo};
 use crate::broker::delivery::DeliveryChannel;
 use crate::broker::queue::ConnectionId;
 use crate::broker::stats::MessageCounts;
@@ -150,7 +150,7 @@ async fn run(
     outbound: &Arc<Outbound>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let listed = state.connections.register(ConnectionInfo::new(
+    let (info, mut channel_requests) = ConnectionInfo::new(
         id,
         peer,
         local,
@@ -164,7 +164,8 @@ async fn run(
             negotiated.channel_max,
         ),
         Arc::clone(outbound),
-    ));
+    );
+    let listed = state.connections.register(info);
     let mut operator_close = listed.info.close_requested();
     let mut conn = Connection {
         id,
@@ -225,6 +226,9 @@ async fn run(
             }
             _ = memory_alarm.changed() => {}
             _ = outbound.writable() => conn.on_writable(),
+            Some(reply) = channel_requests.recv() => {
+                let _ = reply.send(conn.channel_summaries());
+            }
             Ok(()) = operator_close.changed() => {
                 let reason = operator_close.borrow().clone().unwrap_or_default();
                 break Err(FaultOrExit::Fault(Fault::new(
@@ -286,6 +290,20 @@ async fn await_close_ok(
 }
 
 impl Connection {
+    /// The open channels, by number, as the management API lists them.
+    fn channel_summaries(&self) -> Vec<ChannelSummary> {
+        let mut out: Vec<ChannelSummary> = self
+            .channels
+            .values()
+            .filter_map(|slot| match slot {
+                ChannelSlot::Open(channel) => Some(channel.summary()),
+                ChannelSlot::Closing => None,
+            })
+            .collect();
+        out.sort_by_key(|c| c.number);
+        out
+    }
+
     fn context(&mut self) -> (ConnContext<'_>, &mut HashMap<u16, ChannelSlot>) {
         (
             ConnContext {

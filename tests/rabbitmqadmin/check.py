@@ -122,6 +122,11 @@ def scenario(c: Check) -> None:
     expect(exchange.get("messages_delayed") == 1, "the exchange reports messages_delayed",
            exchange)
 
+    for kind in ("connections", "channels", "consumers"):
+        expect(c.json("list", kind) == [], f"list {kind} answers (none open)")
+    overview = c.json("show", "overview")
+    expect(overview[0]["object_totals"]["queues"] == 1, "show overview", overview)
+
     c.run("publish", "exchange=orders", "routing_key=job.b", "payload=x")
     c.run("purge", "queue", "name=jobs")
     expect(c.json("list", "queues")[0]["messages"] == 0, "purge empties the queue")

@@ -9,6 +9,7 @@ mod settle;
 mod topology;
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use dwellmq_codec::{Method, ShortStr};
@@ -20,6 +21,7 @@ use content::PendingPublish;
 use publish::PublishMode;
 use settle::Settlement;
 
+use crate::broker::connections::ChannelSummary;
 use crate::broker::delivery::{Consumer, DeliveryChannel, Unacked};
 use crate::broker::queue::{ConnectionId, Queue};
 use crate::broker::stats::MessageCounts;
@@ -86,6 +88,19 @@ impl Channel {
             route_scratch: Vec::new(),
             queue_scratch: Vec::new(),
             settle_scratch: Vec::new(),
+        }
+    }
+
+    /// What the management API shows of this channel.
+    pub(crate) fn summary(&self) -> ChannelSummary {
+        ChannelSummary {
+            number: self.delivery.id,
+            consumers: self.consumers.len(),
+            prefetch_count: self.consumer_prefetch,
+            global_prefetch_count: self.delivery.global_prefetch.load(Ordering::Relaxed),
+            unacked: self.delivery.unacked_count(),
+            confirm: matches!(self.mode, PublishMode::Confirm { .. }),
+            transactional: matches!(self.mode, PublishMode::Transactional { .. }),
         }
     }
 
