@@ -249,3 +249,52 @@ async fn the_page_is_served_to_management_users_only() {
     );
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn http_connections_are_capped_so_amqp_keeps_its_file_descriptors() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    let (broker, addr) = start_http(config()).await;
+    // 256 idle connections take every slot.
+    let mut idle = Vec::new();
+    for _ in 0..256 {
+        idle.push(TcpStream::connect(addr).await.unwrap());
+    }
+    // One more is closed unserved.
+    let mut extra = TcpStream::connect(addr).await.unwrap();
+    let _ = extra
+        .write_all(b"GET /api/overview HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), extra.read(&mut buf))
+        .await
+        .expect("the extra connection is closed, not left waiting");
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "served beyond the cap: {read:?}"
+    );
+    // AMQP is unaffected.
+    let amqp = TcpStream::connect(broker.local_addr()).await;
+    assert!(amqp.is_ok());
+    // Once an idle connection goes, its slot serves again.
+    idle.pop();
+    let mut served = false;
+    for _ in 0..500 {
+        // Until the server has noticed the close, a new connection is still refused (closed
+        // without an answer), so this probes with a raw request rather than the client helper.
+        let mut probe = TcpStream::connect(addr).await.unwrap();
+        let _ = probe
+            .write_all(b"GET /api/whoami HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await;
+        let mut answer = Vec::new();
+        let _ = probe.read_to_end(&mut answer).await;
+        if answer.starts_with(b"HTTP/1.1 401") {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(served, "a freed slot serves requests again");
+    drop(idle);
+    broker.shutdown().await;
+}

@@ -13,6 +13,7 @@ use axum::http::request::Parts;
 use base64::Engine;
 
 use super::error::{ApiError, ApiResult};
+use super::listener::Peer;
 use super::Api;
 use crate::config::UserConfig;
 
@@ -91,8 +92,8 @@ impl<const NEED: u8> FromRequestParts<Arc<Api>> for Authed<NEED> {
             .filter(|u| u.password == password)
             .ok_or_else(|| ApiError::unauthenticated("Login failed"))?;
         if user.loopback_only {
-            let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>();
-            if !peer.is_some_and(|ConnectInfo(addr)| is_loopback(addr)) {
+            let peer = parts.extensions.get::<ConnectInfo<Peer>>();
+            if !peer.is_some_and(|ConnectInfo(Peer(addr))| is_loopback(addr)) {
                 return Err(ApiError::unauthenticated(format!(
                     "User '{name}' can only log in via localhost"
                 )));

@@ -14,6 +14,7 @@ mod error;
 mod exchanges;
 mod extract;
 mod fields;
+mod listener;
 mod metrics;
 mod overview;
 mod page;
@@ -83,7 +84,8 @@ pub(crate) async fn serve(
         }
     };
     let api = Arc::new(Api { state, amqp, http });
-    let app = router(api).into_make_service_with_connect_info::<SocketAddr>();
+    let app = router(api).into_make_service_with_connect_info::<listener::Peer>();
+    let listener = listener::CappedListener::new(listener, listener::MAX_HTTP_CONNECTIONS);
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown_requested(&mut shutdown).await })
         .await;
