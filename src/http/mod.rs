@@ -85,7 +85,11 @@ pub(crate) async fn serve(
     };
     let api = Arc::new(Api { state, amqp, http });
     let app = router(api).into_make_service_with_connect_info::<listener::Peer>();
-    let listener = listener::CappedListener::new(listener, listener::MAX_HTTP_CONNECTIONS);
+    let listener = listener::CappedListener::new(
+        listener,
+        listener::MAX_HTTP_CONNECTIONS,
+        listener::IDLE_TIMEOUT,
+    );
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown_requested(&mut shutdown).await })
         .await;
