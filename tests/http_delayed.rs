@@ -426,6 +426,11 @@ async fn messages_in_the_timer_wheel_are_listed_in_due_order_across_scan_chunks(
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "due order, each once");
     assert_eq!(seen[0].0, T0_MS + 200);
     assert_eq!(page(addr, "").await["next_due_ms"], T0_MS + 200);
+    let listed = get(addr, "/api/delayed", GUEST).await.json();
+    assert_eq!(listed[0]["next_due_ms"], T0_MS + 200, "{listed}");
+    let text = get(addr, "/metrics", As::Nobody).await.text();
+    let series = "dwellmq_delayed_next_due_seconds{vhost=\"/\",exchange=\"later\"}";
+    assert_eq!(sample(&text, series), Some(0.2));
     let path = format!("/api/delayed/%2F/later/histogram?from={T0_MS}&bucket_ms=100&buckets=10");
     let counts = get(addr, &path, GUEST).await.json()["counts"].clone();
     let counts: Vec<u64> = serde_json::from_value(counts).unwrap();

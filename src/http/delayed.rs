@@ -30,9 +30,11 @@ use crate::broker::vhost::VHost;
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 
-fn summary(api: &Api, vhost: &VHost, exchange: &Exchange) -> Value {
+/// An exchange's count, bytes and next due time (`next_due` when the caller already knows it).
+fn summary(api: &Api, vhost: &VHost, exchange: &Exchange, next_due: Option<Option<u64>>) -> Value {
     let (count, bytes) = api.state.delayed.stats(&vhost.name, &exchange.name);
-    let next_due = api.state.delayed.next_due(&vhost.name, &exchange.name);
+    let next_due =
+        next_due.unwrap_or_else(|| api.state.delayed.next_due(&vhost.name, &exchange.name));
     json!({
         "vhost": vhost.name.as_str(),
         "exchange": exchange.name.as_str(),
@@ -48,11 +50,13 @@ pub(crate) async fn list_exchanges(
     State(api): State<Arc<Api>>,
 ) -> Json<Value> {
     let mut out = Vec::new();
+    let next_due = api.state.delayed.next_due_all();
     for vhost in api.vhosts().iter().filter(|v| user.sees(&v.name)) {
         let mut exchanges = vhost.exchanges();
         exchanges.sort_by(|a, b| a.name.cmp(&b.name));
         for x in exchanges.iter().filter(|x| is_delayed(x)) {
-            out.push(summary(&api, vhost, x));
+            let next = next_due.get(&(vhost.name.clone(), x.name.clone())).copied();
+            out.push(summary(&api, vhost, x, Some(next)));
         }
     }
     Json(Value::Array(out))
@@ -134,7 +138,7 @@ pub(crate) async fn list_messages(
             })
         })
         .collect();
-    let mut out = summary(&api, &vhost, &exchange);
+    let mut out = summary(&api, &vhost, &exchange, None);
     out["items"] = Value::Array(items);
     out["next_page"] = next_page.into();
     Ok(Json(out))
@@ -171,7 +175,7 @@ pub(crate) async fn histogram(
         api.state
             .delayed
             .due_histogram(&vhost.name, &exchange.name, from_ms, bucket_ms, buckets);
-    let mut out = summary(&api, &vhost, &exchange);
+    let mut out = summary(&api, &vhost, &exchange, None);
     out["from_ms"] = from_ms.into();
     out["bucket_ms"] = bucket_ms.into();
     out["counts"] = counts.into();

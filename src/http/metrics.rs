@@ -134,6 +134,7 @@ pub(crate) fn render(api: &Api) -> String {
     .sample("dwellmq_memory_used_bytes", &[], used);
 
     let now_ms = state.clock.now_ms();
+    let next_due = state.delayed.next_due_all();
     let delayed: Vec<(String, String, usize, u64, Option<u64>)> = vhosts
         .iter()
         .flat_map(|v| {
@@ -142,7 +143,7 @@ pub(crate) fn render(api: &Api) -> String {
                 .filter(|x| matches!(x.kind, ExchangeKind::Delayed(_)))
                 .map(|x| {
                     let (count, bytes) = state.delayed.stats(&v.name, &x.name);
-                    let next = state.delayed.next_due(&v.name, &x.name);
+                    let next = next_due.get(&(v.name.clone(), x.name.clone())).copied();
                     (v.name.to_string(), x.name.to_string(), count, bytes, next)
                 })
                 .collect::<Vec<_>>()

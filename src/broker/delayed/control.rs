@@ -1,5 +1,6 @@
 //! Inspection and operator control of held messages: counts, listing, cancel, purge.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use dwellmq_codec::ShortStr;
@@ -173,6 +174,15 @@ impl DelayedMessages {
     /// for [`SCAN_CHUNK`] wheel entries at a time: the wheel holds the next second of every
     /// exchange's messages, which under load is many, and releases must not wait for a scan.
     fn scan_wheel(&self, key: &ExchangeKey, mut found: impl FnMut(DelayedId)) {
+        self.scan_wheel_all(|of, id| {
+            if of == key {
+                found(id)
+            }
+        });
+    }
+
+    /// The same for every exchange's messages, with their exchange.
+    fn scan_wheel_all(&self, mut found: impl FnMut(&ExchangeKey, DelayedId)) {
         let mut cursor = 0;
         loop {
             let inner = self.inner.lock();
@@ -181,15 +191,34 @@ impl DelayedMessages {
                 seen += 1;
                 cursor = seq.saturating_add(1);
                 if let Some((due_ms, (_, held))) = inner.wheel.get(timer) {
-                    if held.belongs_to(key) {
-                        found(DelayedId { due_ms, seq });
-                    }
+                    found(held.exchange_key(), DelayedId { due_ms, seq });
                 }
             }
             if seen < SCAN_CHUNK {
                 return;
             }
         }
+    }
+
+    /// When each exchange's next message is due, for every exchange holding any: one chunked
+    /// pass over the wheel for all of them (what `/metrics` and the exchange list show).
+    pub(crate) fn next_due_all(&self) -> BTreeMap<(ShortStr, ShortStr), u64> {
+        let mut next: BTreeMap<ExchangeKey, u64> = BTreeMap::new();
+        let mut earliest = |key: &ExchangeKey, due_ms: u64| match next.get_mut(key) {
+            Some(due) => *due = (*due).min(due_ms),
+            None => {
+                next.insert(key.clone(), due_ms);
+            }
+        };
+        self.scan_wheel_all(|key, id| earliest(key, id.due_ms));
+        let inner = self.inner.lock();
+        for (key, index) in &inner.exchanges {
+            if let Some(&(due_ms, _)) = index.beyond.first() {
+                earliest(key, due_ms);
+            }
+        }
+        drop(inner);
+        next
     }
 
     /// When the exchange's next message is due, if it holds any (read in chunks, as
