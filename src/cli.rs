@@ -68,6 +68,10 @@ OPTIONS:
   --config FILE      TOML configuration file, see CONFIG FILE below      env: DWELLMQ_CONFIG
   --log-level LEVEL  error|warn|info|debug|trace or a tracing filter (default: info)
                                                                           env: DWELLMQ_LOG
+  --http ADDR|off    HTTP management API and /metrics (default 127.0.0.1:15672)
+                                                                         env: DWELLMQ_HTTP
+  --definitions FILE  declare the exchanges, queues and bindings of a RabbitMQ definitions
+                     file (JSON) at start                       env: DWELLMQ_DEFINITIONS
   --timer-rt-priority N  run the delayed-message timer thread under SCHED_FIFO at priority
                      N (1-99, Linux, needs CAP_SYS_NICE): releases stay on time on a busy host
   --expiry MODE      on-time (default): a message expires at its deadline wherever it is in
@@ -128,6 +132,8 @@ struct Flags {
     log_level: Option<String>,
     timer_rt_priority: Option<String>,
     expiry: Option<String>,
+    http: Option<String>,
+    definitions: Option<String>,
 }
 
 /// Parses `args` (without the program name) with `env` as the environment lookup.
@@ -158,6 +164,8 @@ pub(crate) fn parse(
             "--log-level" => flags.log_level = Some(value("--log-level")?),
             "--timer-rt-priority" => flags.timer_rt_priority = Some(value("--timer-rt-priority")?),
             "--expiry" => flags.expiry = Some(value("--expiry")?),
+            "--http" => flags.http = Some(value("--http")?),
+            "--definitions" => flags.definitions = Some(value("--definitions")?),
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
@@ -193,6 +201,12 @@ pub(crate) fn parse(
     if let Some(level) = flags.log_level {
         log_level = level;
     }
+    if let Some(http) = flags.http.or_else(|| env("DWELLMQ_HTTP")) {
+        config.http = parse_http(&http)?;
+    }
+    if let Some(file) = flags.definitions.or_else(|| env("DWELLMQ_DEFINITIONS")) {
+        config.definitions = Some(PathBuf::from(file));
+    }
     if let Some(priority) = flags.timer_rt_priority {
         let n: u8 = priority
             .parse()
@@ -227,6 +241,17 @@ fn parse_addrs<'a>(addrs: impl Iterator<Item = &'a str>) -> Result<Vec<SocketAdd
         .collect()
 }
 
+/// `--http`: an address, or `off`.
+fn parse_http(value: &str) -> Result<Option<SocketAddr>, String> {
+    if value == "off" {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .map_err(|_| format!("invalid --http '{value}' (expected e.g. 127.0.0.1:15672, or off)"))
+}
+
 fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> Result<(), String> {
     let table: toml::Table = text.parse().map_err(|e| format!("{e}"))?;
     for (key, value) in &table {
@@ -246,6 +271,10 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             "expiry" => {
                 let mode = value.as_str().ok_or("expiry must be a string")?;
                 config.expiry_mode = parse_expiry(mode)?;
+            }
+            "http" => config.http = parse_http(&string(value, "http")?)?,
+            "definitions" => {
+                config.definitions = Some(PathBuf::from(string(value, "definitions")?))
             }
             "timer_realtime_priority" => {
                 let n = value
@@ -340,6 +369,10 @@ fn user(value: &toml::Value) -> Result<UserConfig, String> {
             })
             .transpose()?
             .unwrap_or(false),
+        tags: match t.get("tags") {
+            Some(v) => string_list(v, "users.tags")?,
+            None => Vec::new(),
+        },
     })
 }
 
@@ -452,6 +485,19 @@ mod tests {
     }
 
     #[test]
+    fn http_takes_an_address_or_off() {
+        let s = run(&[], &[]).unwrap();
+        assert_eq!(s.config.http, Some("127.0.0.1:15672".parse().unwrap()));
+        let s = run(&["--http", "off"], &[]).unwrap();
+        assert_eq!(s.config.http, None);
+        let s = run(&["--http=0.0.0.0:8080"], &[("DWELLMQ_HTTP", "off")]).unwrap();
+        assert_eq!(s.config.http, Some("0.0.0.0:8080".parse().unwrap()));
+        assert!(run(&["--http", "nope"], &[])
+            .unwrap_err()
+            .contains("invalid --http"));
+    }
+
+    #[test]
     fn policies_from_the_file() {
         let mut config = BrokerConfig::default();
         let mut level = String::new();
@@ -514,6 +560,22 @@ mod tests {
         assert!(help.contains("(default: info)"), "{help}");
         assert!(help.contains("SIGTERM"), "{help}");
         assert!(help.contains("replaces the default guest"), "{help}");
+    }
+
+    #[test]
+    fn http_and_tags_from_the_file() {
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(
+            &mut config,
+            &mut level,
+            "http = \"off\"\n[[users]]\nname = \"ops\"\npassword = \"pw\"\ntags = [\"monitoring\"]",
+        )
+        .unwrap();
+        assert_eq!(config.http, None);
+        assert_eq!(config.users[0].tags, vec!["monitoring".to_string()]);
+        let s = run(&["--definitions", "defs.json"], &[]).unwrap();
+        assert_eq!(s.config.definitions, Some(PathBuf::from("defs.json")));
     }
 
     #[test]

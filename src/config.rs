@@ -27,6 +27,10 @@ pub struct UserConfig {
     /// Only connections from a loopback address may log in as this user (RabbitMQ's rule for
     /// `guest`).
     pub loopback_only: bool,
+    /// RabbitMQ's user tags, which decide what the user may do over HTTP: `management` (see and
+    /// change the vhosts it may open), `monitoring` (also see every vhost), `administrator`
+    /// (everything, including users and definitions). A user without tags may only use AMQP.
+    pub tags: Vec<String>,
 }
 
 impl UserConfig {
@@ -37,6 +41,7 @@ impl UserConfig {
             password: "guest".into(),
             vhosts: vec!["*".into()],
             loopback_only: true,
+            tags: vec!["administrator".into()],
         }
     }
 
@@ -121,6 +126,12 @@ pub struct BrokerConfig {
     pub expiry_mode: ExpiryMode,
     /// Policies applied at start (more can be set at runtime through `BrokerHandle`).
     pub policies: Vec<PolicyConfig>,
+    /// Where the HTTP management API and `/metrics` listen (RabbitMQ's port 15672); `None`
+    /// turns HTTP off. Port 0 picks a free port.
+    pub http: Option<SocketAddr>,
+    /// A RabbitMQ definitions file (JSON) whose exchanges, queues and bindings are declared at
+    /// start, before any client connects.
+    pub definitions: Option<PathBuf>,
 }
 
 impl Default for BrokerConfig {
@@ -138,6 +149,8 @@ impl Default for BrokerConfig {
             timer_realtime_priority: None,
             expiry_mode: ExpiryMode::OnTime,
             policies: Vec::new(),
+            http: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 15672))),
+            definitions: None,
         }
     }
 }
@@ -148,6 +161,9 @@ impl BrokerConfig {
         BrokerConfig {
             listen: vec![SocketAddr::from((Ipv4Addr::LOCALHOST, 0))],
             data_dir: None,
+            // Tests opt in (with port 0): several brokers in one process must not fight over
+            // 15672.
+            http: None,
             ..BrokerConfig::default()
         }
     }

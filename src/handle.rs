@@ -40,6 +40,9 @@ pub enum StartError {
         /// Why.
         source: PolicyError,
     },
+    /// The definitions file could not be read or applied.
+    #[error("cannot import definitions: {0}")]
+    Definitions(String),
     /// No configured address could be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -81,6 +84,16 @@ impl Broker {
             .iter()
             .filter_map(|l| l.local_addr().ok())
             .collect();
+        let http_listener = match config.http {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
+        let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let definitions = config.definitions.clone();
         let policies = config.policies.clone();
         let state = BrokerState::new(config);
         for PolicyConfig { vhost, policy } in policies {
@@ -91,11 +104,25 @@ impl Broker {
                 source,
             })?;
         }
+        if let Some(path) = definitions {
+            crate::http::definitions::import_file(&state, &path)
+                .map_err(StartError::Definitions)?;
+            tracing::info!(path = %path.display(), "definitions imported");
+        }
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks: Vec<JoinHandle<()>> = listeners
             .into_iter()
             .map(|l| tokio::spawn(accept_loop(Arc::clone(&state), l, shutdown_rx.clone())))
             .collect();
+        if let Some(listener) = http_listener {
+            let serve = crate::http::serve(
+                Arc::clone(&state),
+                addrs.clone(),
+                listener,
+                shutdown_rx.clone(),
+            );
+            tasks.push(tokio::spawn(serve));
+        }
         let (in_memory, incoming) = mpsc::unbounded_channel();
         tasks.push(tokio::spawn(in_memory_loop(
             Arc::clone(&state),
@@ -112,9 +139,13 @@ impl Broker {
         for addr in &addrs {
             tracing::info!(%addr, "listening");
         }
+        if let Some(addr) = http_addr {
+            tracing::info!(%addr, "HTTP API listening");
+        }
         Ok(BrokerHandle {
             state,
             addrs,
+            http_addr,
             shutdown,
             tasks,
             timer_thread,
@@ -131,6 +162,7 @@ const IN_MEMORY_BUFFER: usize = 256 * 1024;
 pub struct BrokerHandle {
     state: Arc<BrokerState>,
     addrs: Vec<SocketAddr>,
+    http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     timer_thread: Option<std::thread::JoinHandle<()>>,
@@ -179,6 +211,11 @@ impl BrokerHandle {
     /// Every address the broker listens on.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// Where the HTTP management API listens, if it is on (`BrokerConfig::http`).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// `amqp://host:port` for the first listen address (IPv6 hosts in brackets).

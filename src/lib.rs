@@ -14,6 +14,7 @@
 mod broker;
 mod config;
 mod handle;
+mod http;
 mod server;
 
 pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};

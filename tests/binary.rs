@@ -27,6 +27,8 @@ impl Broker {
         let mut command = Command::new(BIN);
         command
             .args(args)
+            // Tests run brokers side by side: none may take the HTTP API's fixed port.
+            .env("DWELLMQ_HTTP", "off")
             .env_remove("DWELLMQ_LISTEN")
             .env_remove("DWELLMQ_CONFIG")
             .env_remove("DWELLMQ_DATA_DIR")
@@ -93,6 +95,7 @@ impl Drop for Broker {
 fn run(args: &[&str]) -> Output {
     let mut child = Command::new(BIN)
         .args(args)
+        .env("DWELLMQ_HTTP", "off")
         .env_remove("DWELLMQ_LISTEN")
         .env_remove("DWELLMQ_CONFIG")
         .stdin(Stdio::null())

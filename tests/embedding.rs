@@ -373,6 +373,7 @@ fn user(name: &str, password: &str, vhosts: &[&str]) -> UserConfig {
         password: password.into(),
         vhosts: vhosts.iter().map(|v| v.to_string()).collect(),
         loopback_only: false,
+        tags: Vec::new(),
     }
 }
 

@@ -10,7 +10,7 @@ use dwellmq_codec::ShortStr;
 use dwellmq_core::queue::ConsumerCredit;
 use dwellmq_core::{Message, QueueEntry};
 
-use super::queue::Queue;
+use super::queue::{ConnectionId, Queue};
 
 /// Where a channel's deliveries go.
 pub(crate) trait DeliverySink: Send + Sync {
@@ -37,6 +37,12 @@ pub(crate) struct Consumer {
     /// Unique in the broker.
     pub(crate) id: u64,
     pub(crate) tag: ShortStr,
+    /// The connection and channel it consumes on (the management API shows them).
+    pub(crate) connection: ConnectionId,
+    pub(crate) channel: u16,
+    /// `exclusive` and `x-priority` as subscribed (shown by the management API).
+    pub(crate) exclusive: bool,
+    pub(crate) priority: i64,
     pub(crate) credit: Arc<ConsumerCredit>,
     pub(crate) sink: Arc<dyn DeliverySink>,
     /// The client understands a server-sent `basic.cancel` (capability `consumer_cancel_notify`).

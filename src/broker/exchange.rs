@@ -48,6 +48,15 @@ pub(crate) enum DeclaredType {
 }
 
 impl DeclaredType {
+    /// Checks an `exchange.declare` type, before anything else about the declare (503 for a
+    /// type that does not exist, as RabbitMQ's `check_type`).
+    pub(crate) fn parse(kind: &str) -> dwellmq_core::BrokerResult<DeclaredType> {
+        if kind == dwellmq_core::arguments::DELAYED_MESSAGE_TYPE {
+            return Ok(DeclaredType::Delayed);
+        }
+        dwellmq_core::arguments::parse_exchange_type(kind).map(DeclaredType::Standard)
+    }
+
     /// As [`ExchangeKind::type_name`].
     pub(crate) fn type_name(&self) -> &'static str {
         match self {

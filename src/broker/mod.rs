@@ -3,6 +3,7 @@
 //! Everything here is reached from connection tasks through `Arc`s and short locks; there is no
 //! broker-wide task or channel hop on the publish → deliver path.
 
+pub(crate) mod connections;
 pub(crate) mod consumer;
 pub(crate) mod dead_letter;
 pub(crate) mod delayed;
@@ -13,6 +14,7 @@ pub(crate) mod policies;
 pub(crate) mod queue;
 pub(crate) mod reply_to;
 pub(crate) mod runtime;
+pub(crate) mod stats;
 pub(crate) mod timer_thread;
 pub(crate) mod vhost;
 
@@ -45,6 +47,10 @@ pub(crate) struct BrokerState {
     pub(crate) timer: Arc<timer_thread::TimerControl>,
     next_connection_id: AtomicU64,
     pub(crate) open_connections: AtomicUsize,
+    /// Message counters (for `/metrics`).
+    pub(crate) stats: stats::Stats,
+    /// Open AMQP connections (for the management API).
+    pub(crate) connections: connections::Connections,
     /// Outbound buffers of open connections (for `BrokerHandle::settle`).
     pub(crate) outbounds: parking_lot::Mutex<Vec<std::sync::Weak<dyn IdleProbe>>>,
 }
@@ -84,6 +90,8 @@ impl BrokerState {
             next_connection_id: AtomicU64::new(1),
             open_connections: AtomicUsize::new(0),
             outbounds: parking_lot::Mutex::new(Vec::new()),
+            connections: connections::Connections::default(),
+            stats: stats::Stats::default(),
         })
     }
 

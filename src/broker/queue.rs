@@ -375,6 +375,44 @@ impl Queue {
         self.inner.lock().state.consumer_count()
     }
 
+    /// The consumers attached, in delivery priority order (the management API lists them).
+    pub(crate) fn consumers(&self) -> Vec<Arc<Consumer>> {
+        self.inner
+            .lock()
+            .state
+            .consumer_handles()
+            .cloned()
+            .collect()
+    }
+
+    /// The management API's get: takes up to `count` ready messages from the head, each with
+    /// the number of ready messages left behind it, and with `requeue` puts them all back
+    /// afterwards, marked redelivered, at their places (what RabbitMQ does: `basic.get` then
+    /// `basic.reject` with requeue), or else acknowledges them. Consumers are not involved and
+    /// nothing stays unacked.
+    pub(crate) fn take_for_inspection(
+        self: &Arc<Self>,
+        count: usize,
+        requeue: bool,
+    ) -> Vec<(QueueEntry, usize)> {
+        self.run(|state, now, fx| {
+            let mut taken = Vec::new();
+            while taken.len() < count {
+                let Some(got) = state.get(false, now, fx) else {
+                    break;
+                };
+                taken.push(got);
+            }
+            let entries = taken.iter().map(|(entry, _)| entry);
+            if requeue {
+                state.requeue(entries.cloned(), ReturnCause::Nacked, now, fx);
+            } else {
+                state.ack(entries, now, fx);
+            }
+            taken
+        })
+    }
+
     /// Whether the queue has been deleted (its consumers were cancelled by the server).
     pub(crate) fn is_deleted(&self) -> bool {
         self.inner.lock().state.is_deleted()

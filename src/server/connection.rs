@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +21,9 @@ use super::frames::{Fault, FaultOrExit};
 use super::handshake::{negotiate, ClientCapabilities, Negotiated};
 use super::outbound::{run_writer, Outbound};
 use super::shutdown_requested;
+use crate::broker::connections::{ChannelSummary, ConnectionInfo};
 use crate::broker::queue::ConnectionId;
+use crate::broker::stats::MessageCounts;
 use crate::broker::vhost::VHost;
 use crate::broker::BrokerState;
 
@@ -51,6 +54,7 @@ struct Connection {
     /// Only connections that publish are blocked by the memory alarm, as in RabbitMQ.
     has_published: bool,
     sent_blocked: bool,
+    counts: MessageCounts,
 }
 
 /// What the frame loop should do next.
@@ -66,7 +70,7 @@ pub(crate) async fn serve<R, W>(
     state: Arc<BrokerState>,
     mut reader: R,
     writer: W,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
     shutdown: watch::Receiver<bool>,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
@@ -102,7 +106,17 @@ pub(crate) async fn serve<R, W>(
             Ok(Ok(Some(n))) => {
                 tracing::info!(user = %n.user, vhost = %n.vhost.name, "connection open");
                 let shutdown = shutdown.clone();
-                run(id, &state, n, &mut reader, &mut buf, &outbound, shutdown).await;
+                run(
+                    id,
+                    &state,
+                    n,
+                    (peer, local),
+                    &mut reader,
+                    &mut buf,
+                    &outbound,
+                    shutdown,
+                )
+                .await;
             }
             Ok(Ok(None)) | Ok(Err(FaultOrExit::Exit)) => {}
             Ok(Err(FaultOrExit::Fault(fault))) => {
@@ -132,15 +146,33 @@ fn send_connection_close(outbound: &Outbound, fault: &Fault) {
     );
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run<R: AsyncRead + Unpin>(
     id: ConnectionId,
     state: &Arc<BrokerState>,
     negotiated: Negotiated,
+    (peer, local): (SocketAddr, SocketAddr),
     reader: &mut R,
     buf: &mut BytesMut,
     outbound: &Arc<Outbound>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let (info, mut channel_requests) = ConnectionInfo::new(
+        id,
+        peer,
+        local,
+        negotiated.user.clone(),
+        negotiated.vhost.name.to_string(),
+        state.clock.now_ms(),
+        negotiated.client_properties,
+        (
+            negotiated.heartbeat_secs,
+            negotiated.frame_max,
+            negotiated.channel_max,
+        ),
+    );
+    let listed = state.connections.register(info);
+    let mut operator_close = listed.info.close_requested();
     let mut conn = Connection {
         id,
         user: negotiated.user,
@@ -154,6 +186,7 @@ async fn run<R: AsyncRead + Unpin>(
         exclusive_queues: Vec::new(),
         has_published: false,
         sent_blocked: false,
+        counts: MessageCounts::default(),
     };
     let heartbeat = Duration::from_secs(u64::from(negotiated.heartbeat_secs));
     let mut ticker = tokio::time::interval(if heartbeat.is_zero() {
@@ -178,7 +211,9 @@ async fn run<R: AsyncRead + Unpin>(
                 Ok(0) | Err(_) => break Err(FaultOrExit::Exit),
                 Ok(_) => {
                     last_read = Instant::now();
-                    match conn.process(buf) {
+                    let processed = conn.process(buf);
+                    listed.info.channels.store(conn.channels.len(), Ordering::Relaxed);
+                    match processed {
                         Ok(Flow::Continue) => {}
                         Ok(Flow::Closed) => break Ok(()),
                         Err(fault) => break Err(FaultOrExit::Fault(fault)),
@@ -197,6 +232,17 @@ async fn run<R: AsyncRead + Unpin>(
             }
             _ = memory_alarm.changed() => {}
             _ = outbound.writable() => conn.on_writable(),
+            Some(reply) = channel_requests.recv() => {
+                let _ = reply.send(conn.channel_summaries());
+            }
+            Ok(()) = operator_close.changed() => {
+                let reason = operator_close.borrow().clone().unwrap_or_default();
+                break Err(FaultOrExit::Fault(Fault::new(
+                    BrokerError::ConnectionForced(reason),
+                    0,
+                    0,
+                )));
+            }
             _ = shutdown_requested(&mut shutdown) => {
                 break Err(FaultOrExit::Fault(Fault::new(
                     BrokerError::ConnectionForced("broker forced connection closure with reason 'shutdown'".into()),
@@ -277,6 +323,20 @@ async fn drain_until_peer_closes<R: AsyncRead + Unpin>(
 }
 
 impl Connection {
+    /// The open channels, by number, as the management API lists them.
+    fn channel_summaries(&self) -> Vec<ChannelSummary> {
+        let mut out: Vec<ChannelSummary> = self
+            .channels
+            .values()
+            .filter_map(|slot| match slot {
+                ChannelSlot::Open(channel) => Some(channel.summary()),
+                ChannelSlot::Closing => None,
+            })
+            .collect();
+        out.sort_by_key(|c| c.number);
+        out
+    }
+
     fn context(&mut self) -> (ConnContext<'_>, &mut HashMap<u16, ChannelSlot>) {
         (
             ConnContext {
@@ -287,6 +347,7 @@ impl Connection {
                 outbound: &self.outbound,
                 exclusive_queues: &mut self.exclusive_queues,
                 consumer_cancel_notify: self.capabilities.consumer_cancel_notify,
+                counts: &mut self.counts,
             },
             &mut self.channels,
         )
@@ -309,6 +370,7 @@ impl Connection {
                 channel.flush_confirms(&self.outbound);
             }
         }
+        self.state.stats.flush(&mut self.counts);
         result
     }
 

@@ -138,7 +138,12 @@ impl DeliveryChannel {
         }
     }
 
-    /// Takes every unacked message (`basic.recover`).
+    /// Delivered on this channel and not yet settled (the management API shows it).
+    pub(crate) fn unacked_count(&self) -> usize {
+        self.ledger.lock().unacked.len()
+    }
+
+    /// Takes every unacked message (channel closing, or `basic.recover`).
     pub(crate) fn take_all(&self, out: &mut Vec<Unacked>) {
         out.extend(self.ledger.lock().unacked.drain(..));
     }

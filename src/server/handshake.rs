@@ -30,6 +30,8 @@ pub(crate) struct Negotiated {
     pub(crate) channel_max: u16,
     pub(crate) heartbeat_secs: u16,
     pub(crate) capabilities: ClientCapabilities,
+    /// What the client said about itself (product, version, platform...).
+    pub(crate) client_properties: FieldTable,
 }
 
 /// Extensions the client announced in `client-properties.capabilities`.
@@ -149,6 +151,7 @@ pub(crate) async fn negotiate<R: AsyncRead + Unpin>(
         channel_max,
         heartbeat_secs: tune_ok.heartbeat,
         capabilities,
+        client_properties: start_ok.client_properties,
     }))
 }
 

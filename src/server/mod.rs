@@ -30,8 +30,10 @@ pub(crate) async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
+                    let local = stream.local_addr().unwrap_or(peer);
                     let (reader, writer) = stream.into_split();
-                    spawn_connection(&mut connections, &state, reader, writer, peer, &shutdown);
+                    let ends = (peer, local);
+                    spawn_connection(&mut connections, &state, reader, writer, ends, &shutdown);
                 }
                 Err(error) => {
                     // Usually EMFILE: back off briefly instead of spinning.
@@ -58,7 +60,8 @@ pub(crate) async fn in_memory_loop(
         tokio::select! {
             Some(stream) = incoming.recv() => {
                 let (reader, writer) = tokio::io::split(stream);
-                spawn_connection(&mut connections, &state, reader, writer, IN_MEMORY_PEER, &shutdown);
+                let ends = (IN_MEMORY_PEER, IN_MEMORY_PEER);
+                spawn_connection(&mut connections, &state, reader, writer, ends, &shutdown);
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             _ = shutdown_requested(&mut shutdown) => break,
@@ -78,7 +81,7 @@ fn spawn_connection<R, W>(
     state: &Arc<BrokerState>,
     reader: R,
     writer: W,
-    peer: SocketAddr,
+    ends: (SocketAddr, SocketAddr),
     shutdown: &watch::Receiver<bool>,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
@@ -86,14 +89,14 @@ fn spawn_connection<R, W>(
 {
     let limit = state.config.limits.max_connections;
     if state.open_connections.load(Ordering::Relaxed) >= limit {
-        tracing::warn!(%peer, limit, "connection refused: connection limit reached");
+        tracing::warn!(peer = %ends.0, limit, "connection refused: connection limit reached");
         return;
     }
     state.open_connections.fetch_add(1, Ordering::Relaxed);
     let state = Arc::clone(state);
     let shutdown = shutdown.clone();
     connections.spawn(async move {
-        connection::serve(Arc::clone(&state), reader, writer, peer, shutdown).await;
+        connection::serve(Arc::clone(&state), reader, writer, ends, shutdown).await;
         state.open_connections.fetch_sub(1, Ordering::Relaxed);
     });
 }

@@ -17,7 +17,7 @@ let url;
 
 before(async () => {
   execFileSync("cargo", ["build", "--quiet", "--bin", "dwellmq"], { cwd: root, stdio: "inherit" });
-  broker = spawn(path.join(targetDir, "debug", "dwellmq"), ["--listen", "127.0.0.1:0", "--in-memory"], {
+  broker = spawn(path.join(targetDir, "debug", "dwellmq"), ["--listen", "127.0.0.1:0", "--in-memory", "--http", "off"], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   url = await new Promise((resolve, reject) => {

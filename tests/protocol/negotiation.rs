@@ -192,6 +192,7 @@ async fn guest_is_refused_from_a_non_loopback_address() {
         password: "secret".into(),
         vhosts: vec!["*".into()],
         loopback_only: false,
+        tags: Vec::new(),
     });
     let broker = Broker::start(config).await.expect("broker starts");
 

@@ -84,6 +84,8 @@ class BrokerProcess:
                 "--listen",
                 "127.0.0.1:0",
                 "--in-memory",
+                "--http",
+                "off",
                 "--log-level",
                 "info",
                 *extra_args,

@@ -1,10 +1,11 @@
 //! Inspection and operator control of held messages: counts, listing, cancel, purge.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use dwellmq_codec::ShortStr;
 
-use super::held::Held;
+use super::held::{ExchangeKey, Held};
 use super::{id_of, key_of, DelayedId, DelayedMessageInfo, DelayedMessages, Entry, PURGE_CHUNK};
 
 impl DelayedMessages {
@@ -69,10 +70,21 @@ impl DelayedMessages {
 
     /// Cancels one held message; false if it is unknown or already released.
     pub(crate) fn cancel(&self, id: DelayedId) -> bool {
+        self.cancel_where(id, |_| true)
+    }
+
+    /// Cancels one held message if the exchange holds it (the HTTP API addresses messages
+    /// through their exchange); false if it does not, or the message is already released.
+    pub(crate) fn cancel_held_by(&self, vhost: &str, exchange: &str, id: DelayedId) -> bool {
+        let key = (ShortStr::from(vhost), ShortStr::from(exchange));
+        self.cancel_where(id, |held| held.belongs_to(&key))
+    }
+
+    fn cancel_where(&self, id: DelayedId, wanted: impl Fn(&Held) -> bool) -> bool {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let deadline = id_of(id);
-        if !matches!(inner.scheduler.get(deadline), Some(Entry::Release(_))) {
+        if !matches!(inner.scheduler.get(deadline), Some(Entry::Release(held)) if wanted(held)) {
             return false;
         }
         let far = inner.scheduler.is_far(deadline);
@@ -133,17 +145,176 @@ impl DelayedMessages {
             .into_iter()
             .chain(beyond)
             .take(limit)
-            .map(|(id, held)| {
-                let (routing_key, headers) = held.message.key_and_headers();
-                DelayedMessageInfo {
-                    id,
-                    due_ms: id.due_ms,
-                    routing_key: routing_key.to_string(),
-                    headers,
-                    body_size: held.message.body_len(),
-                }
-            })
+            .map(|(id, held)| info(id, held))
             .collect()
+    }
+
+    /// Calls `found` with the id of each message of `key` in the timer wheel, taking the lock
+    /// for [`SCAN_CHUNK`] wheel entries at a time: the wheel holds the next second of every
+    /// exchange's messages, which under load is many, and releases must not wait for a scan.
+    fn scan_wheel(&self, key: &ExchangeKey, mut found: impl FnMut(DelayedId)) {
+        self.scan_wheel_all(|of, id| {
+            if of == key {
+                found(id)
+            }
+        });
+    }
+
+    /// The same for every exchange's messages, with their exchange.
+    fn scan_wheel_all(&self, mut found: impl FnMut(&ExchangeKey, DelayedId)) {
+        let mut cursor = 0;
+        loop {
+            let inner = self.inner.lock();
+            let mut seen = 0;
+            for (id, entry) in inner.scheduler.in_wheel_from(cursor).take(SCAN_CHUNK) {
+                seen += 1;
+                cursor = id.seq.saturating_add(1);
+                if let Entry::Release(held) = entry {
+                    let id = DelayedId {
+                        due_ms: id.due_ms,
+                        seq: id.seq,
+                    };
+                    found(held.exchange_key(), id);
+                }
+            }
+            if seen < SCAN_CHUNK {
+                return;
+            }
+        }
+    }
+
+    /// When each exchange's next message is due, for every exchange holding any: one chunked
+    /// pass over the wheel for all of them (what `/metrics` and the exchange list show).
+    pub(crate) fn next_due_all(&self) -> BTreeMap<(ShortStr, ShortStr), u64> {
+        let mut next: BTreeMap<ExchangeKey, u64> = BTreeMap::new();
+        let mut earliest = |key: &ExchangeKey, due_ms: u64| match next.get_mut(key) {
+            Some(due) => *due = (*due).min(due_ms),
+            None => {
+                next.insert(key.clone(), due_ms);
+            }
+        };
+        self.scan_wheel_all(|key, id| earliest(key, id.due_ms));
+        let inner = self.inner.lock();
+        for (key, index) in &inner.exchanges {
+            if let Some(&(due_ms, _)) = index.beyond.first() {
+                earliest(key, due_ms);
+            }
+        }
+        drop(inner);
+        next
+    }
+
+    /// When the exchange's next message is due, if it holds any (read in chunks, as
+    /// [`Self::scan_wheel`]).
+    pub(crate) fn next_due(&self, vhost: &str, exchange: &str) -> Option<u64> {
+        let key = (ShortStr::from(vhost), ShortStr::from(exchange));
+        let mut next: Option<u64> = None;
+        self.scan_wheel(&key, |id| {
+            next = Some(next.map_or(id.due_ms, |n| n.min(id.due_ms)));
+        });
+        let inner = self.inner.lock();
+        let beyond = inner
+            .exchanges
+            .get(&key)
+            .and_then(|index| index.beyond.first())
+            .map(|&(due_ms, _)| due_ms);
+        match (next, beyond) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// One page of an exchange's held messages in due order: those after `page.after`, due in
+    /// `[page.due_from_ms, page.due_until_ms)`, at most `page.limit`. Only the page is read
+    /// from the ordered index, however many messages the exchange holds; the wheel (the next
+    /// second) is scanned in chunks.
+    pub(crate) fn list_page(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        page: &ListPage,
+    ) -> Vec<DelayedMessageInfo> {
+        let key = (ShortStr::from(vhost), ShortStr::from(exchange));
+        let start = match page.after {
+            Some(after) => (page.due_from_ms, 0).max((after.due_ms, after.seq.saturating_add(1))),
+            None => (page.due_from_ms, 0),
+        };
+        let mut ids: Vec<DelayedId> = Vec::new();
+        self.scan_wheel(&key, |id| {
+            if (id.due_ms, id.seq) >= start && id.due_ms < page.due_until_ms {
+                ids.push(id);
+            }
+        });
+        let inner = self.inner.lock();
+        if let Some(index) = inner.exchanges.get(&key) {
+            ids.extend(
+                index
+                    .beyond
+                    .range(start..)
+                    .take_while(|&&(due_ms, _)| due_ms < page.due_until_ms)
+                    .take(page.limit)
+                    .map(|&(due_ms, seq)| DelayedId { due_ms, seq }),
+            );
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        // Messages released since the scan are gone from both tiers and skipped here.
+        ids.iter()
+            .filter_map(|&id| match inner.scheduler.get(id_of(id))? {
+                Entry::Release(held) if held.belongs_to(&key) => Some(info(id, held)),
+                _ => None,
+            })
+            .take(page.limit)
+            .collect()
+    }
+
+    /// How many of an exchange's held messages fall due in each of `buckets` consecutive
+    /// intervals of `bucket_ms` from `from_ms` (what a timeline shows). The wheel and the
+    /// ordered index are walked [`SCAN_CHUNK`] entries per lock hold, so a histogram over a
+    /// million held messages never holds up a release for long; messages held or released
+    /// meanwhile may be counted or not, as for any snapshot of a moving set.
+    pub(crate) fn due_histogram(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        from_ms: u64,
+        bucket_ms: u64,
+        buckets: usize,
+    ) -> Vec<u64> {
+        let key = (ShortStr::from(vhost), ShortStr::from(exchange));
+        let bucket_ms = bucket_ms.max(1);
+        let until_ms = from_ms.saturating_add(bucket_ms.saturating_mul(buckets as u64));
+        let mut counts = vec![0u64; buckets];
+        let mut count = |due_ms: u64| {
+            if due_ms >= from_ms && due_ms < until_ms {
+                let at = ((due_ms - from_ms) / bucket_ms) as usize;
+                if let Some(slot) = counts.get_mut(at) {
+                    *slot += 1;
+                }
+            }
+        };
+        self.scan_wheel(&key, |id| count(id.due_ms));
+        let mut cursor = (from_ms, 0);
+        loop {
+            let inner = self.inner.lock();
+            let Some(index) = inner.exchanges.get(&key) else {
+                break;
+            };
+            let mut seen = 0;
+            for &(due_ms, seq) in index.beyond.range(cursor..).take(SCAN_CHUNK) {
+                if due_ms >= until_ms {
+                    seen = 0;
+                    break;
+                }
+                count(due_ms);
+                cursor = (due_ms, seq.saturating_add(1));
+                seen += 1;
+            }
+            if seen < SCAN_CHUNK {
+                break;
+            }
+        }
+        counts
     }
 
     /// Held messages that found no route when released (dropped), since start.
@@ -154,5 +325,30 @@ impl DelayedMessages {
     /// Messages held by all delayed exchanges.
     pub(crate) fn len(&self) -> usize {
         self.inner.lock().exchanges.values().map(|i| i.count).sum()
+    }
+}
+
+/// Entries a scan (histogram, next due time, a page's wheel part) reads per lock hold.
+const SCAN_CHUNK: usize = 4096;
+
+/// Which held messages [`DelayedMessages::list_page`] returns.
+pub(crate) struct ListPage {
+    /// Start after this message (the last one of the previous page).
+    pub(crate) after: Option<DelayedId>,
+    /// Due at or after this time (ms since the Unix epoch).
+    pub(crate) due_from_ms: u64,
+    /// Due before this time.
+    pub(crate) due_until_ms: u64,
+    pub(crate) limit: usize,
+}
+
+fn info(id: DelayedId, held: &Held) -> DelayedMessageInfo {
+    let (routing_key, headers) = held.message.key_and_headers();
+    DelayedMessageInfo {
+        id,
+        due_ms: id.due_ms,
+        routing_key: routing_key.to_string(),
+        headers,
+        body_size: held.message.body_len(),
     }
 }

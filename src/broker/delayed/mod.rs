@@ -15,6 +15,7 @@
 mod control;
 mod held;
 mod info;
+pub(crate) mod lateness;
 mod release;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,6 +31,7 @@ use super::exchange::Exchange;
 use super::memory::MemoryMonitor;
 use super::queue::Queue;
 use super::vhost::{Routing, VHost};
+pub(crate) use control::ListPage;
 use held::{ExchangeKey, Held, Kept, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 
@@ -81,6 +83,8 @@ pub(crate) struct DelayedMessages {
     memory: Arc<MemoryMonitor>,
     /// Taken before `inner` by the one releasing thread at a time.
     scratch: Mutex<ReleaseScratch>,
+    /// How late messages were released.
+    pub(crate) lateness: lateness::Lateness,
 }
 
 fn key_of(vhost: &ShortStr, exchange: &ShortStr) -> ExchangeKey {
@@ -104,6 +108,7 @@ impl DelayedMessages {
             }),
             memory,
             scratch: Mutex::new(ReleaseScratch::default()),
+            lateness: lateness::Lateness::default(),
         }
     }
 
@@ -188,7 +193,8 @@ impl DelayedMessages {
         }
         let mut released = 0;
         let mut unroutable = 0;
-        for Due { item, .. } in due.drain(..) {
+        let mut lateness = lateness::LatenessBatch::default();
+        for Due { id, item, .. } in due.drain(..) {
             let held = match item {
                 Entry::Release(held) => held,
                 Entry::Tick(queue) => {
@@ -203,6 +209,7 @@ impl DelayedMessages {
                 }
             };
             released += 1;
+            lateness.record(now_ms.saturating_sub(id.due_ms));
             let Target {
                 vhost, exchange, ..
             } = &*held.target;
@@ -226,6 +233,9 @@ impl DelayedMessages {
             }
         }
         ticked.clear();
+        if released > 0 {
+            self.lateness.add(&lateness);
+        }
         if unroutable > 0 {
             tracing::debug!(
                 unroutable,

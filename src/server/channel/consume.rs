@@ -81,6 +81,10 @@ impl Channel {
         let consumer = Arc::new(Consumer {
             id: next_consumer_id(),
             tag: tag.clone(),
+            connection: cx.id,
+            channel: self.delivery.id,
+            exclusive: m.exclusive,
+            priority,
             credit: Arc::new(ConsumerCredit::new(
                 Arc::clone(&self.delivery.credit),
                 self.consumer_prefetch,

@@ -9,6 +9,7 @@ mod settle;
 mod topology;
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use dwellmq_codec::{Method, ShortStr};
@@ -21,8 +22,10 @@ use publish::PublishMode;
 use settle::{Return, Settlement};
 
 use super::delivery::{DeliveryChannel, Unacked};
+use crate::broker::connections::ChannelSummary;
 use crate::broker::consumer::Consumer;
 use crate::broker::queue::{ConnectionId, Queue};
+use crate::broker::stats::MessageCounts;
 use crate::broker::vhost::{Routing, VHost};
 use crate::broker::BrokerState;
 use crate::server::outbound::Outbound;
@@ -39,6 +42,8 @@ pub(crate) struct ConnContext<'a> {
     pub(crate) exclusive_queues: &'a mut Vec<Arc<Queue>>,
     /// The client asked for `basic.cancel` when a queue it consumes from goes away.
     pub(crate) consumer_cancel_notify: bool,
+    /// What this connection published since the last flush to `BrokerState::stats`.
+    pub(crate) counts: &'a mut MessageCounts,
 }
 
 impl ConnContext<'_> {
@@ -82,6 +87,19 @@ impl Channel {
             reply_consumer: None,
             routing: Routing::default(),
             settle_scratch: Vec::new(),
+        }
+    }
+
+    /// What the management API shows of this channel.
+    pub(crate) fn summary(&self) -> ChannelSummary {
+        ChannelSummary {
+            number: self.delivery.id,
+            consumers: self.consumers.len(),
+            prefetch_count: self.consumer_prefetch,
+            global_prefetch_count: self.delivery.credit.global_prefetch.load(Ordering::Relaxed),
+            unacked: self.delivery.unacked_count(),
+            confirm: matches!(self.mode, PublishMode::Confirm { .. }),
+            transactional: matches!(self.mode, PublishMode::Transactional { .. }),
         }
     }
 

@@ -201,6 +201,7 @@ impl Channel {
             }
             _ => None,
         };
+        cx.counts.published += 1;
         if publication.exchange.is_empty() && publication.routing_key.starts_with(REPLY_PREFIX) {
             // A direct reply: straight to the requester's reply consumer, no queue.
             let delivered = cx
@@ -208,7 +209,10 @@ impl Channel {
                 .reply_consumers
                 .deliver(&publication.routing_key, &publication.message);
             if !delivered && publication.mandatory {
+                cx.counts.unroutable_returned += 1;
                 self.return_unroutable(cx, &publication);
+            } else if !delivered {
+                cx.counts.unroutable_dropped += 1;
             }
             self.confirm(confirm_tag);
             return;
@@ -231,6 +235,7 @@ impl Channel {
         if !routing.is_routable() && publication.mandatory {
             // Returned now and not held (Better than the plugin, which returns every delayed
             // message and delivers it later anyway).
+            cx.counts.unroutable_returned += 1;
             routing.clear();
             self.return_unroutable(cx, &publication);
         }
@@ -243,6 +248,8 @@ impl Channel {
                 cx.state
                     .hold_delayed(cx.vhost, &exchange, Arc::clone(&held), due_ms);
             }
+        } else if !routing.is_routable() && !publication.mandatory {
+            cx.counts.unroutable_dropped += 1;
         }
         let mut rejected = false;
         for queue in routing.queues.drain(..) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use dwellmq_codec::methods::*;
 use dwellmq_codec::{Method, ShortStr};
 use dwellmq_core::routing::{Binding, Destination, RoutingKind};
-use dwellmq_core::{arguments, BrokerError, BrokerResult};
+use dwellmq_core::{BrokerError, BrokerResult};
 
 use super::{Channel, ConnContext};
 use crate::broker::consumer::notify_cancelled;
@@ -43,7 +43,7 @@ impl Channel {
         let kind = if m.passive {
             DeclaredType::Standard(RoutingKind::Direct)
         } else {
-            declared_type(&m.kind)?
+            DeclaredType::parse(&m.kind)?
         };
         cx.vhost.declare_exchange(ExchangeSpec {
             name: m.exchange,
@@ -256,13 +256,4 @@ fn routing_key_shortcut(named: &ShortStr, routing_key: ShortStr, queue: &ShortSt
     } else {
         routing_key
     }
-}
-
-/// Checks an `exchange.declare` type, before anything else about the declare (503 for a type
-/// that does not exist, as RabbitMQ's `check_type`).
-fn declared_type(kind: &str) -> BrokerResult<DeclaredType> {
-    if kind == arguments::DELAYED_MESSAGE_TYPE {
-        return Ok(DeclaredType::Delayed);
-    }
-    arguments::parse_exchange_type(kind).map(DeclaredType::Standard)
 }

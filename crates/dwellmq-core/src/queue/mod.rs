@@ -188,6 +188,11 @@ impl<C: Clone> QueueState<C> {
         self.consumers.len()
     }
 
+    /// The consumers' handles, highest priority first.
+    pub fn consumer_handles(&self) -> impl Iterator<Item = &C> {
+        self.consumers.iter().map(|c| &c.slot.handle)
+    }
+
     /// Whether the queue has been deleted.
     pub fn is_deleted(&self) -> bool {
         self.deleted

@@ -230,7 +230,13 @@ impl<T, F: FarTier<T>> Scheduler<T, F> {
 
     /// The items in the wheel, in no particular order.
     pub fn in_wheel(&self) -> impl Iterator<Item = (DeadlineId, &T)> {
-        self.in_wheel.iter().filter_map(|(&seq, &key)| {
+        self.in_wheel_from(0)
+    }
+
+    /// The items in the wheel scheduled as `from_seq` or later, in sequence order (a scan
+    /// that resumes where it stopped, a chunk per lock hold).
+    pub fn in_wheel_from(&self, from_seq: u64) -> impl Iterator<Item = (DeadlineId, &T)> {
+        self.in_wheel.range(from_seq..).filter_map(|(&seq, &key)| {
             let (due_ms, (_, item)) = self.wheel.get(key)?;
             Some((DeadlineId { due_ms, seq }, item))
         })

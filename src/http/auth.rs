@@ -1,0 +1,170 @@
+//! HTTP basic auth against the broker's users, and RabbitMQ's user tags.
+//!
+//! Tags nest as in RabbitMQ: `administrator` can do everything `monitoring` can, which can do
+//! everything `management` can. `policymaker` is accepted as management-level (there are no
+//! policies yet). A user without any of these tags cannot use the API.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use base64::Engine;
+
+use super::error::{ApiError, ApiResult};
+use super::listener::Peer;
+use super::Api;
+use crate::config::UserConfig;
+
+/// What an endpoint needs: a user with at least this tag.
+pub(crate) const MANAGEMENT: u8 = 1;
+pub(crate) const MONITORING: u8 = 2;
+pub(crate) const ADMINISTRATOR: u8 = 3;
+
+/// The highest level the user's tags grant (0: none, AMQP only).
+fn level(user: &UserConfig) -> u8 {
+    user.tags
+        .iter()
+        .map(|tag| match tag.as_str() {
+            "administrator" => ADMINISTRATOR,
+            "monitoring" => MONITORING,
+            "management" | "policymaker" => MANAGEMENT,
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn need_text(need: u8) -> &'static str {
+    match need {
+        ADMINISTRATOR => "Not administrator user",
+        MONITORING => "Not monitor user",
+        _ => "Not management user",
+    }
+}
+
+/// An authenticated user whose tags allow level `NEED`.
+pub(crate) struct Authed<const NEED: u8> {
+    pub(crate) user: UserConfig,
+}
+
+impl<const NEED: u8> Authed<NEED> {
+    /// Monitoring users and administrators see every vhost; others the ones they may open.
+    pub(crate) fn sees(&self, vhost: &str) -> bool {
+        self.sees_everything() || self.user.may_open(vhost)
+    }
+
+    /// Monitoring users and administrators see every vhost and connection.
+    pub(crate) fn sees_everything(&self) -> bool {
+        level(&self.user) >= MONITORING
+    }
+
+    pub(crate) fn is_administrator(&self) -> bool {
+        level(&self.user) >= ADMINISTRATOR
+    }
+
+    /// Refuses (as RabbitMQ: 401 `not_authorised`) a vhost the user may not open.
+    pub(crate) fn check_vhost(&self, vhost: &str) -> ApiResult<()> {
+        if self.user.may_open(vhost) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                "User not authorised to access virtual host",
+            ))
+        }
+    }
+}
+
+impl<const NEED: u8> FromRequestParts<Arc<Api>> for Authed<NEED> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, api: &Arc<Api>) -> ApiResult<Self> {
+        let (name, password) = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_basic)
+            .ok_or_else(|| ApiError::unauthenticated("Not_Authorized"))?;
+        let user = api
+            .state
+            .user(&name)
+            .filter(|u| u.password == password)
+            .ok_or_else(|| ApiError::unauthenticated("Login failed"))?;
+        if user.loopback_only {
+            let peer = parts.extensions.get::<ConnectInfo<Peer>>();
+            if !peer.is_some_and(|ConnectInfo(Peer(addr))| is_loopback(addr)) {
+                return Err(ApiError::unauthenticated(format!(
+                    "User '{name}' can only log in via localhost"
+                )));
+            }
+        }
+        if level(user) < NEED {
+            return Err(ApiError::forbidden(need_text(NEED)));
+        }
+        Ok(Authed { user: user.clone() })
+    }
+}
+
+/// Whether a peer is on this host (an IPv4 loopback may arrive IPv6-mapped).
+fn is_loopback(addr: &SocketAddr) -> bool {
+    match addr {
+        SocketAddr::V4(a) => a.ip().is_loopback(),
+        SocketAddr::V6(a) => {
+            a.ip().is_loopback() || a.ip().to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// `Basic <base64(name:password)>` → (name, password).
+fn parse_basic(header: &str) -> Option<(String, String)> {
+    let (scheme, encoded) = header.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (name, password) = text.split_once(':')?;
+    Some((name.to_string(), password.to_string()))
+}
+
+/// The tags a user reports in `whoami` and `users`.
+pub(crate) fn tags(user: &UserConfig) -> Vec<&str> {
+    user.tags.iter().map(String::as_str).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_credentials_parse() {
+        // "guest:gu:est" — a password may contain ':'.
+        assert_eq!(
+            parse_basic("Basic Z3Vlc3Q6Z3U6ZXN0"),
+            Some(("guest".into(), "gu:est".into()))
+        );
+        assert_eq!(parse_basic("Bearer Z3Vlc3Q6Z3Vlc3Q="), None);
+        assert_eq!(parse_basic("Basic !!!"), None);
+        assert_eq!(parse_basic("Basic"), None);
+    }
+
+    #[test]
+    fn tags_nest() {
+        let mut user = UserConfig::guest();
+        assert_eq!(level(&user), ADMINISTRATOR);
+        user.tags = vec!["monitoring".into(), "other".into()];
+        assert_eq!(level(&user), MONITORING);
+        user.tags = vec![];
+        assert_eq!(level(&user), 0);
+    }
+
+    #[test]
+    fn mapped_loopback_is_loopback() {
+        assert!(is_loopback(&"[::ffff:127.0.0.1]:1".parse().unwrap()));
+        assert!(is_loopback(&"[::1]:1".parse().unwrap()));
+        assert!(!is_loopback(&"10.0.0.1:1".parse().unwrap()));
+    }
+}

@@ -1,0 +1,319 @@
+//! Definitions: the broker's topology as RabbitMQ's definitions JSON, for export and import
+//! (`GET`/`POST /api/definitions[/{vhost}]`, and `--definitions FILE` at start).
+//!
+//! Import declares exchanges, queues and bindings, in that order, as the API's own `PUT` and
+//! `POST` would; an equivalent existing object is left as it is, an inequivalent one fails the
+//! import with RabbitMQ's text. Users, vhosts and permissions come from dwellmq's
+//! configuration: an import may name only vhosts that exist, and its users and permissions
+//! are not applied (a warning says so).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::{Authed, ADMINISTRATOR};
+use super::error::{ApiError, ApiResult};
+use super::exchanges::{declare_exchange, ExchangeBody};
+use super::extract::{JsonBody, PathOf};
+use super::fields::{json_to_table, short, table_to_json};
+use super::overview::{permission_list, RABBITMQ_API_VERSION};
+use super::queues::{declare_queue, QueueBody};
+use super::Api;
+use crate::broker::vhost::VHost;
+use crate::broker::BrokerState;
+use dwellmq_core::routing::{Binding, Destination};
+
+/// Whether an exchange belongs in definitions: not the default one, not a predeclared `amq.*`.
+fn exported_exchange(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with("amq.")
+}
+
+/// The topology of one vhost: (exchanges, queues, bindings), sorted, without the `vhost`
+/// member when `with_vhost` is false (the per-vhost export's shape).
+fn topology(vhost: &VHost, with_vhost: bool) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
+    let tag = |mut v: Value| {
+        if with_vhost {
+            v["vhost"] = vhost.name.as_str().into();
+        }
+        v
+    };
+    let mut exchanges = vhost.exchanges();
+    exchanges.retain(|x| exported_exchange(&x.name));
+    exchanges.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut queues = vhost.queues();
+    // Exclusive queues die with their connection; RabbitMQ leaves them out too.
+    queues.retain(|q| q.exclusive_owner.is_none());
+    queues.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut bindings: Vec<Binding> = vhost
+        .exchanges()
+        .iter()
+        .filter(|x| !x.is_default())
+        .flat_map(|x| x.bindings.read().iter().cloned().collect::<Vec<_>>())
+        .collect();
+    bindings.sort_by(|a, b| {
+        (&a.source, &a.destination, &a.routing_key).cmp(&(
+            &b.source,
+            &b.destination,
+            &b.routing_key,
+        ))
+    });
+    let exchanges = exchanges
+        .iter()
+        .map(|x| {
+            tag(json!({
+                "name": x.name.as_str(),
+                "type": x.kind.type_name(),
+                "durable": x.durable,
+                "auto_delete": x.auto_delete,
+                "internal": x.internal,
+                "arguments": table_to_json(&x.arguments),
+            }))
+        })
+        .collect();
+    let queues = queues
+        .iter()
+        .map(|q| {
+            tag(json!({
+                "name": q.name.as_str(),
+                "durable": q.durable,
+                "auto_delete": q.auto_delete,
+                "arguments": table_to_json(&q.arguments),
+            }))
+        })
+        .collect();
+    let bindings = bindings
+        .iter()
+        .map(|b| {
+            let (kind, name) = match &b.destination {
+                Destination::Queue(q) => ("queue", q),
+                Destination::Exchange(x) => ("exchange", x),
+            };
+            tag(json!({
+                "source": b.source.as_str(),
+                "destination": name.as_str(),
+                "destination_type": kind,
+                "routing_key": b.routing_key.as_str(),
+                "arguments": table_to_json(&b.arguments),
+            }))
+        })
+        .collect();
+    (exchanges, queues, bindings)
+}
+
+/// `GET /api/definitions`.
+pub(crate) async fn export(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+) -> Json<Value> {
+    let (mut exchanges, mut queues, mut bindings) = (Vec::new(), Vec::new(), Vec::new());
+    let vhosts = api.vhosts();
+    for vhost in &vhosts {
+        let (x, q, b) = topology(vhost, true);
+        exchanges.extend(x);
+        queues.extend(q);
+        bindings.extend(b);
+    }
+    let users: Vec<Value> = api
+        .state
+        .config
+        .users
+        .iter()
+        .map(|u| json!({"name": u.name, "tags": u.tags, "limits": {}}))
+        .collect();
+    let vhosts: Vec<Value> = vhosts
+        .iter()
+        .map(|v| json!({"name": v.name.as_str(), "limits": [], "metadata": {"description": "", "tags": []}}))
+        .collect();
+    Json(json!({
+        "rabbit_version": RABBITMQ_API_VERSION,
+        "rabbitmq_version": RABBITMQ_API_VERSION,
+        "product_name": "dwellmq",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "users": users,
+        "vhosts": vhosts,
+        "permissions": permission_list(&api),
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [],
+        "policies": [],
+        "queues": queues,
+        "exchanges": exchanges,
+        "bindings": bindings,
+    }))
+}
+
+/// `GET /api/definitions/{vhost}`: that vhost's topology, without `vhost` members.
+pub(crate) async fn export_vhost(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+    PathOf(vhost): PathOf<String>,
+) -> ApiResult<Json<Value>> {
+    let vhost = api.vhost(&vhost)?;
+    let (exchanges, queues, bindings) = topology(&vhost, false);
+    Ok(Json(json!({
+        "rabbit_version": RABBITMQ_API_VERSION,
+        "rabbitmq_version": RABBITMQ_API_VERSION,
+        "product_name": "dwellmq",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "parameters": [],
+        "policies": [],
+        "queues": queues,
+        "exchanges": exchanges,
+        "bindings": bindings,
+    })))
+}
+
+/// The parts of a definitions document that import reads.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct Definitions {
+    users: Vec<Value>,
+    permissions: Vec<Value>,
+    vhosts: Vec<NamedVhost>,
+    exchanges: Vec<ExchangeDef>,
+    queues: Vec<QueueDef>,
+    bindings: Vec<BindingDef>,
+    policies: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+struct NamedVhost {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct ExchangeDef {
+    name: String,
+    vhost: Option<String>,
+    #[serde(flatten)]
+    body: ExchangeBody,
+}
+
+#[derive(Deserialize)]
+struct QueueDef {
+    name: String,
+    vhost: Option<String>,
+    #[serde(flatten)]
+    body: QueueBody,
+}
+
+#[derive(Deserialize)]
+struct BindingDef {
+    source: String,
+    vhost: Option<String>,
+    destination: String,
+    destination_type: String,
+    #[serde(default)]
+    routing_key: String,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// Applies `defs` to the broker. `scope` is the vhost of a per-vhost import (whose objects
+/// carry no `vhost`); otherwise each object names its vhost.
+pub(crate) fn import(state: &BrokerState, defs: Definitions, scope: Option<&str>) -> ApiResult<()> {
+    let vhost_of = |named: &Option<String>| -> ApiResult<Arc<VHost>> {
+        let name = scope.or(named.as_deref()).ok_or_else(|| {
+            ApiError::bad_request("every exchange, queue and binding must name its vhost")
+        })?;
+        state.vhost(name).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "vhost '{name}' does not exist; dwellmq's vhosts come from its configuration"
+            ))
+        })
+    };
+    // Everything is checked before anything is declared, so that a file naming an unknown
+    // vhost changes nothing.
+    for v in &defs.vhosts {
+        if state.vhost(&v.name).is_none() {
+            return Err(ApiError::bad_request(format!(
+                "vhost '{}' does not exist; dwellmq's vhosts come from its configuration",
+                v.name
+            )));
+        }
+    }
+    let exchanges = defs
+        .exchanges
+        .into_iter()
+        .map(|x| Ok((vhost_of(&x.vhost)?, x)))
+        .collect::<ApiResult<Vec<_>>>()?;
+    let queues = defs
+        .queues
+        .into_iter()
+        .map(|q| Ok((vhost_of(&q.vhost)?, q)))
+        .collect::<ApiResult<Vec<_>>>()?;
+    let bindings = defs
+        .bindings
+        .into_iter()
+        .map(|b| Ok((vhost_of(&b.vhost)?, b)))
+        .collect::<ApiResult<Vec<_>>>()?;
+    if !defs.users.is_empty() || !defs.permissions.is_empty() || !defs.policies.is_empty() {
+        tracing::warn!(
+            users = defs.users.len(),
+            permissions = defs.permissions.len(),
+            policies = defs.policies.len(),
+            "definitions import: users, permissions and policies are not applied \
+             (dwellmq's users come from its configuration; it has no policies yet)"
+        );
+    }
+    for (vhost, x) in exchanges {
+        if exported_exchange(&x.name) {
+            declare_exchange(&vhost, &x.name, x.body)?;
+        }
+    }
+    for (vhost, q) in queues {
+        declare_queue(&vhost, &q.name, q.body)?;
+    }
+    for (vhost, b) in bindings {
+        let destination = match b.destination_type.as_str() {
+            "queue" => Destination::Queue(short(&b.destination, "queue name")?),
+            "exchange" => Destination::Exchange(short(&b.destination, "exchange name")?),
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "destination_type must be queue or exchange, not '{other}'"
+                )))
+            }
+        };
+        vhost.bind(Binding {
+            source: short(&b.source, "exchange name")?,
+            destination,
+            routing_key: short(&b.routing_key, "routing key")?,
+            arguments: json_to_table(b.arguments.as_ref())?,
+        })?;
+    }
+    Ok(())
+}
+
+/// `POST /api/definitions`: 204 once applied.
+pub(crate) async fn import_all(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+    JsonBody(defs): JsonBody<Definitions>,
+) -> ApiResult<StatusCode> {
+    import(&api.state, defs, None)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /api/definitions/{vhost}`: 204 once applied.
+pub(crate) async fn import_vhost(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+    PathOf(vhost): PathOf<String>,
+    JsonBody(defs): JsonBody<Definitions>,
+) -> ApiResult<StatusCode> {
+    api.vhost(&vhost)?;
+    import(&api.state, defs, Some(&vhost))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Reads and applies a definitions file at start (`--definitions FILE`).
+pub(crate) fn import_file(state: &BrokerState, path: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let defs: Definitions = serde_json::from_slice(&text)
+        .map_err(|e| format!("{}: not a definitions file: {e}", path.display()))?;
+    import(state, defs, None).map_err(|e| format!("{}: {}", path.display(), e.reason()))
+}

@@ -1,0 +1,199 @@
+//! The operator's surface over HTTP: a subset of RabbitMQ's management API (paths, JSON field
+//! names, status codes and error bodies as RabbitMQ's), dwellmq's delayed-message endpoints,
+//! and Prometheus metrics at `/metrics`.
+//!
+//! It runs on the broker's tokio runtime and reads broker state through the same calls the
+//! AMQP side uses; one file per resource group.
+
+mod auth;
+mod bindings;
+mod connections;
+pub(crate) mod definitions;
+mod delayed;
+mod error;
+mod exchanges;
+mod extract;
+mod fields;
+mod listener;
+mod metrics;
+mod overview;
+mod page;
+mod publish_get;
+mod queues;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::broker::vhost::VHost;
+use crate::broker::BrokerState;
+use crate::server::shutdown_requested;
+use error::{ApiError, ApiResult};
+
+/// Largest request body accepted (of the order of RabbitMQ's management default); a publish
+/// over HTTP is also bounded by `max_message_size`.
+pub(crate) const MAX_BODY: usize = 20 << 20;
+
+/// The node name the API reports (RabbitMQ's `rabbit@host`).
+pub(crate) const NODE: &str = "dwellmq@localhost";
+
+/// What every handler reads: the broker and where it listens.
+pub(crate) struct Api {
+    pub(crate) state: Arc<BrokerState>,
+    /// The AMQP listeners, as bound.
+    pub(crate) amqp: Vec<SocketAddr>,
+    /// This listener, as bound.
+    pub(crate) http: SocketAddr,
+}
+
+impl Api {
+    /// The vhost, or 404.
+    pub(crate) fn vhost(&self, name: &str) -> ApiResult<Arc<VHost>> {
+        self.state.vhost(name).ok_or_else(ApiError::not_found)
+    }
+
+    /// Every vhost, sorted by name.
+    pub(crate) fn vhosts(&self) -> Vec<Arc<VHost>> {
+        let mut all: Vec<Arc<VHost>> = std::iter::once("/")
+            .chain(self.state.config.vhosts.iter().map(String::as_str))
+            .filter_map(|n| self.state.vhost(n))
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all.dedup_by(|a, b| a.name == b.name);
+        all
+    }
+}
+
+/// Serves the API on `listener` until the broker shuts down.
+pub(crate) async fn serve(
+    state: Arc<BrokerState>,
+    amqp: Vec<SocketAddr>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let http = match listener.local_addr() {
+        Ok(addr) => addr,
+        Err(error) => {
+            tracing::error!(%error, "HTTP listener has no address");
+            return;
+        }
+    };
+    let api = Arc::new(Api { state, amqp, http });
+    let app = router(api).into_make_service_with_connect_info::<listener::Peer>();
+    let listener = listener::CappedListener::new(
+        listener,
+        listener::MAX_HTTP_CONNECTIONS,
+        listener::IDLE_TIMEOUT,
+    );
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown_requested(&mut shutdown).await })
+        .await;
+    if let Err(error) = result {
+        tracing::error!(%error, "HTTP listener failed");
+    }
+}
+
+/// Every route. Paths with a vhost take it percent-encoded (`%2F` for `/`).
+fn router(api: Arc<Api>) -> Router {
+    Router::new()
+        .route("/", get(page::index))
+        .route("/api/overview", get(overview::overview))
+        .route("/api/whoami", get(overview::whoami))
+        .route("/api/vhosts", get(overview::vhosts))
+        .route("/api/vhosts/{vhost}", get(overview::vhost))
+        .route("/api/users", get(overview::users))
+        .route("/api/users/{name}", get(overview::user))
+        .route("/api/permissions", get(overview::permissions))
+        .route("/api/health/checks/alarms", get(overview::alarms))
+        .route("/api/aliveness-test/{vhost}", get(publish_get::aliveness))
+        .route("/api/connections", get(connections::list))
+        .route(
+            "/api/connections/{name}",
+            get(connections::show).delete(connections::close),
+        )
+        .route(
+            "/api/connections/{name}/channels",
+            get(connections::channels_of_connection),
+        )
+        .route("/api/channels", get(connections::channels))
+        .route("/api/consumers", get(connections::consumers))
+        .route("/api/exchanges", get(exchanges::list_all))
+        .route("/api/exchanges/{vhost}", get(exchanges::list_vhost))
+        .route(
+            "/api/exchanges/{vhost}/{name}",
+            get(exchanges::show)
+                .put(exchanges::declare)
+                .delete(exchanges::delete),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/publish",
+            post(publish_get::publish),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/source",
+            get(bindings::of_source),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/destination",
+            get(bindings::of_exchange_destination),
+        )
+        .route("/api/queues", get(queues::list_all))
+        .route("/api/queues/{vhost}", get(queues::list_vhost))
+        .route(
+            "/api/queues/{vhost}/{name}",
+            get(queues::show)
+                .put(queues::declare)
+                .delete(queues::delete),
+        )
+        .route("/api/queues/{vhost}/{name}/contents", delete(queues::purge))
+        .route("/api/queues/{vhost}/{name}/get", post(publish_get::get))
+        .route(
+            "/api/queues/{vhost}/{name}/bindings",
+            get(bindings::of_queue_destination),
+        )
+        .route("/api/bindings", get(bindings::list_all))
+        .route("/api/bindings/{vhost}", get(bindings::list_vhost))
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}",
+            get(bindings::between).post(bindings::create),
+        )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
+            get(bindings::show).delete(bindings::delete),
+        )
+        .route(
+            "/api/definitions",
+            get(definitions::export).post(definitions::import_all),
+        )
+        .route(
+            "/api/definitions/{vhost}",
+            get(definitions::export_vhost).post(definitions::import_vhost),
+        )
+        .route("/api/delayed", get(delayed::list_exchanges))
+        .route(
+            "/api/delayed/{vhost}/{exchange}",
+            get(delayed::list_messages),
+        )
+        .route(
+            "/api/delayed/{vhost}/{exchange}/histogram",
+            get(delayed::histogram),
+        )
+        .route(
+            "/api/delayed/{vhost}/{exchange}/contents",
+            delete(delayed::purge),
+        )
+        .route(
+            "/api/delayed/{vhost}/{exchange}/messages/{id}",
+            delete(delayed::cancel),
+        )
+        .route("/metrics", get(metrics::metrics))
+        .fallback(|| async { ApiError::not_found() })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(api)
+}

@@ -1,0 +1,205 @@
+//! The broker as a whole: overview, whoami, vhosts, users, permissions, health.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::auth::{self, Authed, ADMINISTRATOR, MANAGEMENT};
+use super::error::{ApiError, ApiResult};
+use super::extract::PathOf;
+use super::{Api, NODE};
+use crate::broker::vhost::VHost;
+use crate::config::UserConfig;
+
+/// The management API version dwellmq follows (what `rabbitmq_version` reports, so that tools
+/// which check it pick the matching dialect).
+pub(crate) const RABBITMQ_API_VERSION: &str = "3.13.7";
+
+/// (ready, unacked) over a vhost's queues.
+fn vhost_totals(vhost: &VHost) -> (usize, usize) {
+    vhost.queues().iter().fold((0, 0), |(r, u), q| {
+        (r + q.message_count(), u + q.unacked_count())
+    })
+}
+
+/// `GET /api/overview`.
+pub(crate) async fn overview(user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>) -> Json<Value> {
+    let (mut ready, mut unacked, mut queues, mut exchanges, mut consumers) = (0, 0, 0, 0, 0);
+    for vhost in api.vhosts().iter().filter(|v| user.sees(&v.name)) {
+        let (r, u) = vhost_totals(vhost);
+        ready += r;
+        unacked += u;
+        let vhost_queues = vhost.queues();
+        queues += vhost_queues.len();
+        consumers += vhost_queues
+            .iter()
+            .map(|q| q.consumer_count())
+            .sum::<usize>();
+        exchanges += vhost.exchanges().len();
+    }
+    let totals = api.state.stats.totals();
+    let listeners: Vec<Value> = api
+        .amqp
+        .iter()
+        .map(|a| json!({"node": NODE, "protocol": "amqp", "ip_address": a.ip().to_string(), "port": a.port()}))
+        .collect();
+    let exchange_types: Vec<Value> = ["direct", "fanout", "topic", "headers", "x-delayed-message"]
+        .iter()
+        .map(|t| json!({"name": t, "description": "", "enabled": true}))
+        .collect();
+    Json(json!({
+        "management_version": RABBITMQ_API_VERSION,
+        "rabbitmq_version": RABBITMQ_API_VERSION,
+        "product_name": "dwellmq",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "cluster_name": NODE,
+        "node": NODE,
+        "rates_mode": "none",
+        "exchange_types": exchange_types,
+        "object_totals": {
+            "connections": api.state.open_connections.load(Ordering::Relaxed),
+            "exchanges": exchanges,
+            "queues": queues,
+            "consumers": consumers,
+        },
+        "queue_totals": {
+            "messages": ready + unacked,
+            "messages_ready": ready,
+            "messages_unacknowledged": unacked,
+        },
+        // Totals only: dwellmq keeps no rate samples (`rates_mode` none).
+        "message_stats": {
+            "publish": totals.published,
+            "drop_unroutable": totals.unroutable_dropped,
+            "return_unroutable": totals.unroutable_returned,
+        },
+        "delayed_totals": {
+            "messages_delayed": api.state.delayed.len(),
+        },
+        "listeners": listeners,
+        "contexts": [{"node": NODE, "description": "RabbitMQ Management", "path": "/",
+                      "ip": api.http.ip().to_string(), "port": api.http.port().to_string()}],
+    }))
+}
+
+/// `GET /api/whoami`.
+pub(crate) async fn whoami(user: Authed<MANAGEMENT>) -> Json<Value> {
+    Json(json!({"name": user.user.name, "tags": auth::tags(&user.user)}))
+}
+
+fn vhost_json(vhost: &VHost) -> Value {
+    let (ready, unacked) = vhost_totals(vhost);
+    json!({
+        "name": vhost.name.as_str(),
+        "description": "",
+        "tags": [],
+        "default_queue_type": "classic",
+        "tracing": false,
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+    })
+}
+
+/// `GET /api/vhosts`: the vhosts the user may see.
+pub(crate) async fn vhosts(user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>) -> Json<Value> {
+    let list: Vec<Value> = api
+        .vhosts()
+        .iter()
+        .filter(|v| user.sees(&v.name))
+        .map(|v| vhost_json(v))
+        .collect();
+    Json(Value::Array(list))
+}
+
+/// `GET /api/vhosts/{vhost}`.
+pub(crate) async fn vhost(
+    user: Authed<MANAGEMENT>,
+    State(api): State<Arc<Api>>,
+    PathOf(name): PathOf<String>,
+) -> ApiResult<Json<Value>> {
+    let vhost = api.vhost(&name)?;
+    if !user.sees(&name) {
+        return Err(ApiError::not_found());
+    }
+    Ok(Json(vhost_json(&vhost)))
+}
+
+fn user_json(user: &UserConfig) -> Value {
+    // No password hash: dwellmq's users come from its configuration, and a hash of a
+    // configured password would only be something to crack.
+    json!({"name": user.name, "tags": auth::tags(user), "limits": {}})
+}
+
+/// `GET /api/users` (administrators).
+pub(crate) async fn users(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+) -> Json<Value> {
+    Json(api.state.config.users.iter().map(user_json).collect())
+}
+
+/// `GET /api/users/{name}` (administrators).
+pub(crate) async fn user(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+    PathOf(name): PathOf<String>,
+) -> ApiResult<Json<Value>> {
+    api.state
+        .user(&name)
+        .map(|u| Json(user_json(u)))
+        .ok_or_else(ApiError::not_found)
+}
+
+/// The permissions RabbitMQ would show for dwellmq's users: full access to each vhost a user
+/// may open (dwellmq has no finer permissions yet).
+pub(crate) fn permission_list(api: &Api) -> Vec<Value> {
+    let vhosts = api.vhosts();
+    api.state
+        .config
+        .users
+        .iter()
+        .flat_map(|u| {
+            vhosts
+                .iter()
+                .filter(|v| u.may_open(&v.name))
+                .map(|v| {
+                    json!({"user": u.name, "vhost": v.name.as_str(),
+                           "configure": ".*", "write": ".*", "read": ".*"})
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `GET /api/permissions` (administrators).
+pub(crate) async fn permissions(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+) -> Json<Value> {
+    Json(Value::Array(permission_list(&api)))
+}
+
+/// `GET /api/health/checks/alarms`: 200 while no alarm is in effect, else 503 with the alarms,
+/// as RabbitMQ answers.
+pub(crate) async fn alarms(_user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>) -> Response {
+    let memory_alarm = *api.state.memory.subscribe().borrow();
+    if memory_alarm {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "failed",
+                "reason": "resource alarm(s) in effect in the cluster",
+                "alarms": [{"node": NODE, "resource": "memory"}],
+            })),
+        )
+            .into_response()
+    } else {
+        Json(json!({"status": "ok"})).into_response()
+    }
+}

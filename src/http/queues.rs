@@ -1,0 +1,177 @@
+//! `/api/queues`: list, show, declare, delete, purge.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use dwellmq_core::arguments::QueueType;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::{Authed, MANAGEMENT};
+use super::error::{ApiError, ApiResult};
+use super::exchanges::yes;
+use super::extract::{lenient_bool, JsonBody, PathOf, QueryOf};
+use super::fields::{json_to_table, short, table_to_json};
+use super::{Api, NODE};
+use crate::broker::queue::Queue;
+use crate::broker::vhost::{QueueSpec, VHost};
+use crate::server::channel::notify_cancelled;
+
+pub(crate) fn queue_json(q: &Arc<Queue>) -> Value {
+    let ready = q.message_count();
+    let unacked = q.unacked_count();
+    json!({
+        "name": q.name.as_str(),
+        "vhost": q.vhost.as_str(),
+        "durable": q.durable,
+        "auto_delete": q.auto_delete,
+        "exclusive": q.exclusive_owner.is_some(),
+        "arguments": table_to_json(&q.arguments),
+        "type": QueueType::of_arguments(&q.arguments).name(),
+        "node": NODE,
+        "state": "running",
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+        "consumers": q.consumer_count(),
+    })
+}
+
+fn vhost_queues(vhost: &VHost) -> Vec<Value> {
+    let mut queues = vhost.queues();
+    queues.sort_by(|a, b| a.name.cmp(&b.name));
+    queues.iter().map(queue_json).collect()
+}
+
+/// `GET /api/queues`.
+pub(crate) async fn list_all(user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>) -> Json<Value> {
+    let list: Vec<Value> = api
+        .vhosts()
+        .iter()
+        .filter(|v| user.sees(&v.name))
+        .flat_map(|v| vhost_queues(v))
+        .collect();
+    Json(Value::Array(list))
+}
+
+/// `GET /api/queues/{vhost}`.
+pub(crate) async fn list_vhost(
+    user: Authed<MANAGEMENT>,
+    State(api): State<Arc<Api>>,
+    PathOf(vhost): PathOf<String>,
+) -> ApiResult<Json<Value>> {
+    let vhost = api.vhost(&vhost)?;
+    user.check_vhost(&vhost.name)?;
+    Ok(Json(Value::Array(vhost_queues(&vhost))))
+}
+
+/// The vhost and queue a path names, after checking access.
+pub(crate) fn find_queue<const N: u8>(
+    api: &Api,
+    user: &Authed<N>,
+    vhost: &str,
+    name: &str,
+) -> ApiResult<Arc<Queue>> {
+    let vhost = api.vhost(vhost)?;
+    user.check_vhost(&vhost.name)?;
+    vhost.queue(name).map_err(|_| ApiError::not_found())
+}
+
+/// `GET /api/queues/{vhost}/{name}`.
+pub(crate) async fn show(
+    user: Authed<MANAGEMENT>,
+    State(api): State<Arc<Api>>,
+    PathOf((vhost, name)): PathOf<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let queue = find_queue(&api, &user, &vhost, &name)?;
+    Ok(Json(queue_json(&queue)))
+}
+
+/// The body of `PUT /api/queues/{vhost}/{name}`.
+#[derive(Deserialize)]
+pub(crate) struct QueueBody {
+    #[serde(default = "yes", deserialize_with = "lenient_bool")]
+    durable: bool,
+    #[serde(default, deserialize_with = "lenient_bool")]
+    auto_delete: bool,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// Declares a queue; true if it was created.
+pub(crate) fn declare_queue(vhost: &VHost, name: &str, body: QueueBody) -> ApiResult<bool> {
+    if name.is_empty() {
+        return Err(ApiError::bad_request(
+            "a queue declared over HTTP needs a name",
+        ));
+    }
+    let existed = vhost.queue(name).is_ok();
+    vhost.declare_queue(
+        QueueSpec {
+            name: short(name, "queue name")?,
+            passive: false,
+            durable: body.durable,
+            // Exclusive to what? An HTTP request has no connection to own the queue.
+            exclusive: false,
+            auto_delete: body.auto_delete,
+            arguments: json_to_table(body.arguments.as_ref())?,
+        },
+        // No AMQP connection has id 0: a declare over HTTP owns nothing.
+        0,
+    )?;
+    Ok(!existed)
+}
+
+/// `PUT /api/queues/{vhost}/{name}`: 201 when created, 204 when an equivalent one exists.
+pub(crate) async fn declare(
+    user: Authed<MANAGEMENT>,
+    State(api): State<Arc<Api>>,
+    PathOf((vhost, name)): PathOf<(String, String)>,
+    JsonBody(body): JsonBody<QueueBody>,
+) -> ApiResult<StatusCode> {
+    let vhost = api.vhost(&vhost)?;
+    user.check_vhost(&vhost.name)?;
+    Ok(if declare_queue(&vhost, &name, body)? {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    })
+}
+
+#[derive(Deserialize)]
+pub(crate) struct DeleteQuery {
+    #[serde(rename = "if-unused", default, deserialize_with = "lenient_bool")]
+    if_unused: bool,
+    #[serde(rename = "if-empty", default, deserialize_with = "lenient_bool")]
+    if_empty: bool,
+}
+
+/// `DELETE /api/queues/{vhost}/{name}[?if-unused=true][&if-empty=true]`.
+pub(crate) async fn delete(
+    user: Authed<MANAGEMENT>,
+    State(api): State<Arc<Api>>,
+    PathOf((vhost, name)): PathOf<(String, String)>,
+    QueryOf(query): QueryOf<DeleteQuery>,
+) -> ApiResult<StatusCode> {
+    find_queue(&api, &user, &vhost, &name)?;
+    let vhost = api.vhost(&vhost)?;
+    let deleted = vhost.delete_queue(&name, query.if_unused, query.if_empty, None)?;
+    notify_cancelled(&deleted.consumers);
+    for gone in &deleted.removed_exchanges {
+        api.state.delayed.purge_exchange(&vhost.name, gone);
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /api/queues/{vhost}/{name}/contents`: purges the ready messages.
+pub(crate) async fn purge(
+    user: Authed<MANAGEMENT>,
+    State(api): State<Arc<Api>>,
+    PathOf((vhost, name)): PathOf<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let queue = find_queue(&api, &user, &vhost, &name)?;
+    queue.purge();
+    Ok(StatusCode::NO_CONTENT)
+}
