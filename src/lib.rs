@@ -23,4 +23,7 @@ pub use config::{
 };
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;
-pub use handle::{Broker, BrokerHandle, DeathReason, QueueInfo, RetryingMessageInfo, StartError};
+pub use handle::{
+    Broker, BrokerHandle, DeathReason, QueueInfo, RetryingMessageInfo, SettleTimeout, StartError,
+    UnwrittenOutput, SETTLE_TIMEOUT,
+};

@@ -51,7 +51,8 @@ pub(crate) struct BrokerState {
 
 /// Whether a connection has written everything queued for it (`BrokerHandle::settle`).
 pub(crate) trait IdleProbe: Send + Sync {
-    fn is_idle(&self) -> bool;
+    /// What is still waiting to be written, or `None` when nothing is.
+    fn unwritten(&self) -> Option<crate::handle::UnwrittenOutput>;
 }
 
 impl BrokerState {
