@@ -121,6 +121,11 @@ pub struct BrokerConfig {
     pub expiry_mode: ExpiryMode,
     /// Policies applied at start (more can be set at runtime through `BrokerHandle`).
     pub policies: Vec<PolicyConfig>,
+    /// For reproducible test runs only: server-generated names (`amq.gen-` queues,
+    /// `amq.ctag-` consumer tags, direct reply-to addresses) come from a generator seeded with
+    /// this value, so the same run gives the same names. They are then guessable. `None` (the
+    /// default) draws them from the operating system's CSPRNG.
+    pub name_seed: Option<u64>,
 }
 
 impl Default for BrokerConfig {
@@ -138,6 +143,7 @@ impl Default for BrokerConfig {
             timer_realtime_priority: None,
             expiry_mode: ExpiryMode::OnTime,
             policies: Vec::new(),
+            name_seed: None,
         }
     }
 }
@@ -155,6 +161,13 @@ impl BrokerConfig {
     /// The same, expiring messages only from the head of their queues, as RabbitMQ does.
     pub fn with_head_only_expiry(mut self) -> Self {
         self.expiry_mode = ExpiryMode::HeadOnly;
+        self
+    }
+
+    /// The same, with server-generated names drawn from a generator seeded with `seed`
+    /// (reproducible, and guessable: for tests only).
+    pub fn with_name_seed(mut self, seed: u64) -> Self {
+        self.name_seed = Some(seed);
         self
     }
 

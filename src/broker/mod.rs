@@ -65,7 +65,12 @@ impl BrokerState {
             }
         };
         let memory = MemoryMonitor::new(config.limits.memory_high_watermark);
-        let runtime = Runtime::new(clock.clone(), Arc::clone(&memory), config.expiry_mode);
+        let runtime = Runtime::new(
+            clock.clone(),
+            Arc::clone(&memory),
+            config.expiry_mode,
+            config.name_seed,
+        );
         let mut vhosts: HashMap<String, Arc<VHost>> = HashMap::new();
         for name in std::iter::once("/").chain(config.vhosts.iter().map(String::as_str)) {
             vhosts
@@ -75,8 +80,8 @@ impl BrokerState {
         Arc::new(BrokerState {
             delayed: Arc::clone(&runtime.delayed),
             timer: Arc::clone(&runtime.timer),
+            reply_consumers: reply_to::ReplyConsumers::new(Arc::clone(&runtime.names)),
             runtime,
-            reply_consumers: reply_to::ReplyConsumers::default(),
             memory,
             config,
             vhosts,
