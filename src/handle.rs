@@ -26,6 +26,9 @@ pub enum StartError {
     /// The timer thread could not be started.
     #[error("cannot start the timer thread: {0}")]
     Timer(std::io::Error),
+    /// The memory watermark is not a fraction of 0 or more.
+    #[error("{0}")]
+    MemoryWatermark(String),
     /// A configured policy was refused.
     #[error("policy '{name}' in vhost '{vhost}': {source}")]
     Policy {
@@ -59,6 +62,11 @@ impl Broker {
         if config.listen.is_empty() {
             return Err(StartError::NoListenAddress);
         }
+        config
+            .limits
+            .memory_high_watermark
+            .validate()
+            .map_err(StartError::MemoryWatermark)?;
         let mut listeners = Vec::new();
         let mut first_error = None;
         for &addr in &config.listen {
@@ -288,9 +296,18 @@ impl BrokerHandle {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Bytes of message bodies held (what the memory watermark compares).
+    /// Octets counted as held for messages (what the memory watermark compares): bodies plus
+    /// [`MESSAGE_MEMORY_OVERHEAD`](crate::MESSAGE_MEMORY_OVERHEAD) per message queued or
+    /// unacknowledged, [`HELD_MESSAGE_MEMORY_OVERHEAD`](crate::HELD_MESSAGE_MEMORY_OVERHEAD) per
+    /// small message a delayed exchange holds packed.
     pub fn memory_used(&self) -> i64 {
         self.state.memory.used()
+    }
+
+    /// The memory watermark in octets, as resolved at start from
+    /// [`Limits::memory_high_watermark`](crate::Limits::memory_high_watermark).
+    pub fn memory_high_watermark(&self) -> u64 {
+        self.state.memory.high_watermark()
     }
 
     /// The broker's current time, milliseconds since the Unix epoch.

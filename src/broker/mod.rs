@@ -3,6 +3,7 @@
 //! Everything here is reached from connection tasks through `Arc`s and short locks; there is no
 //! broker-wide task or channel hop on the publish → deliver path.
 
+pub(crate) mod available_memory;
 pub(crate) mod consumer;
 pub(crate) mod dead_letter;
 pub(crate) mod delayed;
@@ -64,7 +65,7 @@ impl BrokerState {
                 (manual.clone(), Some(manual))
             }
         };
-        let memory = MemoryMonitor::new(config.limits.memory_high_watermark);
+        let memory = MemoryMonitor::new(high_watermark(&config));
         let runtime = Runtime::new(
             clock.clone(),
             Arc::clone(&memory),
@@ -104,6 +105,27 @@ impl BrokerState {
     pub(crate) fn next_connection_id(&self) -> u64 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
     }
+}
+
+/// The configured watermark in octets, for the memory this process may use.
+fn high_watermark(config: &BrokerConfig) -> u64 {
+    let watermark = config.limits.memory_high_watermark;
+    let available = available_memory::detect();
+    if available.source == available_memory::MemorySource::Unknown {
+        tracing::warn!(
+            assumed = available.bytes,
+            "cannot tell the memory available to this process; assuming 1 GiB"
+        );
+    }
+    let octets = available.watermark(watermark);
+    tracing::info!(
+        "memory high watermark set to {} MiB ({octets} octets, {watermark}) of {} MiB ({} octets, from {}) available",
+        octets >> 20,
+        available.bytes >> 20,
+        available.bytes,
+        available.source,
+    );
+    octets
 }
 
 impl BrokerState {
