@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use dwellmq::{
-    ApplyTo, BrokerConfig, ExpiryMode, Limits, Policy, PolicyConfig, PolicyDefinition, PolicyValue,
-    UserConfig,
+    ApplyTo, BrokerConfig, ExpiryMode, Limits, MemoryWatermark, Policy, PolicyConfig,
+    PolicyDefinition, PolicyValue, UserConfig,
 };
 
 /// The `--help` text, with the built-in defaults of [`Limits`].
@@ -38,7 +38,7 @@ pub(crate) fn usage() -> String {
         (
             "memory_high_watermark",
             l.memory_high_watermark.to_string(),
-            "octets held before publishers are blocked",
+            "",
         ),
         (
             "handshake_timeout_ms",
@@ -89,6 +89,11 @@ CONFIG FILE (TOML; the environment and flags override it):
               (default 0), definition = {{ message-ttl = 60000, ... }} (RabbitMQ's keys)
   [limits]
 {limits}
+              memory_high_watermark: memory held for messages (bodies plus an estimated
+              overhead per message queued or held) above which publishers are blocked.
+              .relative = F: a fraction of the memory available (the cgroup's limit if
+              set, else the RAM); .absolute = octets or a size in RabbitMQ's units
+              (\"2GiB\", \"512MB\").
 
 The first line on stdout is the AMQP URL the broker listens on. Logs go to stderr, in colour
 only on a terminal (and not with NO_COLOR set). SIGTERM or Ctrl-C shuts down gracefully:
@@ -296,6 +301,10 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             "limits" => {
                 let limits = value.as_table().ok_or("limits must be a table")?;
                 for (name, v) in limits {
+                    if name == "memory_high_watermark" {
+                        config.limits.memory_high_watermark = memory_watermark(v)?;
+                        continue;
+                    }
                     let n = v
                         .as_integer()
                         .and_then(|n| u64::try_from(n).ok())
@@ -314,7 +323,6 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                         "heartbeat" => l.heartbeat_secs = narrow(u16::MAX.into())? as u16,
                         "max_connections" => l.max_connections = n as usize,
                         "max_message_size" => l.max_message_size = n,
-                        "memory_high_watermark" => l.memory_high_watermark = n,
                         "handshake_timeout_ms" => {
                             l.handshake_timeout = std::time::Duration::from_millis(n)
                         }
@@ -331,6 +339,40 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
         }
     }
     Ok(())
+}
+
+/// `[limits] memory_high_watermark`, in RabbitMQ's terms: `.relative = 0.4` or
+/// `.absolute = "2GiB"` (a table, written with dotted keys or inline), or directly a fraction
+/// (`0.4`), a number of octets or a size with a unit (`"512MiB"`).
+fn memory_watermark(value: &toml::Value) -> Result<MemoryWatermark, String> {
+    const EXPECTED: &str = "limits.memory_high_watermark must be a fraction (0.4), octets, a size \
+         (\"2GiB\"), or a table with one of relative = 0.4 or absolute = \"2GiB\"";
+    let watermark = match value {
+        toml::Value::Float(f) => MemoryWatermark::Relative(*f),
+        toml::Value::Integer(n) => {
+            MemoryWatermark::Absolute(u64::try_from(*n).map_err(|_| EXPECTED.to_string())?)
+        }
+        toml::Value::String(s) => MemoryWatermark::Absolute(
+            MemoryWatermark::parse_absolute(s)
+                .map_err(|e| format!("limits.memory_high_watermark: {e}"))?,
+        ),
+        toml::Value::Table(t) => match (t.len(), t.get("relative"), t.get("absolute")) {
+            (1, Some(relative), None) => match relative {
+                toml::Value::Float(f) => MemoryWatermark::Relative(*f),
+                toml::Value::Integer(n) => MemoryWatermark::Relative(*n as f64),
+                _ => return Err(EXPECTED.into()),
+            },
+            (1, None, Some(absolute @ (toml::Value::Integer(_) | toml::Value::String(_)))) => {
+                memory_watermark(absolute)?
+            }
+            _ => return Err(EXPECTED.into()),
+        },
+        _ => return Err(EXPECTED.into()),
+    };
+    watermark
+        .validate()
+        .map_err(|e| format!("limits.memory_high_watermark: {e}"))?;
+    Ok(watermark)
 }
 
 fn string(value: &toml::Value, name: &str) -> Result<String, String> {
@@ -576,6 +618,70 @@ mod tests {
         assert_eq!(config.users[0].tags, vec!["monitoring".to_string()]);
         let s = run(&["--definitions", "defs.json"], &[]).unwrap();
         assert_eq!(s.config.definitions, Some(PathBuf::from("defs.json")));
+    }
+
+    #[test]
+    fn memory_watermark_in_rabbitmqs_terms() {
+        let watermark = |text: &str| {
+            let mut config = BrokerConfig::default();
+            let mut level = String::new();
+            apply_file(&mut config, &mut level, &format!("[limits]\n{text}"))
+                .map(|()| config.limits.memory_high_watermark)
+        };
+        assert_eq!(
+            BrokerConfig::default().limits.memory_high_watermark,
+            MemoryWatermark::Relative(0.4)
+        );
+        let relative = MemoryWatermark::Relative(0.6);
+        assert_eq!(
+            watermark("memory_high_watermark.relative = 0.6"),
+            Ok(relative)
+        );
+        assert_eq!(
+            watermark("memory_high_watermark = { relative = 0.6 }"),
+            Ok(relative)
+        );
+        assert_eq!(watermark("memory_high_watermark = 0.6"), Ok(relative));
+        assert_eq!(
+            watermark("memory_high_watermark.relative = 1"),
+            Ok(MemoryWatermark::Relative(1.0))
+        );
+        let two_gib = MemoryWatermark::Absolute(2 << 30);
+        assert_eq!(
+            watermark("memory_high_watermark.absolute = \"2GiB\""),
+            Ok(two_gib)
+        );
+        assert_eq!(
+            watermark("memory_high_watermark.absolute = \"2G\""),
+            Ok(two_gib)
+        );
+        assert_eq!(
+            watermark("memory_high_watermark.absolute = 2147483648"),
+            Ok(two_gib)
+        );
+        assert_eq!(watermark("memory_high_watermark = 2147483648"), Ok(two_gib));
+        assert_eq!(
+            watermark("memory_high_watermark = \"512MB\""),
+            Ok(MemoryWatermark::Absolute(512_000_000))
+        );
+        for bad in [
+            "memory_high_watermark.relative = -0.1",
+            "memory_high_watermark.relative = nan",
+            "memory_high_watermark.absolute = \"2 parsecs\"",
+            "memory_high_watermark.absolute = -5",
+            "memory_high_watermark = { relative = 0.4, absolute = 100 }",
+            "memory_high_watermark.fraction = 0.4",
+            "memory_high_watermark = true",
+        ] {
+            let err = watermark(bad).expect_err(bad);
+            assert!(err.contains("memory_high_watermark"), "{bad}: {err}");
+        }
+        let help = usage();
+        assert!(
+            help.contains("memory_high_watermark = { relative = 0.4 }"),
+            "{help}"
+        );
+        assert!(help.contains(".absolute"), "{help}");
     }
 
     #[test]

@@ -51,8 +51,91 @@ impl UserConfig {
     }
 }
 
+/// When publishers are blocked: RabbitMQ's `vm_memory_high_watermark`.
+///
+/// What is compared with it is what the broker holds for messages: their bodies plus
+/// [`MESSAGE_MEMORY_OVERHEAD`](crate::MESSAGE_MEMORY_OVERHEAD) per message, queued or held by a
+/// delayed exchange.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MemoryWatermark {
+    /// A fraction of the memory available to the process: its cgroup's memory limit if it has
+    /// one below the machine's RAM, else the RAM (`vm_memory_high_watermark.relative`). Values
+    /// above 1 count as 1; 0 blocks every publishing connection. RabbitMQ assumes 1 GiB of
+    /// memory where it cannot tell, and so does dwellmq.
+    Relative(f64),
+    /// Octets (`vm_memory_high_watermark.absolute`), capped at the memory available when that
+    /// is known, as RabbitMQ caps it.
+    Absolute(u64),
+}
+
+impl MemoryWatermark {
+    /// The default: 0.4 of the available memory (RabbitMQ 3.x's default; RabbitMQ 4 raised its
+    /// own to 0.6).
+    pub const DEFAULT: MemoryWatermark = MemoryWatermark::Relative(0.4);
+
+    /// The watermark in octets for a process that may use `available` octets.
+    pub fn resolve(self, available: u64) -> u64 {
+        match self {
+            // The product is at most `available`, so the cast back cannot overflow.
+            MemoryWatermark::Relative(fraction) => (available as f64 * fraction.min(1.0)) as u64,
+            MemoryWatermark::Absolute(octets) => octets.min(available),
+        }
+    }
+
+    /// Parses an absolute size as RabbitMQ's `vm_memory_high_watermark.absolute` takes it:
+    /// octets (`1073741824`), or a number and a unit: `k`/`KiB`, `M`/`MiB`, `G`/`GiB`,
+    /// `T`/`TiB` (powers of 1024) or `kB`, `MB`, `GB`, `TB` (powers of 1000), in any case.
+    pub fn parse_absolute(text: &str) -> Result<u64, String> {
+        let text = text.trim();
+        let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+        let (number, unit) = text.split_at(digits);
+        let invalid =
+            || format!("invalid memory size '{text}' (expected octets, or e.g. 512MiB, 2GB, 1G)");
+        let number: u64 = number.parse().map_err(|_| invalid())?;
+        let unit = unit.to_ascii_lowercase();
+        let multiplier: u64 = match unit.as_str() {
+            "" => 1,
+            "k" | "kib" => 1 << 10,
+            "m" | "mib" => 1 << 20,
+            "g" | "gib" => 1 << 30,
+            "t" | "tib" => 1 << 40,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            "tb" => 1_000_000_000_000,
+            _ => return Err(invalid()),
+        };
+        number.checked_mul(multiplier).ok_or_else(invalid)
+    }
+
+    /// Refuses a fraction that is not a number of 0 or more (`Broker::start` does too).
+    pub fn validate(self) -> Result<(), String> {
+        match self {
+            MemoryWatermark::Relative(f) if !(f >= 0.0 && f.is_finite()) => Err(format!(
+                "a relative memory watermark must be a fraction of 0 or more, not {f}"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Default for MemoryWatermark {
+    fn default() -> Self {
+        MemoryWatermark::DEFAULT
+    }
+}
+
+impl std::fmt::Display for MemoryWatermark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemoryWatermark::Relative(fraction) => write!(f, "{{ relative = {fraction} }}"),
+            MemoryWatermark::Absolute(octets) => write!(f, "{{ absolute = {octets} }}"),
+        }
+    }
+}
+
 /// Limits that keep the broker alive under hostile or careless peers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Largest frame (octets, framing included) offered in `connection.tune`.
     pub frame_max: u32,
@@ -67,9 +150,9 @@ pub struct Limits {
     /// A client must complete the handshake (up to `connection.open`) within this time
     /// (RabbitMQ's `handshake_timeout`).
     pub handshake_timeout: std::time::Duration,
-    /// Above this many bytes of messages held, publishing connections are blocked
-    /// (`connection.blocked`) until usage falls below it again.
-    pub memory_high_watermark: u64,
+    /// Above this much memory held for messages, publishing connections are blocked
+    /// (`connection.blocked` with reason `low on memory`) until usage falls to it again.
+    pub memory_high_watermark: MemoryWatermark,
 }
 
 impl Default for Limits {
@@ -81,7 +164,7 @@ impl Default for Limits {
             max_connections: 16_384,
             max_message_size: 128 << 20,
             handshake_timeout: std::time::Duration::from_secs(10),
-            memory_high_watermark: 2 << 30,
+            memory_high_watermark: MemoryWatermark::DEFAULT,
         }
     }
 }
@@ -101,7 +184,7 @@ pub enum ClockConfig {
 }
 
 /// Everything `Broker::start` needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BrokerConfig {
     /// Addresses to listen on; port 0 picks a free port.
     pub listen: Vec<SocketAddr>,
@@ -132,6 +215,11 @@ pub struct BrokerConfig {
     /// A RabbitMQ definitions file (JSON) whose exchanges, queues and bindings are declared at
     /// start, before any client connects.
     pub definitions: Option<PathBuf>,
+    /// For reproducible test runs only: server-generated names (`amq.gen-` queues,
+    /// `amq.ctag-` consumer tags, direct reply-to addresses) come from a generator seeded with
+    /// this value, so the same run gives the same names. They are then guessable. `None` (the
+    /// default) draws them from the operating system's CSPRNG.
+    pub name_seed: Option<u64>,
 }
 
 impl Default for BrokerConfig {
@@ -151,6 +239,7 @@ impl Default for BrokerConfig {
             policies: Vec::new(),
             http: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 15672))),
             definitions: None,
+            name_seed: None,
         }
     }
 }
@@ -174,9 +263,68 @@ impl BrokerConfig {
         self
     }
 
+    /// The same, with server-generated names drawn from a generator seeded with `seed`
+    /// (reproducible, and guessable: for tests only).
+    pub fn with_name_seed(mut self, seed: u64) -> Self {
+        self.name_seed = Some(seed);
+        self
+    }
+
     /// The same, with a manual clock starting at `start_ms`.
     pub fn with_manual_clock(mut self, start_ms: u64) -> Self {
         self.clock = ClockConfig::Manual { start_ms };
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MemoryWatermark;
+
+    #[test]
+    fn sizes_parse_with_rabbitmqs_units() {
+        let parse = MemoryWatermark::parse_absolute;
+        assert_eq!(parse("1073741824"), Ok(1 << 30));
+        for (text, octets) in [
+            ("1024k", 1 << 20),
+            ("1024KiB", 1 << 20),
+            ("512M", 512 << 20),
+            ("512MiB", 512 << 20),
+            ("2G", 2 << 30),
+            ("2gib", 2 << 30),
+            ("1T", 1 << 40),
+            ("1000kB", 1_000_000),
+            ("512MB", 512_000_000),
+            ("2GB", 2_000_000_000),
+        ] {
+            assert_eq!(parse(text), Ok(octets), "{text}");
+        }
+        for bad in [
+            "",
+            "GB",
+            "2 GB",
+            "2.5GB",
+            "-1",
+            "2PB",
+            "99999999999999999999",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert!(parse("20000000T").is_err(), "overflow is refused");
+    }
+
+    #[test]
+    fn watermarks_resolve_against_the_available_memory() {
+        let gib = 1u64 << 30;
+        assert_eq!(MemoryWatermark::DEFAULT.resolve(10 * gib), 4 * gib);
+        assert_eq!(MemoryWatermark::Relative(0.0).resolve(10 * gib), 0);
+        // Above 1 counts as 1; an absolute size is capped at what is available, as RabbitMQ does.
+        assert_eq!(MemoryWatermark::Relative(1.5).resolve(gib), gib);
+        assert_eq!(MemoryWatermark::Absolute(3 * gib).resolve(gib), gib);
+        assert_eq!(MemoryWatermark::Absolute(1024).resolve(gib), 1024);
+        assert!(MemoryWatermark::Relative(f64::NAN).validate().is_err());
+        assert!(MemoryWatermark::Relative(-1.0).validate().is_err());
+        assert!(MemoryWatermark::Relative(f64::INFINITY).validate().is_err());
+        assert!(MemoryWatermark::Relative(0.0).validate().is_ok());
     }
 }

@@ -30,6 +30,9 @@ pub enum StartError {
     /// The timer thread could not be started.
     #[error("cannot start the timer thread: {0}")]
     Timer(std::io::Error),
+    /// The memory watermark is not a fraction of 0 or more.
+    #[error("{0}")]
+    MemoryWatermark(String),
     /// A configured policy was refused.
     #[error("policy '{name}' in vhost '{vhost}': {source}")]
     Policy {
@@ -66,6 +69,11 @@ impl Broker {
         if config.listen.is_empty() {
             return Err(StartError::NoListenAddress);
         }
+        config
+            .limits
+            .memory_high_watermark
+            .validate()
+            .map_err(StartError::MemoryWatermark)?;
         let mut listeners = Vec::new();
         let mut first_error = None;
         for &addr in &config.listen {
@@ -168,6 +176,34 @@ pub struct BrokerHandle {
     timer_thread: Option<std::thread::JoinHandle<()>>,
     /// Hands in-memory connections to the task that serves them.
     in_memory: mpsc::UnboundedSender<DuplexStream>,
+}
+
+/// How long [`BrokerHandle::settle`] waits.
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// [`BrokerHandle::settle`] gave up: some connections still had output waiting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "output still unwritten after {waited:?} on {} connection(s): {} octets queued{}",
+    unwritten.len(),
+    unwritten.iter().map(|u| u.queued_bytes).sum::<usize>(),
+    if unwritten.iter().any(|u| u.writing) { ", a write in progress" } else { "" }
+)]
+pub struct SettleTimeout {
+    /// How long `settle` waited.
+    pub waited: Duration,
+    /// One entry per connection whose output was not all written.
+    pub unwritten: Vec<UnwrittenOutput>,
+}
+
+/// One connection's output that was not yet written to its socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnwrittenOutput {
+    /// Octets queued and not yet handed to the socket.
+    pub queued_bytes: usize,
+    /// Whether the connection's writer was in the middle of a write (whose octets are not
+    /// counted in `queued_bytes`): the socket did not take them yet.
+    pub writing: bool,
 }
 
 /// A snapshot of one queue, for tests and operators.
@@ -314,9 +350,18 @@ impl BrokerHandle {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Bytes of message bodies held (what the memory watermark compares).
+    /// Octets counted as held for messages (what the memory watermark compares): bodies plus
+    /// [`MESSAGE_MEMORY_OVERHEAD`](crate::MESSAGE_MEMORY_OVERHEAD) per message queued or
+    /// unacknowledged, [`HELD_MESSAGE_MEMORY_OVERHEAD`](crate::HELD_MESSAGE_MEMORY_OVERHEAD) per
+    /// small message a delayed exchange holds packed.
     pub fn memory_used(&self) -> i64 {
         self.state.memory.used()
+    }
+
+    /// The memory watermark in octets, as resolved at start from
+    /// [`Limits::memory_high_watermark`](crate::Limits::memory_high_watermark).
+    pub fn memory_high_watermark(&self) -> u64 {
+        self.state.memory.high_watermark()
     }
 
     /// The broker's current time, milliseconds since the Unix epoch.
@@ -374,18 +419,33 @@ impl BrokerHandle {
             .expect("advance/set_now need BrokerConfig::with_manual_clock")
     }
 
-    /// Waits until every delivery queued so far has been written to its consumer's socket.
-    pub async fn settle(&self) {
-        for _ in 0..10_000 {
-            let idle = self
+    /// Waits until every delivery and reply queued so far has been written to its socket, for
+    /// up to [`SETTLE_TIMEOUT`]; past that, says which connections still had output waiting
+    /// (a client that stopped reading, say) instead of letting a test go on as if all had
+    /// been sent.
+    pub async fn settle(&self) -> Result<(), SettleTimeout> {
+        self.settle_within(SETTLE_TIMEOUT).await
+    }
+
+    /// [`BrokerHandle::settle`] with another time limit.
+    pub async fn settle_within(&self, timeout: Duration) -> Result<(), SettleTimeout> {
+        // Tokio's clock, so that a test with paused time waits in its own time.
+        let started = tokio::time::Instant::now();
+        loop {
+            let unwritten: Vec<UnwrittenOutput> = self
                 .state
                 .outbounds
                 .lock()
                 .iter()
                 .filter_map(|o| o.upgrade())
-                .all(|o| o.is_idle());
-            if idle {
-                return;
+                .filter_map(|o| o.unwritten())
+                .collect();
+            if unwritten.is_empty() {
+                return Ok(());
+            }
+            let waited = started.elapsed();
+            if waited >= timeout {
+                return Err(SettleTimeout { waited, unwritten });
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }

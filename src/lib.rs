@@ -18,13 +18,14 @@ mod http;
 mod server;
 
 pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
+pub use broker::memory::{HELD_MESSAGE_MEMORY_OVERHEAD, MESSAGE_MEMORY_OVERHEAD};
 pub use config::{
-    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, Policy, PolicyConfig, PolicyDefinition,
-    PolicyError, PolicyValue, UserConfig,
+    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, Policy, PolicyConfig,
+    PolicyDefinition, PolicyError, PolicyValue, UserConfig,
 };
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;
 pub use handle::{
-    Broker, BrokerHandle, Condition, DeathReason, QueueInfo, RetryingMessageInfo, StartError,
-    WaitTimeout,
+    Broker, BrokerHandle, Condition, DeathReason, QueueInfo, RetryingMessageInfo, SettleTimeout,
+    StartError, UnwrittenOutput, WaitTimeout, SETTLE_TIMEOUT,
 };

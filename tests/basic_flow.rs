@@ -221,7 +221,7 @@ async fn prefetch_limits_unacked_deliveries_per_consumer() {
     let a = next_delivery(&mut consumer).await;
     let b = next_delivery(&mut consumer).await;
     // Two are out and unacked: the other three must still be ready in the queue.
-    t.broker.settle().await;
+    t.broker.settle().await.expect("deliveries written");
     assert_eq!(t.broker.queue_info("/", "pf").unwrap().messages, 3);
     b.ack(BasicAckOptions { multiple: true }).await.unwrap();
     let c = next_delivery(&mut consumer).await;

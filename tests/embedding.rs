@@ -494,3 +494,85 @@ async fn guest_is_loopback_only_while_other_users_may_connect_remotely() {
     );
     broker.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// settle
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn settle_returns_once_everything_is_written() {
+    let t = start().await;
+    let ch = round_trip(&t.connection, "settled").await;
+    ch.basic_publish(
+        "".into(),
+        "settled".into(),
+        BasicPublishOptions::default(),
+        b"x",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap();
+    sync(&ch).await;
+    t.broker.settle().await.expect("nothing left unwritten");
+}
+
+#[tokio::test]
+async fn settle_names_the_connection_whose_output_cannot_be_written() {
+    let t = start().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "flood").await;
+    // Far more than the socket buffers of both ends take: what is left waits in the broker.
+    let body = vec![b'x'; 1 << 20];
+    for _ in 0..64 {
+        ch.basic_publish(
+            "".into(),
+            "flood".into(),
+            BasicPublishOptions::default(),
+            &body,
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+    }
+    sync(&ch).await;
+    // A consumer that never reads its socket.
+    let mut stuck = RawClient::open(t.broker.local_addr()).await;
+    stuck.open_channel(1).await;
+    stuck
+        .send_method(
+            1,
+            &dwellmq::codec::Method::BasicConsume(dwellmq::codec::methods::BasicConsume {
+                queue: "flood".into(),
+                consumer_tag: "stuck".into(),
+                no_ack: true,
+                ..Default::default()
+            }),
+        )
+        .await;
+    eventually("deliveries start", || {
+        t.broker.queue_info("/", "flood").unwrap().messages < 64
+    })
+    .await;
+
+    let timeout = t
+        .broker
+        .settle_within(Duration::from_millis(300))
+        .await
+        .expect_err("the stuck consumer's deliveries cannot all be written");
+    assert!(timeout.waited >= Duration::from_millis(300));
+    let [unwritten] = timeout.unwritten.as_slice() else {
+        panic!("one connection expected: {timeout:?}");
+    };
+    assert!(unwritten.queued_bytes > 0 || unwritten.writing, "{timeout}");
+    assert!(
+        timeout.to_string().contains("on 1 connection(s)"),
+        "{timeout}"
+    );
+
+    // Once the consumer is gone, nothing waits any more.
+    drop(stuck);
+    t.broker
+        .settle()
+        .await
+        .expect("the stuck connection is closed");
+}

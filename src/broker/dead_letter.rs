@@ -27,7 +27,7 @@ pub(crate) fn route(
         tracing::debug!(%queue, exchange = %target.exchange, "dead-letter exchange missing; message dropped");
         return;
     };
-    let guard = runtime.memory.charge(message.body_len());
+    let guard = runtime.memory.charge_message(message.body_len());
     let dead = dead_letter(
         message,
         queue,

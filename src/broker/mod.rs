@@ -3,6 +3,7 @@
 //! Everything here is reached from connection tasks through `Arc`s and short locks; there is no
 //! broker-wide task or channel hop on the publish → deliver path.
 
+pub(crate) mod available_memory;
 pub(crate) mod connections;
 pub(crate) mod consumer;
 pub(crate) mod dead_letter;
@@ -57,7 +58,8 @@ pub(crate) struct BrokerState {
 
 /// Whether a connection has written everything queued for it (`BrokerHandle::settle`).
 pub(crate) trait IdleProbe: Send + Sync {
-    fn is_idle(&self) -> bool;
+    /// What is still waiting to be written, or `None` when nothing is.
+    fn unwritten(&self) -> Option<crate::handle::UnwrittenOutput>;
 }
 
 impl BrokerState {
@@ -69,8 +71,13 @@ impl BrokerState {
                 (manual.clone(), Some(manual))
             }
         };
-        let memory = MemoryMonitor::new(config.limits.memory_high_watermark);
-        let runtime = Runtime::new(clock.clone(), Arc::clone(&memory), config.expiry_mode);
+        let memory = MemoryMonitor::new(high_watermark(&config));
+        let runtime = Runtime::new(
+            clock.clone(),
+            Arc::clone(&memory),
+            config.expiry_mode,
+            config.name_seed,
+        );
         let mut vhosts: HashMap<String, Arc<VHost>> = HashMap::new();
         for name in std::iter::once("/").chain(config.vhosts.iter().map(String::as_str)) {
             vhosts
@@ -80,8 +87,8 @@ impl BrokerState {
         Arc::new(BrokerState {
             delayed: Arc::clone(&runtime.delayed),
             timer: Arc::clone(&runtime.timer),
+            reply_consumers: reply_to::ReplyConsumers::new(Arc::clone(&runtime.names)),
             runtime,
-            reply_consumers: reply_to::ReplyConsumers::default(),
             memory,
             config,
             vhosts,
@@ -106,6 +113,27 @@ impl BrokerState {
     pub(crate) fn next_connection_id(&self) -> u64 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
     }
+}
+
+/// The configured watermark in octets, for the memory this process may use.
+fn high_watermark(config: &BrokerConfig) -> u64 {
+    let watermark = config.limits.memory_high_watermark;
+    let available = available_memory::detect();
+    if available.source == available_memory::MemorySource::Unknown {
+        tracing::warn!(
+            assumed = available.bytes,
+            "cannot tell the memory available to this process; assuming 1 GiB"
+        );
+    }
+    let octets = available.watermark(watermark);
+    tracing::info!(
+        "memory high watermark set to {} MiB ({octets} octets, {watermark}) of {} MiB ({} octets, from {}) available",
+        octets >> 20,
+        available.bytes >> 20,
+        available.bytes,
+        available.source,
+    );
+    octets
 }
 
 impl BrokerState {

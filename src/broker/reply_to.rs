@@ -3,18 +3,18 @@
 //! A client consumes (no-ack) from `amq.rabbitmq.reply-to` on a channel; a request it publishes
 //! on that channel with `reply_to = amq.rabbitmq.reply-to` leaves with `reply_to` rewritten to
 //! `amq.rabbitmq.reply-to.<token>`; whoever publishes the reply to the default exchange with
-//! that routing key reaches the consumer directly, with no queue in between. Tokens are random
-//! so that one client cannot guess another's reply address.
+//! that routing key reaches the consumer directly, with no queue in between. Tokens come from
+//! the OS's CSPRNG (see `names`) so that one client cannot guess another's reply address.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use dwellmq_codec::ShortStr;
-use dwellmq_core::Message;
+use dwellmq_core::{BrokerResult, Message};
 use parking_lot::Mutex;
 
 use super::consumer::DeliverySink;
-use super::names::server_generated_name;
+use super::names::NameGenerator;
 
 /// The pseudo-queue a reply consumer consumes from.
 pub(crate) const REPLY_QUEUE: &str = "amq.rabbitmq.reply-to";
@@ -33,19 +33,30 @@ struct ReplyConsumer {
 }
 
 /// Every reply consumer of the broker, by reply address.
-#[derive(Default)]
 pub(crate) struct ReplyConsumers {
     by_address: Mutex<HashMap<ShortStr, ReplyConsumer>>,
+    names: Arc<NameGenerator>,
 }
 
 impl ReplyConsumers {
+    pub(crate) fn new(names: Arc<NameGenerator>) -> Self {
+        ReplyConsumers {
+            by_address: Mutex::default(),
+            names,
+        }
+    }
+
     /// Registers a reply consumer; returns its reply address.
-    pub(crate) fn register(&self, channel: Arc<dyn DeliverySink>, tag: ShortStr) -> ShortStr {
-        let address = ShortStr::from(server_generated_name(REPLY_PREFIX));
+    pub(crate) fn register(
+        &self,
+        channel: Arc<dyn DeliverySink>,
+        tag: ShortStr,
+    ) -> BrokerResult<ShortStr> {
+        let address = ShortStr::from(self.names.generate(REPLY_PREFIX)?);
         self.by_address
             .lock()
             .insert(address.clone(), ReplyConsumer { channel, tag });
-        address
+        Ok(address)
     }
 
     /// Forgets a reply consumer (cancelled, or its channel closed).

@@ -10,6 +10,7 @@ use dwellmq_timer::SharedClock;
 
 use super::delayed::DelayedMessages;
 use super::memory::MemoryMonitor;
+use super::names::NameGenerator;
 use super::timer_thread::TimerControl;
 
 /// Messages that left queues without being consumed, by reason.
@@ -55,6 +56,8 @@ pub(crate) struct Runtime {
     pub(crate) timer: Arc<TimerControl>,
     pub(crate) expiry_mode: ExpiryMode,
     pub(crate) deaths: DeathCounters,
+    /// Server-generated names (queues, consumer tags, reply addresses).
+    pub(crate) names: Arc<NameGenerator>,
 }
 
 impl Runtime {
@@ -62,6 +65,7 @@ impl Runtime {
         clock: SharedClock,
         memory: Arc<MemoryMonitor>,
         expiry_mode: ExpiryMode,
+        name_seed: Option<u64>,
     ) -> Arc<Self> {
         let now = clock.now_ms();
         Arc::new(Runtime {
@@ -71,6 +75,7 @@ impl Runtime {
             timer: Arc::new(TimerControl::default()),
             expiry_mode,
             deaths: DeathCounters::default(),
+            names: Arc::new(NameGenerator::new(name_seed)),
         })
     }
 
@@ -81,6 +86,7 @@ impl Runtime {
             Arc::new(dwellmq_timer::SystemClock),
             MemoryMonitor::new(u64::MAX),
             ExpiryMode::OnTime,
+            None,
         )
     }
 

@@ -11,7 +11,6 @@ use parking_lot::RwLock;
 
 use super::consumer::Consumer;
 use super::exchange::{DeclaredType, Exchange, ExchangeKind};
-use super::names::server_generated_name;
 use super::policies::Policies;
 use super::queue::{ConnectionId, Queue};
 use super::runtime::Runtime;
@@ -352,7 +351,7 @@ impl VHost {
             return Ok(queue);
         }
         let name = if d.name.is_empty() {
-            ShortStr::from(server_generated_name("amq.gen-"))
+            ShortStr::from(self.runtime.names.generate("amq.gen-")?)
         } else if d.name.starts_with("amq.") {
             return Err(BrokerError::AccessRefused(format!(
                 "queue name '{}' contains reserved prefix 'amq.*'",

@@ -153,7 +153,7 @@ impl BrokerHandle {
                     .lock()
                     .iter()
                     .filter_map(|o| o.upgrade())
-                    .filter(|o| !o.is_idle())
+                    .filter(|o| o.unwritten().is_some())
                     .count();
                 let idle = due.is_none() && busy == 0;
                 let seen = match due {

@@ -149,13 +149,6 @@ impl Outbound {
         Arc::clone(&self.congested)
     }
 
-    /// Whether nothing is waiting to be written.
-    pub(crate) fn is_idle(&self) -> bool {
-        let pending = self.pending.lock();
-        pending.closed
-            || (pending.tail.is_empty() && pending.segments.is_empty() && !pending.writing)
-    }
-
     /// Stops accepting frames; the writer finishes what is queued and exits.
     pub(crate) fn close(&self) {
         self.pending.lock().closed = true;
@@ -181,8 +174,16 @@ impl Outbound {
 }
 
 impl crate::broker::IdleProbe for Outbound {
-    fn is_idle(&self) -> bool {
-        Outbound::is_idle(self)
+    fn unwritten(&self) -> Option<crate::handle::UnwrittenOutput> {
+        let pending = self.pending.lock();
+        let queued_bytes = pending.segment_bytes + pending.tail.len();
+        if pending.closed || (queued_bytes == 0 && !pending.writing) {
+            return None;
+        }
+        Some(crate::handle::UnwrittenOutput {
+            queued_bytes,
+            writing: pending.writing,
+        })
     }
 }
 

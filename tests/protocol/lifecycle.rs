@@ -14,7 +14,7 @@ use bytes::BytesMut;
 use dwellmq::codec::methods::ConnectionClose;
 use dwellmq::codec::methods::{BasicConsume, QueueDeclare, QueuePurge};
 use dwellmq::codec::{encode_method, FieldValue, FramePayload, Method};
-use dwellmq::{BrokerHandle, Limits};
+use dwellmq::{Broker, BrokerConfig, BrokerHandle, Limits, MemoryWatermark};
 use lapin::options::BasicPublishOptions;
 use lapin::BasicProperties;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -369,18 +369,21 @@ async fn purge_held(broker: &BrokerHandle) {
     operator.close().await;
 }
 
+/// What the broker counts per message beyond its body.
+const OVERHEAD: i64 = dwellmq::MESSAGE_MEMORY_OVERHEAD as i64;
+
 // The memory tests run in memory on the paused clock too, for the heartbeat one's sake.
 
 #[tokio::test(start_paused = true)]
 async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
     let broker = broker_with(Limits {
-        memory_high_watermark: 1024,
+        memory_high_watermark: MemoryWatermark::Absolute(1024),
         ..Limits::default()
     })
     .await;
     let mut publisher = RawClient::open_in_memory(&broker, Tune::default()).await;
     publish_until_blocked(&mut publisher).await;
-    assert_eq!(broker.memory_used(), 1200);
+    assert_eq!(broker.memory_used(), 1200 + 2 * OVERHEAD);
 
     // Sent while blocked: the server does not read it until it unblocks.
     publisher.publish(1, "", "held", b"later").await;
@@ -393,7 +396,7 @@ async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
         Method::QueueDeclareOk(ok) => assert_eq!(ok.message_count, 1),
         other => panic!("expected queue.declare-ok, got {other:?}"),
     }
-    assert_eq!(broker.memory_used(), 5);
+    assert_eq!(broker.memory_used(), 5 + OVERHEAD);
     publisher.close().await;
     broker.shutdown().await;
 }
@@ -401,7 +404,7 @@ async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
 #[tokio::test(start_paused = true)]
 async fn a_client_without_the_connection_blocked_capability_is_blocked_without_notice() {
     let broker = broker_with(Limits {
-        memory_high_watermark: 1024,
+        memory_high_watermark: MemoryWatermark::Absolute(1024),
         ..Limits::default()
     })
     .await;
@@ -426,7 +429,7 @@ async fn a_client_without_the_connection_blocked_capability_is_blocked_without_n
         publisher.declare_queue(1, "held", true).await.message_count,
         2
     );
-    assert_eq!(broker.memory_used(), 1200);
+    assert_eq!(broker.memory_used(), 1200 + 2 * OVERHEAD);
 
     // Sent while blocked: not read until memory is freed (the purge finds two messages).
     publisher.publish(1, "", "held", b"later").await;
@@ -442,10 +445,105 @@ async fn a_client_without_the_connection_blocked_capability_is_blocked_without_n
     broker.shutdown().await;
 }
 
+/// Messages cost memory beyond their bodies: empty ones alone reach the watermark, and the
+/// publisher learns why it is blocked.
+#[tokio::test]
+async fn empty_messages_count_toward_the_watermark_and_the_block_says_why() {
+    let watermark = 10 * dwellmq::MESSAGE_MEMORY_OVERHEAD as u64;
+    let broker = broker_with(Limits {
+        memory_high_watermark: MemoryWatermark::Absolute(watermark),
+        ..Limits::default()
+    })
+    .await;
+    assert_eq!(broker.memory_high_watermark(), watermark);
+    let mut publisher = RawClient::open(broker.local_addr()).await;
+    publisher.open_channel(1).await;
+    assert_eq!(
+        publisher
+            .declare_queue(1, "held", false)
+            .await
+            .message_count,
+        0
+    );
+    // Ten fill it exactly (not over); the declare's reply proves none blocked the connection.
+    for _ in 0..10 {
+        publisher.publish(1, "", "held", b"").await;
+    }
+    assert_eq!(
+        publisher.declare_queue(1, "held", true).await.message_count,
+        10
+    );
+    assert_eq!(broker.memory_used(), 10 * OVERHEAD);
+    // The eleventh crosses it.
+    publisher.publish(1, "", "held", b"").await;
+    assert_eq!(
+        publisher.recv_method0().await,
+        Method::ConnectionBlocked(dwellmq::codec::methods::ConnectionBlocked {
+            reason: "low on memory".into()
+        })
+    );
+    assert_eq!(broker.memory_used(), 11 * OVERHEAD);
+
+    // Consuming one brings usage back to the watermark: the publisher is unblocked.
+    let mut consumer = RawClient::open(broker.local_addr()).await;
+    consumer.open_channel(1).await;
+    consumer
+        .send_method(
+            1,
+            &Method::BasicGet(dwellmq::codec::methods::BasicGet {
+                queue: "held".into(),
+                no_ack: true,
+            }),
+        )
+        .await;
+    assert!(matches!(
+        consumer.recv_method_on(1).await,
+        Method::BasicGetOk(_)
+    ));
+    assert_eq!(publisher.recv_method0().await, Method::ConnectionUnblocked);
+    assert_eq!(
+        publisher.declare_queue(1, "held", true).await.message_count,
+        10
+    );
+    publisher.close().await;
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_relative_watermark_of_zero_blocks_every_publisher_and_a_negative_one_is_refused() {
+    let broker = broker_with(Limits {
+        memory_high_watermark: MemoryWatermark::Relative(0.0),
+        ..Limits::default()
+    })
+    .await;
+    assert_eq!(broker.memory_high_watermark(), 0);
+    let mut publisher = RawClient::open(broker.local_addr()).await;
+    publisher.open_channel(1).await;
+    publisher.publish(1, "", "nowhere", b"").await;
+    assert!(matches!(
+        publisher.recv_method0().await,
+        Method::ConnectionBlocked(_)
+    ));
+    broker.shutdown().await;
+
+    let refused = Broker::start(BrokerConfig {
+        limits: Limits {
+            memory_high_watermark: MemoryWatermark::Relative(-0.5),
+            ..Limits::default()
+        },
+        ..BrokerConfig::ephemeral()
+    })
+    .await;
+    assert_eq!(
+        refused.err().map(|e| e.to_string()),
+        Some("a relative memory watermark must be a fraction of 0 or more, not -0.5".into())
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_blocked_connection_is_not_dropped_for_unread_heartbeats() {
     let broker = broker_with(Limits {
-        memory_high_watermark: 1024,
+        memory_high_watermark: MemoryWatermark::Absolute(1024),
         ..Limits::default()
     })
     .await;

@@ -6,6 +6,7 @@ use dwellmq_codec::{FieldTable, ShortStr};
 use dwellmq_core::{Message, PackedMessage};
 
 use crate::broker::exchange::Exchange;
+use crate::broker::memory::held_footprint;
 use crate::broker::vhost::VHost;
 
 /// Bodies up to this size are packed (copied once into a buffer of their own) while held.
@@ -38,10 +39,11 @@ impl Kept {
         }
     }
 
-    /// Body bytes the holder charges to the memory monitor itself (packed messages only).
+    /// Octets the holder charges to the memory monitor itself (packed messages only: a shared
+    /// one carries its own charge), counted as for a queued message.
     pub(super) fn charged_by_holder(&self) -> usize {
         match self {
-            Kept::Packed(packed) => packed.body_len(),
+            Kept::Packed(packed) => held_footprint(packed.body_len()),
             Kept::Shared(_) => 0,
         }
     }

@@ -28,7 +28,7 @@ use dwellmq_core::Message;
 use parking_lot::Mutex;
 
 use super::exchange::Exchange;
-use super::memory::MemoryMonitor;
+use super::memory::{held_footprint, message_footprint, MemoryMonitor};
 use super::queue::Queue;
 use super::vhost::{Routing, VHost};
 pub(crate) use control::ListPage;
@@ -284,7 +284,13 @@ impl DelayedMessages {
         match kept {
             Kept::Shared(message) => Some(message),
             Kept::Packed(packed) => {
-                let guard = Box::new(self.memory.adopt(packed.body_len()));
+                // Unpacked, it counts as a queued message: its charge grows to that.
+                let (held, queued) = (
+                    held_footprint(packed.body_len()),
+                    message_footprint(packed.body_len()),
+                );
+                self.memory.charge_bytes(queued.saturating_sub(held));
+                let guard = Box::new(self.memory.adopt(queued));
                 let message = packed.unpack(Some(guard));
                 if message.is_none() {
                     // Unreachable for a message packed in this process; a store could feed
@@ -388,7 +394,10 @@ mod tests {
         let delayed = DelayedMessages::new(0, Arc::clone(&memory));
         delayed.hold(&vhost, &exchange, message(b"near"), 10);
         delayed.hold(&vhost, &exchange, message(b"far"), 5_000);
-        assert_eq!(memory.used(), 7);
+        assert_eq!(
+            memory.used() as usize,
+            held_footprint(4) + held_footprint(3)
+        );
         // Deleted, and its purge not yet done: what falls due meanwhile must not be routed
         // through the dead exchange's bindings.
         vhost.delete_exchange("d", false).unwrap();

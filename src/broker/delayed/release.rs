@@ -36,7 +36,7 @@ pub(super) fn release_form(
         Err(shared) => {
             // Still shared (a large message also delivered at once, or held by two delayed
             // exchanges): the copy charges its own body.
-            let charge: MessageGuard = Box::new(memory.charge(shared.body_len()));
+            let charge: MessageGuard = Box::new(memory.charge_message(shared.body_len()));
             (
                 shared.exchange.clone(),
                 shared.routing_key.clone(),

@@ -11,7 +11,6 @@ use super::{Channel, ConnContext};
 use dwellmq_core::queue::ConsumerCredit;
 
 use crate::broker::consumer::{next_consumer_id, notify_cancelled, Consumer, DeliverySink};
-use crate::broker::names::server_generated_name;
 use crate::broker::reply_to::REPLY_QUEUE;
 
 impl Channel {
@@ -58,7 +57,7 @@ impl Channel {
         // A consumer the server cancelled (its queue was deleted) no longer holds its tag.
         self.consumers.retain(|_, (_, queue)| !queue.is_deleted());
         let tag = if m.consumer_tag.is_empty() {
-            ShortStr::from(server_generated_name("amq.ctag-"))
+            ShortStr::from(cx.state.runtime.names.generate("amq.ctag-")?)
         } else {
             m.consumer_tag
         };
@@ -132,7 +131,7 @@ impl Channel {
         let address = cx
             .state
             .reply_consumers
-            .register(Arc::clone(&self.delivery) as _, tag.clone());
+            .register(Arc::clone(&self.delivery) as _, tag.clone())?;
         self.reply_consumer = Some((tag.clone(), address));
         if !no_wait {
             self.reply(

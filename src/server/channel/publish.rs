@@ -167,7 +167,7 @@ impl Channel {
         let extra_keys = extra_routing_keys(headers)?;
         let bcc = properties.headers.as_mut().and_then(|h| h.remove(BCC));
         let body = pending.body.into_body();
-        let charge = cx.state.memory.charge(body.len());
+        let charge = cx.state.memory.charge_message(body.len());
         let message = Message::new(
             pending.method.exchange.clone(),
             pending.method.routing_key.clone(),
@@ -342,7 +342,7 @@ fn held_message(cx: &ConnContext<'_>, publication: &Publication) -> Arc<Message>
     if let Some(headers) = properties.headers.as_mut() {
         headers.insert(BCC, bcc.clone());
     }
-    let charge = cx.state.memory.charge(message.body_len());
+    let charge = cx.state.memory.charge_message(message.body_len());
     Message::new(
         message.exchange.clone(),
         message.routing_key.clone(),
