@@ -885,7 +885,8 @@ def test_server_capabilities_are_advertised(conn):
 
 def test_the_memory_watermark_blocks_a_publisher_until_memory_is_freed(own_broker, name):
     # A broker of its own: blocking the shared one would stall every other test's publishers.
-    params = pika.URLParameters(own_broker("[limits]\nmemory_high_watermark = 1024\n"))
+    # The watermark counts bodies plus a per-message overhead (well under 3 KiB).
+    params = pika.URLParameters(own_broker("[limits]\nmemory_high_watermark = 10000\n"))
     publisher = pika.BlockingConnection(params)
     events = []
     publisher.add_on_connection_blocked_callback(lambda _c, frame: events.append(frame.method))
@@ -894,9 +895,9 @@ def test_the_memory_watermark_blocks_a_publisher_until_memory_is_freed(own_broke
     ch = publisher.channel()
     ch.queue_declare(queue)
     ch.confirm_delivery()
-    ch.basic_publish("", queue, b"x" * 600)
+    ch.basic_publish("", queue, b"x" * 6000)
     assert events == [], "below the watermark nothing is blocked"
-    ch.basic_publish("", queue, b"y" * 600)  # 1200 bytes held: above 1 KiB
+    ch.basic_publish("", queue, b"y" * 6000)  # 12,000 body bytes held: above 10,000
     assert wait_until(publisher, lambda: events, DELIVERY_TIMEOUT), "no connection.blocked"
     assert isinstance(events[0], pika.spec.Connection.Blocked)
     assert events[0].reason == "low on memory"
