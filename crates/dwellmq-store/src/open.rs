@@ -116,6 +116,55 @@ impl Opener {
                 });
             }
         }
+        let exists = fs::metadata(path).is_ok_and(|m| m.len() > 0);
+        if exists {
+            self.check_read_only()?;
+        }
+        let db = self.open_database(|builder, backend| builder.create_with_backend(backend))?;
+        match self.check_meta(&db)? {
+            Meta::Dwellmq => {}
+            Meta::Absent { tables: 0 } => self.initialize(&db)?,
+            Meta::Absent { .. } => return Err(self.foreign_redb()),
+        }
+        Ok(db)
+    }
+
+    /// Looks at an existing file without writing to it (a writable open of a redb file writes
+    /// its header even if nothing else is done), so that a foreign or newer file is refused as
+    /// it is. A file not closed cleanly cannot be read this way without repair; repairing it is
+    /// what a writable open does, so that case is left to it.
+    fn check_read_only(&self) -> Result<()> {
+        let opened =
+            self.open_database(|builder, backend| builder.open_read_only_with_backend(backend));
+        let db = match opened {
+            Ok(db) => db,
+            Err(StoreError::Damaged { reason, .. })
+                if reason == DatabaseError::RepairAborted.to_string() =>
+            {
+                return Ok(())
+            }
+            Err(e) => return Err(e),
+        };
+        let meta = self.check_meta(&db);
+        let _ = db.close();
+        match meta? {
+            Meta::Absent { tables } if tables > 0 => Err(self.foreign_redb()),
+            _ => Ok(()),
+        }
+    }
+
+    fn foreign_redb(&self) -> StoreError {
+        StoreError::Foreign {
+            path: self.path.clone(),
+            reason: "a redb database without dwellmq's meta table".into(),
+        }
+    }
+
+    fn open_database<D>(
+        &self,
+        open: impl FnOnce(&Builder, DynBackend) -> std::result::Result<D, DatabaseError>,
+    ) -> Result<D> {
+        let path = &self.path;
         let backend = match &self.options.backend {
             Some(factory) => factory(path),
             None => file_backend(path),
@@ -125,24 +174,17 @@ impl Opener {
         builder.set_cache_size(self.options.cache_bytes);
         // redb checks some invariants of what it reads with debug assertions; a damaged file
         // must be an error at start, not a panic, in every build.
-        let opened = catch_unwind(AssertUnwindSafe(|| {
-            builder.create_with_backend(DynBackend(backend))
-        }));
-        let db = match opened {
-            Ok(Ok(db)) => db,
-            Ok(Err(e)) => return Err(open_error(path, e)),
-            Err(panic) => {
-                return Err(StoreError::Damaged {
-                    path: path.clone(),
-                    reason: panic_message(&panic),
-                })
-            }
-        };
-        self.check_or_initialize(&db)?;
-        Ok(db)
+        match catch_unwind(AssertUnwindSafe(|| open(&builder, DynBackend(backend)))) {
+            Ok(Ok(db)) => Ok(db),
+            Ok(Err(e)) => Err(open_error(path, e)),
+            Err(panic) => Err(StoreError::Damaged {
+                path: path.clone(),
+                reason: panic_message(&panic),
+            }),
+        }
     }
 
-    fn check_or_initialize(&self, db: &Database) -> Result<()> {
+    fn check_meta(&self, db: &impl ReadableDatabase) -> Result<Meta> {
         let path = &self.path;
         let damaged = |e: &dyn std::fmt::Display| StoreError::Damaged {
             path: path.clone(),
@@ -162,7 +204,7 @@ impl Opener {
                     .map_err(|e| damaged(&e))?
                     .and_then(|v| v.value().try_into().ok().map(u32::from_be_bytes));
                 match format {
-                    Some(FORMAT_VERSION) => Ok(()),
+                    Some(FORMAT_VERSION) => Ok(Meta::Dwellmq),
                     Some(found) => Err(StoreError::Version {
                         path: path.clone(),
                         found,
@@ -171,17 +213,9 @@ impl Opener {
                     None => Err(damaged(&"its format version is missing")),
                 }
             }
-            Err(TableError::TableDoesNotExist(_)) => {
-                let tables = read.list_tables().map_err(|e| damaged(&e))?.count();
-                drop(read);
-                if tables > 0 {
-                    return Err(StoreError::Foreign {
-                        path: path.clone(),
-                        reason: "a redb database without dwellmq's meta table".into(),
-                    });
-                }
-                self.initialize(db)
-            }
+            Err(TableError::TableDoesNotExist(_)) => Ok(Meta::Absent {
+                tables: read.list_tables().map_err(|e| damaged(&e))?.count(),
+            }),
             Err(TableError::TableTypeMismatch { .. }) => Err(StoreError::Foreign {
                 path: path.clone(),
                 reason: "its meta table has other types".into(),
@@ -253,6 +287,14 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     } else {
         "unreadable".into()
     }
+}
+
+/// What the meta table says about a database.
+enum Meta {
+    /// A dwellmq store of this format.
+    Dwellmq,
+    /// No meta table, and this many other tables.
+    Absent { tables: usize },
 }
 
 /// Shared with the writer thread: the database handle, swapped when the writer reopens it.

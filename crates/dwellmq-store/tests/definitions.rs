@@ -81,14 +81,21 @@ fn every_definition_round_trips_through_a_restart() {
     store.close();
 
     let store = Store::open(dir.path()).expect("reopen");
-    let defs = store.snapshot().expect("snapshot").definitions().expect("read");
+    let defs = store
+        .snapshot()
+        .expect("snapshot")
+        .definitions()
+        .expect("read");
     assert_eq!(defs.vhosts, vec![vhost("/")]);
     assert_eq!(defs.users, vec![user]);
     let mut exchanges = defs.exchanges.clone();
     exchanges.sort_by(|a, b| a.name.cmp(&b.name));
     assert_eq!(
         exchanges,
-        vec![exchange("/", "fanout", "fanout"), exchange("/", "in", "topic")]
+        vec![
+            exchange("/", "fanout", "fanout"),
+            exchange("/", "in", "topic")
+        ]
     );
     assert_eq!(defs.queues, vec![q.clone()]);
     assert_eq!(defs.bindings.len(), 2);
@@ -160,7 +167,10 @@ fn replacing_and_deleting_definitions() {
     assert_eq!(defs.vhosts, vec![vhost("other")]);
     assert_eq!(defs.queues, vec![other.clone()]);
     assert!(defs.users.is_empty());
-    assert!(snapshot.queue_messages(orders.id, 0, 10).unwrap().is_empty());
+    assert!(snapshot
+        .queue_messages(orders.id, 0, 10)
+        .unwrap()
+        .is_empty());
     assert_eq!(snapshot.queue_messages(other.id, 0, 10).unwrap().len(), 1);
     drop(snapshot);
 
