@@ -18,7 +18,8 @@ use crate::writer::{Counters, Submission, Writer};
 pub struct StoreStats {
     /// Durable commits.
     pub commits: u64,
-    /// Commits that failed (every submission in them got the error).
+    /// Batches that failed, in their commit or in reopening the file after an earlier
+    /// failure (every submission in them got the error).
     pub failed_commits: u64,
     /// Submissions taken in.
     pub submissions: u64,

@@ -100,6 +100,8 @@ impl Writer {
         let db = match self.database() {
             Ok(db) => db,
             Err(e) => {
+                self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "store reopen failed");
                 self.keep_removals(batch);
                 return Err(e);
             }
