@@ -162,6 +162,11 @@ impl Store {
     fn shut_down(&mut self) {
         self.sender = None;
         if let Some(writer) = self.writer.take() {
+            // The last handle may go in a completion, on the writer thread itself: that thread
+            // finishes the queue and stops on its own.
+            if writer.thread().id() == std::thread::current().id() {
+                return;
+            }
             if writer.join().is_err() {
                 tracing::error!("the store writer thread panicked");
             }

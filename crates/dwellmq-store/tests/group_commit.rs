@@ -190,3 +190,22 @@ fn closing_commits_what_was_submitted() {
         .unwrap();
     assert_eq!(recovered.len(), 100);
 }
+
+#[test]
+fn the_last_handle_may_be_dropped_in_a_completion() {
+    let dir = Scratch::new("drop-in-callback");
+    let (options, faults) = faulty_options();
+    let store = Arc::new(Store::open_with(dir.path(), options).expect("open"));
+    let first = hold_writer_in_a_commit(&store, &faults);
+    let (tx, rx) = mpsc::channel();
+    let last = store.clone();
+    store.submit(vec![persist(5, 1)], move |outcome| {
+        drop(last);
+        let _ = tx.send(outcome.is_ok());
+    });
+    // The completion now holds the only handle; it is dropped on the writer thread.
+    drop(store);
+    faults.resume();
+    assert!(first.recv().expect("first").is_ok());
+    assert!(rx.recv().expect("completion ran"));
+}
