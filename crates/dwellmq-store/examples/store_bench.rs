@@ -13,7 +13,7 @@
 //!    batch of the delayed index (what a broker needs before accepting connections), and for
 //!    a scan of the whole index (keys only).
 //!
-//! Runs on `DIR` (default: a directory under the system's temp dir), which must be on the disk
+//! `MESSAGES` or `HELD` 0 skips that part. Runs on `DIR` (default: a directory under the system's temp dir), which must be on the disk
 //! to measure; it is removed at the end.
 
 use std::path::{Path, PathBuf};
@@ -233,9 +233,13 @@ fn main() {
         .next()
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
-    for size in [16, 1024] {
-        group_commit(&dir, size, messages, true);
+    if messages > 0 {
+        for size in [16, 1024] {
+            group_commit(&dir, size, messages, true);
+        }
+        group_commit(&dir, 1024, messages, false);
     }
-    group_commit(&dir, 1024, messages, false);
-    held(&dir, held_count);
+    if held_count > 0 {
+        held(&dir, held_count);
+    }
 }

@@ -120,7 +120,9 @@ impl Opener {
         if exists {
             self.check_read_only()?;
         }
-        let db = self.open_database(|builder, backend| builder.create_with_backend(backend))?;
+        let db = self
+            .open_database(|builder, backend| builder.create_with_backend(backend))?
+            .map_err(|e| open_error(path, e))?;
         match self.check_meta(&db)? {
             Meta::Dwellmq => {}
             Meta::Absent { tables: 0 } => self.initialize(&db)?,
@@ -135,15 +137,11 @@ impl Opener {
     /// what a writable open does, so that case is left to it.
     fn check_read_only(&self) -> Result<()> {
         let opened =
-            self.open_database(|builder, backend| builder.open_read_only_with_backend(backend));
+            self.open_database(|builder, backend| builder.open_read_only_with_backend(backend))?;
         let db = match opened {
             Ok(db) => db,
-            Err(StoreError::Damaged { reason, .. })
-                if reason == DatabaseError::RepairAborted.to_string() =>
-            {
-                return Ok(())
-            }
-            Err(e) => return Err(e),
+            Err(DatabaseError::RepairAborted) => return Ok(()),
+            Err(e) => return Err(open_error(&self.path, e)),
         };
         let meta = self.check_meta(&db);
         let _ = db.close();
@@ -160,10 +158,12 @@ impl Opener {
         }
     }
 
+    /// Runs `open` on a fresh backend. The outer error is the backend's or a panic; the inner
+    /// one is redb's, for the caller to interpret.
     fn open_database<D>(
         &self,
         open: impl FnOnce(&Builder, DynBackend) -> std::result::Result<D, DatabaseError>,
-    ) -> Result<D> {
+    ) -> Result<std::result::Result<D, DatabaseError>> {
         let path = &self.path;
         let backend = match &self.options.backend {
             Some(factory) => factory(path),
@@ -175,8 +175,7 @@ impl Opener {
         // redb checks some invariants of what it reads with debug assertions; a damaged file
         // must be an error at start, not a panic, in every build.
         match catch_unwind(AssertUnwindSafe(|| open(&builder, DynBackend(backend)))) {
-            Ok(Ok(db)) => Ok(db),
-            Ok(Err(e)) => Err(open_error(path, e)),
+            Ok(opened) => Ok(opened),
             Err(panic) => Err(StoreError::Damaged {
                 path: path.clone(),
                 reason: panic_message(&panic),
