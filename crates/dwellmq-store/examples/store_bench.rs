@@ -148,10 +148,16 @@ fn held(dir: &Path, count: u64) {
     let now = 1_800_000_000_000u64;
     let week = 7 * 24 * 3600 * 1000u64;
     let started = Instant::now();
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = std::sync::mpsc::channel::<dwellmq_store::Completion>();
     let batch = 1_000u64;
     let mut submitted = 0;
+    let mut done = 0;
     for first in (0..count).step_by(batch as usize) {
+        // A publisher window: at most 64 batches (64,000 messages) unconfirmed.
+        while submitted - done >= 64 {
+            rx.recv().expect("completion").expect("commit");
+            done += 1;
+        }
         let ops = (first..(first + batch).min(count))
             .map(|seq| Op::Hold {
                 // Spread over a week in a scrambled order, as publishes with random delays are.
@@ -170,7 +176,7 @@ fn held(dir: &Path, count: u64) {
         });
         submitted += 1;
     }
-    for _ in 0..submitted {
+    for _ in done..submitted {
         rx.recv().expect("completion").expect("commit");
     }
     let fill = started.elapsed().as_secs_f64();

@@ -25,6 +25,9 @@ pub struct StoreOptions {
     pub quick_repair: bool,
     /// At most this many submissions go into one commit.
     pub max_batch: usize,
+    /// A batch stops taking submissions once it holds this many ops (a single larger
+    /// submission still commits whole).
+    pub max_batch_ops: usize,
     /// Storage other than the file (fault injection in tests).
     pub backend: Option<BackendFactory>,
 }
@@ -35,6 +38,7 @@ impl Default for StoreOptions {
             cache_bytes: 64 << 20,
             quick_repair: true,
             max_batch: 4096,
+            max_batch_ops: 65_536,
             backend: None,
         }
     }
@@ -46,6 +50,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("cache_bytes", &self.cache_bytes)
             .field("quick_repair", &self.quick_repair)
             .field("max_batch", &self.max_batch)
+            .field("max_batch_ops", &self.max_batch_ops)
             .field("backend", &self.backend.as_ref().map(|_| "custom"))
             .finish()
     }

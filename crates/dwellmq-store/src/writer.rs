@@ -58,12 +58,19 @@ impl Writer {
 
     pub(crate) fn run(mut self, rx: Receiver<Submission>) {
         let max_batch = self.opener.options.max_batch.max(1);
+        let max_ops = self.opener.options.max_batch_ops.max(1);
         let mut batch: Vec<Submission> = Vec::new();
         while let Ok(first) = rx.recv() {
+            let mut ops = first.ops.len();
             batch.push(first);
-            while batch.len() < max_batch {
+            // A transaction's dirty pages stay in memory until it commits: bulk submissions
+            // split over several commits rather than make one huge one.
+            while batch.len() < max_batch && ops < max_ops {
                 match rx.try_recv() {
-                    Ok(next) => batch.push(next),
+                    Ok(next) => {
+                        ops += next.ops.len();
+                        batch.push(next);
+                    }
                     Err(_) => break,
                 }
             }

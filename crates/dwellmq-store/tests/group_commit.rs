@@ -209,3 +209,36 @@ fn the_last_handle_may_be_dropped_in_a_completion() {
     assert!(first.recv().expect("first").is_ok());
     assert!(rx.recv().expect("completion ran"));
 }
+
+#[test]
+fn a_burst_is_split_into_commits_of_bounded_size() {
+    let dir = Scratch::new("bounded");
+    let (mut options, faults) = faulty_options();
+    options.max_batch_ops = 50;
+    let store = Store::open_with(dir.path(), options).expect("open");
+    let first = hold_writer_in_a_commit(&store, &faults);
+    let (tx, rx) = mpsc::channel();
+    for seq in 0..200 {
+        let tx = tx.clone();
+        store.submit(vec![persist(6, seq)], move |r| {
+            let _ = tx.send(r);
+        });
+    }
+    faults.resume();
+    first.recv().unwrap().expect("first");
+    let mut commits: Vec<u64> = (0..200)
+        .map(|_| {
+            rx.recv()
+                .unwrap()
+                .expect("committed")
+                .commit
+                .expect("written")
+        })
+        .collect();
+    commits.dedup();
+    assert_eq!(
+        commits,
+        [2, 3, 4, 5],
+        "four commits of 50, in submission order"
+    );
+}
