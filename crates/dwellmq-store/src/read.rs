@@ -250,6 +250,14 @@ impl Snapshot {
         Ok(out)
     }
 
+    /// Whether the delayed index holds `id` (committed).
+    pub fn delayed_contains(&self, id: DeadlineId) -> Result<bool> {
+        let table = self.table(DELAYED_INDEX)?;
+        let key = delayed_index_key(id.due_ms, id.seq);
+        let found = table.get(&key[..]).map_err(|e| self.damaged(e))?;
+        Ok(found.is_some())
+    }
+
     /// A held message (its body), if it is still held.
     pub fn delayed_message(&self, id: DeadlineId) -> Result<Option<DelayedMessage>> {
         let table = self.table(DELAYED)?;
