@@ -79,7 +79,8 @@ pub enum StoreError {
         /// What redb said.
         reason: String,
     },
-    /// The store was closed (or its writer is gone).
+    /// The store was closed (or its writer is gone, or the file is not open because reopening
+    /// it after a write failure failed so far).
     #[error("the store is closed")]
     Closed,
 }

@@ -53,6 +53,8 @@ pub struct Recovery {
 
 impl Snapshot {
     pub(crate) fn new(slot: &DbSlot, path: &Path) -> Result<Snapshot> {
+        // No handle: the store is closed, or the writer could not reopen the file after a
+        // write failure yet (it tries again with every batch).
         let db = slot.read().clone().ok_or(StoreError::Closed)?;
         let tx = db.begin_read().map_err(|e| StoreError::Database {
             path: path.to_path_buf(),

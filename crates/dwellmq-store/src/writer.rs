@@ -137,9 +137,12 @@ impl Writer {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store commit failed");
                 self.keep_removals(batch);
-                // redb refuses every later operation on a handle that saw an I/O error: start
-                // afresh with the next batch.
+                // redb refuses every later operation on a handle that saw an I/O error: reopen
+                // now, so that reads work again; if that fails too, the next batch tries again.
                 self.close_database();
+                if let Err(reopen) = self.database() {
+                    tracing::warn!(error = %reopen, "store reopen failed; retried with the next batch");
+                }
                 Err(e)
             }
         }
