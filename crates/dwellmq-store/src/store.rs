@@ -111,8 +111,12 @@ impl Store {
         self.send(Submission { ops, done: None });
     }
 
-    /// Submits `ops` and waits for their commit (definitions, start-up, tests).
+    /// Submits `ops` and waits for their commit (definitions, start-up, tests). Not from a
+    /// completion (the writer would wait for itself): that gets `Closed`.
     pub fn write(&self, ops: Vec<Op>) -> Completion {
+        if self.on_writer_thread() {
+            return Err(StoreError::Closed);
+        }
         let (tx, rx) = mpsc::sync_channel(1);
         self.submit(ops, move |outcome| {
             let _ = tx.send(outcome);
@@ -139,7 +143,21 @@ impl Store {
     /// body). Hold it briefly: the writer waits for open snapshots before reopening the file
     /// after an I/O error.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        Snapshot::new(&self.db, &self.path)
+        match Snapshot::new(&self.db, &self.path) {
+            // The writer closed the file after a failure and has not reopened it: ask it to
+            // (an empty submission), then look again.
+            Err(StoreError::Closed) if self.sender.is_some() && !self.on_writer_thread() => {
+                self.write(Vec::new())?;
+                Snapshot::new(&self.db, &self.path)
+            }
+            other => other,
+        }
+    }
+
+    fn on_writer_thread(&self) -> bool {
+        self.writer
+            .as_ref()
+            .is_some_and(|w| w.thread().id() == std::thread::current().id())
     }
 
     /// The writer's counters.

@@ -102,7 +102,9 @@ impl Writer {
             .fetch_add(elided as u64, Ordering::Relaxed);
         let writes = batch.iter().map(|s| s.ops.len()).sum::<usize>() + self.carry.len();
         if writes == 0 {
-            return Ok(Receipt { commit: None });
+            // Nothing to write; an empty submission still gets the file reopened after a
+            // failure (`Store::snapshot` asks for that).
+            return self.database().map(|_| Receipt { commit: None });
         }
         let db = match self.database() {
             Ok(db) => db,

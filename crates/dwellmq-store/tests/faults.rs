@@ -62,7 +62,17 @@ fn fails_then_recovers(
     }
     assert!(store.stats().failed_commits >= 2);
 
+    // Reading while the fault lasts is an error, not a hang or a panic.
+    if let Err(e) = store.snapshot() {
+        assert!(e.is_transient() || matches!(e, StoreError::Closed), "{e:?}");
+    }
     fault(&faults).store(false, Ordering::SeqCst);
+    // Reads work again at once, before any write.
+    let stored = store
+        .snapshot()
+        .expect("readable again")
+        .queue_messages(1, 0, 10);
+    assert!(stored.expect("read").iter().any(|m| m.seq == 1));
     store
         .write(vec![persist(10, 100)])
         .expect("writes succeed again");
