@@ -154,3 +154,29 @@ fn a_good_store_reopens_with_its_data() {
     assert_eq!(snap.definitions().unwrap().vhosts.len(), 1);
     assert_eq!(snap.queue_messages(1, 0, 10).unwrap().len(), 1);
 }
+
+#[test]
+fn a_malformed_record_is_an_error_naming_its_table_and_key() {
+    let dir = Scratch::new("malformed");
+    store_with_data(&dir);
+    {
+        let db = redb::Database::open(dir.db_file()).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("queues");
+            let mut queues = tx.open_table(def).unwrap();
+            // A key that is not two length-prefixed names.
+            queues.insert(&b"\x00\x09bad"[..], &b"\x01"[..]).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let err = Store::open(dir.path()).expect_err("refused");
+    match &err {
+        StoreError::Corrupt { table, key, .. } => {
+            assert_eq!(*table, "queues");
+            assert_eq!(key, "0009626164");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains(dwellmq_store::DB_FILE), "{err}");
+}
