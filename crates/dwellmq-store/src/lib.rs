@@ -1,6 +1,38 @@
-//! dwellmq's durable store (redb): definitions, persistent messages, queue indexes and the
-//! delayed index, with group commit.
+//! dwellmq's durable store on redb: definitions, persistent messages in queue order, and the
+//! messages delayed exchanges hold, written by one group-commit writer. DESIGN.md documents the
+//! file byte by byte. This is the only crate that knows redb.
 //!
-//! Empty on purpose: the workspace reserves the crate so the dependency direction (store
-//! depends on core, the broker on the store) is fixed from the start. The store arrives with
-//! its own issue; until then the broker keeps everything in memory (see README.md).
+//! The broker [`Store::submit`]s the store effects of all its connections (persist, forget,
+//! hold, release, definition changes); the writer commits everything that arrived meanwhile in
+//! one transaction with one fsync, then calls each submission's completion, which is when a
+//! publisher confirm may go out. At start, a [`Snapshot`] gives definitions and counters
+//! without reading a message, then queue contents page by page, and the delayed index without
+//! bodies.
+
+mod apply;
+mod backend;
+mod codec;
+mod error;
+mod far_tier;
+mod layout;
+mod open;
+mod ops;
+mod read;
+mod records;
+mod store;
+mod writer;
+
+pub use backend::BackendFactory;
+pub use dwellmq_core::schedule::DeadlineId;
+pub use error::{Result, StoreError};
+pub use far_tier::DelayedWindow;
+pub use layout::{DB_FILE, FORMAT_VERSION, LOCK_FILE};
+pub use open::StoreOptions;
+pub use ops::{Completion, Done, Op, Receipt};
+pub use read::{Recovery, Snapshot};
+pub use records::{
+    BindingDef, Definitions, DelayedMessage, DeliveryState, DestinationKind, ExchangeDef, Payload,
+    PolicyDef, QueueDef, StoredMessage, UserDef, VhostDef,
+};
+pub use redb::{BackendError, StorageBackend};
+pub use store::{Store, StoreStats};

@@ -1,0 +1,305 @@
+//! Opening the data directory: its lock file, then the database file, checked before anything
+//! is written to it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{Builder, Database, DatabaseError, ReadableDatabase, StorageError, TableError};
+
+use crate::backend::{file_backend, BackendFactory, DynBackend};
+use crate::error::{Result, StoreError};
+use crate::layout::{
+    ALL_TABLES, APP, DB_FILE, FORMAT_VERSION, LOCK_FILE, META, META_APP, META_FORMAT,
+};
+
+/// How a store is opened.
+#[derive(Clone)]
+pub struct StoreOptions {
+    /// redb's page cache. Bodies held for days should not sit in RAM, so this is small.
+    pub cache_bytes: usize,
+    /// Saves the allocator state with every commit so that a start after a crash needs no full
+    /// scan of the file (slower commits, a fast restart however large the store).
+    pub quick_repair: bool,
+    /// At most this many submissions go into one commit.
+    pub max_batch: usize,
+    /// A batch stops taking submissions once it holds this many ops (a single larger
+    /// submission still commits whole).
+    pub max_batch_ops: usize,
+    /// Storage other than the file (fault injection in tests).
+    pub backend: Option<BackendFactory>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            cache_bytes: 64 << 20,
+            quick_repair: true,
+            max_batch: 4096,
+            max_batch_ops: 65_536,
+            backend: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("cache_bytes", &self.cache_bytes)
+            .field("quick_repair", &self.quick_repair)
+            .field("max_batch", &self.max_batch)
+            .field("max_batch_ops", &self.max_batch_ops)
+            .field("backend", &self.backend.as_ref().map(|_| "custom"))
+            .finish()
+    }
+}
+
+/// Takes the directory's lock file, or says who holds it.
+pub(crate) fn lock_dir(dir: &Path) -> Result<File> {
+    fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, "creating the data directory", e))?;
+    let lock = dir.join(LOCK_FILE);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock)
+        .map_err(|e| StoreError::io(&lock, "opening the lock file", e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let mut content = String::new();
+            let _ = file.read_to_string(&mut content);
+            let holder = match content.trim().parse::<u32>() {
+                Ok(pid) => format!(", pid {pid}"),
+                Err(_) => String::new(),
+            };
+            return Err(StoreError::Locked {
+                dir: dir.to_path_buf(),
+                lock,
+                holder,
+            });
+        }
+        Err(fs::TryLockError::Error(e)) => {
+            return Err(StoreError::io(&lock, "locking the lock file", e))
+        }
+    }
+    // The holder's pid, for the message a second broker prints. Best effort: the lock is
+    // what counts.
+    let _ = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()));
+    Ok(file)
+}
+
+/// Opens (or creates) the database file and checks it is a dwellmq store of this format.
+pub(crate) struct Opener {
+    pub(crate) path: PathBuf,
+    pub(crate) options: StoreOptions,
+}
+
+impl Opener {
+    pub(crate) fn new(dir: &Path, options: StoreOptions) -> Self {
+        Opener {
+            path: dir.join(DB_FILE),
+            options,
+        }
+    }
+
+    pub(crate) fn open(&self) -> Result<Database> {
+        let path = &self.path;
+        // redb initialises an empty file; an empty file where a store was expected is a store
+        // that lost its contents, not a new one.
+        if let Ok(meta) = fs::metadata(path) {
+            if meta.len() == 0 && self.options.backend.is_none() {
+                return Err(StoreError::Damaged {
+                    path: path.clone(),
+                    reason: "the file is empty".into(),
+                });
+            }
+        }
+        let exists = fs::metadata(path).is_ok_and(|m| m.len() > 0);
+        if exists {
+            self.check_read_only()?;
+        }
+        let db = self
+            .open_database(|builder, backend| builder.create_with_backend(backend))?
+            .map_err(|e| open_error(path, e))?;
+        match self.check_meta(&db)? {
+            Meta::Dwellmq => {}
+            Meta::Absent { tables: 0 } => self.initialize(&db)?,
+            Meta::Absent { .. } => return Err(self.foreign_redb()),
+        }
+        Ok(db)
+    }
+
+    /// Looks at an existing file without writing to it (a writable open of a redb file writes
+    /// its header even if nothing else is done), so that a foreign or newer file is refused as
+    /// it is. A file not closed cleanly cannot be read this way without repair; repairing it is
+    /// what a writable open does, so that case is left to it.
+    fn check_read_only(&self) -> Result<()> {
+        let opened =
+            self.open_database(|builder, backend| builder.open_read_only_with_backend(backend))?;
+        let db = match opened {
+            Ok(db) => db,
+            Err(DatabaseError::RepairAborted) => return Ok(()),
+            Err(e) => return Err(open_error(&self.path, e)),
+        };
+        let meta = self.check_meta(&db);
+        let _ = db.close();
+        match meta? {
+            Meta::Absent { tables } if tables > 0 => Err(self.foreign_redb()),
+            _ => Ok(()),
+        }
+    }
+
+    fn foreign_redb(&self) -> StoreError {
+        StoreError::Foreign {
+            path: self.path.clone(),
+            reason: "a redb database without dwellmq's meta table".into(),
+        }
+    }
+
+    /// Runs `open` on a fresh backend. The outer error is the backend's or a panic; the inner
+    /// one is redb's, for the caller to interpret.
+    fn open_database<D>(
+        &self,
+        open: impl FnOnce(&Builder, DynBackend) -> std::result::Result<D, DatabaseError>,
+    ) -> Result<std::result::Result<D, DatabaseError>> {
+        let path = &self.path;
+        let backend = match &self.options.backend {
+            Some(factory) => factory(path),
+            None => file_backend(path),
+        }
+        .map_err(|e| StoreError::io(path, "opening the store file", e))?;
+        let mut builder = Builder::new();
+        builder.set_cache_size(self.options.cache_bytes);
+        // redb checks some invariants of what it reads with debug assertions; a damaged file
+        // must be an error at start, not a panic, in every build.
+        match catch_unwind(AssertUnwindSafe(|| open(&builder, DynBackend(backend)))) {
+            Ok(opened) => Ok(opened),
+            Err(panic) => Err(StoreError::Damaged {
+                path: path.clone(),
+                reason: panic_message(&panic),
+            }),
+        }
+    }
+
+    fn check_meta(&self, db: &impl ReadableDatabase) -> Result<Meta> {
+        let path = &self.path;
+        let damaged = |e: &dyn std::fmt::Display| StoreError::Damaged {
+            path: path.clone(),
+            reason: e.to_string(),
+        };
+        let read = db.begin_read().map_err(|e| damaged(&e))?;
+        match read.open_table(META) {
+            Ok(meta) => {
+                let app = redb::ReadableTable::get(&meta, META_APP).map_err(|e| damaged(&e))?;
+                if app.as_ref().map(|v| v.value()) != Some(APP) {
+                    return Err(StoreError::Foreign {
+                        path: path.clone(),
+                        reason: "its meta table is not dwellmq's".into(),
+                    });
+                }
+                let format = redb::ReadableTable::get(&meta, META_FORMAT)
+                    .map_err(|e| damaged(&e))?
+                    .and_then(|v| v.value().try_into().ok().map(u32::from_be_bytes));
+                match format {
+                    Some(FORMAT_VERSION) => Ok(Meta::Dwellmq),
+                    Some(found) => Err(StoreError::Version {
+                        path: path.clone(),
+                        found,
+                        supported: FORMAT_VERSION,
+                    }),
+                    None => Err(damaged(&"its format version is missing")),
+                }
+            }
+            Err(TableError::TableDoesNotExist(_)) => Ok(Meta::Absent {
+                tables: read.list_tables().map_err(|e| damaged(&e))?.count(),
+            }),
+            Err(TableError::TableTypeMismatch { .. }) => Err(StoreError::Foreign {
+                path: path.clone(),
+                reason: "its meta table has other types".into(),
+            }),
+            Err(e) => Err(damaged(&e)),
+        }
+    }
+
+    fn initialize(&self, db: &Database) -> Result<()> {
+        let path = &self.path;
+        let fail = |e: &dyn std::fmt::Display| StoreError::Database {
+            path: path.clone(),
+            reason: format!("initializing: {e}"),
+        };
+        let tx = db.begin_write().map_err(|e| fail(&e))?;
+        for table in ALL_TABLES {
+            tx.open_table(table).map_err(|e| fail(&e))?;
+        }
+        {
+            let mut meta = tx.open_table(META).map_err(|e| fail(&e))?;
+            meta.insert(META_APP, APP).map_err(|e| fail(&e))?;
+            meta.insert(META_FORMAT, &FORMAT_VERSION.to_be_bytes()[..])
+                .map_err(|e| fail(&e))?;
+        }
+        tx.commit().map_err(|e| fail(&e))?;
+        tracing::info!(path = %path.display(), "created a new store");
+        Ok(())
+    }
+}
+
+fn open_error(path: &Path, error: DatabaseError) -> StoreError {
+    let path = path.to_path_buf();
+    match error {
+        DatabaseError::DatabaseAlreadyOpen => StoreError::Locked {
+            lock: path.clone(),
+            dir: path,
+            holder: String::new(),
+        },
+        DatabaseError::Storage(StorageError::Io(e)) => match e.kind() {
+            io::ErrorKind::InvalidData => StoreError::Foreign {
+                path,
+                reason: e.to_string(),
+            },
+            io::ErrorKind::UnexpectedEof => StoreError::Damaged {
+                path,
+                reason: format!("truncated ({e})"),
+            },
+            _ => StoreError::io(path, "opening the store file", e),
+        },
+        DatabaseError::Storage(StorageError::Corrupted(reason)) => {
+            StoreError::Damaged { path, reason }
+        }
+        DatabaseError::UpgradeRequired(version) => StoreError::Foreign {
+            path,
+            reason: format!("written by an old redb (file format {version})"),
+        },
+        other => StoreError::Damaged {
+            path,
+            reason: other.to_string(),
+        },
+    }
+}
+
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unreadable".into()
+    }
+}
+
+/// What the meta table says about a database.
+enum Meta {
+    /// A dwellmq store of this format.
+    Dwellmq,
+    /// No meta table, and this many other tables.
+    Absent { tables: usize },
+}
+
+/// Shared with the writer thread: the database handle, swapped when the writer reopens it.
+pub(crate) type DbSlot = parking_lot::RwLock<Option<Arc<Database>>>;

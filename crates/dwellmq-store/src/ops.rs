@@ -1,0 +1,146 @@
+//! What a submission asks the store to write.
+
+use dwellmq_core::schedule::DeadlineId;
+
+use crate::error::StoreError;
+use crate::records::{
+    BindingDef, DeliveryState, ExchangeDef, Payload, PolicyDef, QueueDef, UserDef, VhostDef,
+};
+
+/// One change. A submission's changes are applied in order, in one commit with everything else
+/// that arrived while the previous commit ran.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Adds or replaces a vhost.
+    PutVhost(VhostDef),
+    /// Removes a vhost with every definition and message under it.
+    DeleteVhost {
+        /// Its name.
+        name: String,
+    },
+    /// Adds or replaces a user.
+    PutUser(UserDef),
+    /// Removes a user.
+    DeleteUser {
+        /// Its name.
+        name: String,
+    },
+    /// Adds or replaces a durable exchange.
+    PutExchange(ExchangeDef),
+    /// Removes an exchange and the bindings whose source it is. (Bindings leading *to* it, from
+    /// other exchanges, are removed by their own [`Op::DeleteBinding`].)
+    DeleteExchange {
+        /// Its vhost.
+        vhost: String,
+        /// Its name.
+        name: String,
+    },
+    /// Adds or replaces a durable queue.
+    PutQueue(QueueDef),
+    /// Removes a queue and its messages. (Its bindings go by [`Op::DeleteBinding`].)
+    DeleteQueue {
+        /// Its vhost.
+        vhost: String,
+        /// Its name.
+        name: String,
+        /// Its id.
+        id: u64,
+    },
+    /// Adds a binding.
+    PutBinding(BindingDef),
+    /// Removes a binding.
+    DeleteBinding(BindingDef),
+    /// Adds or replaces a policy.
+    PutPolicy(PolicyDef),
+    /// Removes a policy.
+    DeletePolicy {
+        /// Its vhost.
+        vhost: String,
+        /// Its name.
+        name: String,
+    },
+    /// A persistent message entered a durable queue (`Effect::Persist`).
+    Persist {
+        /// The queue's id.
+        queue: u64,
+        /// The message's position in the queue.
+        seq: u64,
+        /// When it expires (ms since the epoch; 0 = never), so TTL continues after a restart.
+        expires_at_ms: u64,
+        /// The message.
+        message: Payload,
+    },
+    /// A persisted message's delivery state changed (requeued, waiting for a retry). Ignored
+    /// for a message that is not stored.
+    SetState {
+        /// The queue's id.
+        queue: u64,
+        /// The message's position.
+        seq: u64,
+        /// Its new state.
+        state: DeliveryState,
+    },
+    /// A persisted message left its queue for good (`Effect::Forget`).
+    Forget {
+        /// The queue's id.
+        queue: u64,
+        /// The message's position.
+        seq: u64,
+    },
+    /// Every message of a queue left it (purge).
+    Purge {
+        /// The queue's id.
+        queue: u64,
+    },
+    /// A delayed exchange holds a message until `id.due_ms`.
+    Hold {
+        /// Due time and sequence number (the scheduler's id).
+        id: DeadlineId,
+        /// The exchange's vhost.
+        vhost: String,
+        /// The exchange.
+        exchange: String,
+        /// The message.
+        message: Payload,
+    },
+    /// A held message was released (routed) or dropped.
+    Release {
+        /// Its id.
+        id: DeadlineId,
+    },
+}
+
+impl Op {
+    /// Whether the op only removes data: such an op is idempotent, and the writer retries it
+    /// in its next commit when the commit carrying it failed (a forget that is lost would
+    /// bring an acked message back after a restart).
+    pub(crate) fn is_removal(&self) -> bool {
+        matches!(
+            self,
+            Op::DeleteVhost { .. }
+                | Op::DeleteUser { .. }
+                | Op::DeleteExchange { .. }
+                | Op::DeleteQueue { .. }
+                | Op::DeleteBinding(_)
+                | Op::DeletePolicy { .. }
+                | Op::Forget { .. }
+                | Op::Purge { .. }
+                | Op::Release { .. }
+        )
+    }
+}
+
+/// What a completed submission learns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receipt {
+    /// The number of the durable commit that carried it; `None` if nothing needed writing (a
+    /// message persisted and forgotten before its commit started).
+    pub commit: Option<u64>,
+}
+
+/// The outcome of a submission.
+pub type Completion = Result<Receipt, StoreError>;
+
+/// Called once per submission on the writer thread, after the commit is durable (or failed).
+/// Keep it short: the next commit waits for it (hand the result to a channel or a task).
+pub type Done = Box<dyn FnOnce(Completion) + Send + 'static>;

@@ -1,0 +1,451 @@
+//! The records the store keeps, and their value encodings (DESIGN.md, "Values").
+//!
+//! Arguments, policy definitions and vhost metadata are opaque octets to the store: the broker
+//! writes them in the AMQP field-table encoding it already has, so the store needs no knowledge
+//! of their meaning and a new argument needs no new format.
+
+use std::sync::Arc;
+
+use dwellmq_core::{Message, PackedMessage};
+
+use crate::codec::{Dec, Enc};
+use crate::layout::name_key;
+
+/// A virtual host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VhostDef {
+    /// Its name.
+    pub name: String,
+    /// Whatever the broker keeps with it (description, tags, limits), opaque here.
+    pub metadata: Vec<u8>,
+}
+
+/// A user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserDef {
+    /// Login name.
+    pub name: String,
+    /// The credential as the broker keeps it (a password hash), opaque here.
+    pub credential: Vec<u8>,
+    /// Tags (`administrator`, ...).
+    pub tags: Vec<String>,
+}
+
+/// A durable exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangeDef {
+    /// Its vhost.
+    pub vhost: String,
+    /// Its name.
+    pub name: String,
+    /// Its type (`direct`, `topic`, `x-delayed-message`, ...).
+    pub kind: String,
+    /// Deleted when its last binding goes.
+    pub auto_delete: bool,
+    /// Not publishable by clients.
+    pub internal: bool,
+    /// Its arguments, an encoded AMQP field table.
+    pub arguments: Vec<u8>,
+}
+
+/// A durable queue. `id` names it in the message tables (a queue deleted and declared again
+/// gets a new id, so nothing of the old one can reappear).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDef {
+    /// Its vhost.
+    pub vhost: String,
+    /// Its name.
+    pub name: String,
+    /// Its id, from [`crate::Store::allocate_queue_id`].
+    pub id: u64,
+    /// Deleted when its last consumer goes.
+    pub auto_delete: bool,
+    /// Its arguments, an encoded AMQP field table.
+    pub arguments: Vec<u8>,
+}
+
+/// What a binding leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DestinationKind {
+    /// A queue.
+    Queue,
+    /// An exchange (exchange-to-exchange binding).
+    Exchange,
+}
+
+/// A binding between durable objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingDef {
+    /// Its vhost.
+    pub vhost: String,
+    /// The source exchange.
+    pub source: String,
+    /// Queue or exchange.
+    pub destination_kind: DestinationKind,
+    /// The destination's name.
+    pub destination: String,
+    /// The binding key.
+    pub routing_key: String,
+    /// Its arguments (headers exchanges match on them), an encoded AMQP field table.
+    pub arguments: Vec<u8>,
+}
+
+/// A policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyDef {
+    /// Its vhost.
+    pub vhost: String,
+    /// Its name.
+    pub name: String,
+    /// The pattern matched against names.
+    pub pattern: String,
+    /// `queues`, `exchanges`, `all`, ...
+    pub apply_to: String,
+    /// The highest matching priority wins.
+    pub priority: i64,
+    /// Its definition, encoded by the broker.
+    pub definition: Vec<u8>,
+}
+
+/// Everything durable but messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Definitions {
+    /// Virtual hosts.
+    pub vhosts: Vec<VhostDef>,
+    /// Users.
+    pub users: Vec<UserDef>,
+    /// Durable exchanges.
+    pub exchanges: Vec<ExchangeDef>,
+    /// Durable queues.
+    pub queues: Vec<QueueDef>,
+    /// Bindings.
+    pub bindings: Vec<BindingDef>,
+    /// Policies.
+    pub policies: Vec<PolicyDef>,
+}
+
+/// A persistent message's delivery state, kept only once it differs from a fresh message's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeliveryState {
+    /// It was delivered before (comes back with `redelivered` set).
+    pub redelivered: bool,
+    /// Returns counted against a delivery limit (`x-delivery-count`).
+    pub delivery_count: u32,
+    /// Times it was delivered (`x-acquired-count`).
+    pub acquired_count: u32,
+    /// Waiting for a retry: not ready before this time (ms since the epoch; 0 = ready).
+    pub ready_at_ms: u64,
+}
+
+/// A message's content as handed to the store: the writer thread packs it into the page itself,
+/// so a published message is copied once, by the writer, not by the connection.
+#[derive(Debug, Clone)]
+pub enum Payload {
+    /// A message as published.
+    Message(Arc<Message>),
+    /// A message already packed (held by a delayed exchange).
+    Packed(PackedMessage),
+}
+
+impl Payload {
+    /// Its packed size in octets.
+    pub fn packed_len(&self) -> usize {
+        match self {
+            Payload::Packed(p) => p.len(),
+            Payload::Message(m) => {
+                2 + clamp16(m.exchange.as_bytes()).len()
+                    + 2
+                    + clamp16(m.routing_key.as_bytes()).len()
+                    + 4
+                    + m.properties_encoded.len()
+                    + m.body_len()
+            }
+        }
+    }
+
+    /// Writes the packed layout of [`PackedMessage`] into `out` (exactly `packed_len` octets).
+    pub(crate) fn write_packed(&self, out: &mut [u8]) {
+        match self {
+            Payload::Packed(p) => out.copy_from_slice(p.as_slice()),
+            Payload::Message(m) => {
+                let mut at = 0;
+                let mut put = |bytes: &[u8]| {
+                    out[at..at + bytes.len()].copy_from_slice(bytes);
+                    at += bytes.len();
+                };
+                let exchange = clamp16(m.exchange.as_bytes());
+                put(&(exchange.len() as u16).to_be_bytes());
+                put(exchange);
+                let key = clamp16(m.routing_key.as_bytes());
+                put(&(key.len() as u16).to_be_bytes());
+                put(key);
+                put(&(m.properties_encoded.len() as u32).to_be_bytes());
+                put(&m.properties_encoded);
+                for chunk in m.body.chunks() {
+                    put(chunk);
+                }
+            }
+        }
+    }
+}
+
+fn clamp16(bytes: &[u8]) -> &[u8] {
+    &bytes[..bytes.len().min(usize::from(u16::MAX))]
+}
+
+/// A persistent message read back from a queue.
+#[derive(Debug, Clone)]
+pub struct StoredMessage {
+    /// Its position in the queue.
+    pub seq: u64,
+    /// When it expires (ms since the epoch; 0 = never).
+    pub expires_at_ms: u64,
+    /// Its delivery state (default for a message never delivered).
+    pub state: DeliveryState,
+    /// The message.
+    pub message: PackedMessage,
+}
+
+/// A message held by a delayed exchange, read back.
+#[derive(Debug, Clone)]
+pub struct DelayedMessage {
+    /// When it is due, and its order among those due in the same millisecond.
+    pub id: dwellmq_core::schedule::DeadlineId,
+    /// The vhost of the exchange holding it.
+    pub vhost: String,
+    /// The exchange holding it.
+    pub exchange: String,
+    /// The message.
+    pub message: PackedMessage,
+}
+
+// Value encodings. Each `decode` returns `None` on any malformation; callers name the record.
+
+impl VhostDef {
+    pub(crate) fn key(&self) -> Vec<u8> {
+        name_key(&[&self.name])
+    }
+    pub(crate) fn value(&self) -> Vec<u8> {
+        Enc::new().bytes32(&self.metadata).done()
+    }
+    pub(crate) fn decode(key: &[u8], value: &[u8]) -> Option<Self> {
+        let mut k = Dec::new(key);
+        let name = k.str16()?;
+        k.end()?;
+        let mut v = Dec::new(value);
+        let metadata = v.bytes32()?;
+        v.end()?;
+        Some(VhostDef { name, metadata })
+    }
+}
+
+impl UserDef {
+    pub(crate) fn key(&self) -> Vec<u8> {
+        name_key(&[&self.name])
+    }
+    pub(crate) fn value(&self) -> Vec<u8> {
+        let e = Enc::new()
+            .bytes32(&self.credential)
+            .u32(self.tags.len() as u32);
+        self.tags.iter().fold(e, |e, t| e.str16(t)).done()
+    }
+    pub(crate) fn decode(key: &[u8], value: &[u8]) -> Option<Self> {
+        let mut k = Dec::new(key);
+        let name = k.str16()?;
+        k.end()?;
+        let mut v = Dec::new(value);
+        let credential = v.bytes32()?;
+        let count = v.u32()?;
+        let tags = (0..count).map(|_| v.str16()).collect::<Option<Vec<_>>>()?;
+        v.end()?;
+        Some(UserDef {
+            name,
+            credential,
+            tags,
+        })
+    }
+}
+
+impl ExchangeDef {
+    pub(crate) fn key(&self) -> Vec<u8> {
+        name_key(&[&self.vhost, &self.name])
+    }
+    pub(crate) fn value(&self) -> Vec<u8> {
+        let flags = u8::from(self.auto_delete) | (u8::from(self.internal) << 1);
+        Enc::new()
+            .str16(&self.kind)
+            .u8(flags)
+            .bytes32(&self.arguments)
+            .done()
+    }
+    pub(crate) fn decode(key: &[u8], value: &[u8]) -> Option<Self> {
+        let mut k = Dec::new(key);
+        let (vhost, name) = (k.str16()?, k.str16()?);
+        k.end()?;
+        let mut v = Dec::new(value);
+        let kind = v.str16()?;
+        let flags = v.u8()?;
+        let arguments = v.bytes32()?;
+        v.end()?;
+        Some(ExchangeDef {
+            vhost,
+            name,
+            kind,
+            auto_delete: flags & 1 != 0,
+            internal: flags & 2 != 0,
+            arguments,
+        })
+    }
+}
+
+impl QueueDef {
+    pub(crate) fn key(&self) -> Vec<u8> {
+        name_key(&[&self.vhost, &self.name])
+    }
+    pub(crate) fn value(&self) -> Vec<u8> {
+        Enc::new()
+            .u64(self.id)
+            .u8(u8::from(self.auto_delete))
+            .bytes32(&self.arguments)
+            .done()
+    }
+    pub(crate) fn decode(key: &[u8], value: &[u8]) -> Option<Self> {
+        let mut k = Dec::new(key);
+        let (vhost, name) = (k.str16()?, k.str16()?);
+        k.end()?;
+        let mut v = Dec::new(value);
+        let id = v.u64()?;
+        let flags = v.u8()?;
+        let arguments = v.bytes32()?;
+        v.end()?;
+        Some(QueueDef {
+            vhost,
+            name,
+            id,
+            auto_delete: flags & 1 != 0,
+            arguments,
+        })
+    }
+}
+
+impl BindingDef {
+    /// The whole binding is the key (a binding is its identity); the value is empty.
+    pub(crate) fn key(&self) -> Vec<u8> {
+        let kind = match self.destination_kind {
+            DestinationKind::Queue => 0,
+            DestinationKind::Exchange => 1,
+        };
+        Enc::new()
+            .str16(&self.vhost)
+            .str16(&self.source)
+            .u8(kind)
+            .str16(&self.destination)
+            .str16(&self.routing_key)
+            .bytes32(&self.arguments)
+            .done()
+    }
+    pub(crate) fn decode(key: &[u8]) -> Option<Self> {
+        let mut k = Dec::new(key);
+        let vhost = k.str16()?;
+        let source = k.str16()?;
+        let destination_kind = match k.u8()? {
+            0 => DestinationKind::Queue,
+            1 => DestinationKind::Exchange,
+            _ => return None,
+        };
+        let destination = k.str16()?;
+        let routing_key = k.str16()?;
+        let arguments = k.bytes32()?;
+        k.end()?;
+        Some(BindingDef {
+            vhost,
+            source,
+            destination_kind,
+            destination,
+            routing_key,
+            arguments,
+        })
+    }
+}
+
+impl PolicyDef {
+    pub(crate) fn key(&self) -> Vec<u8> {
+        name_key(&[&self.vhost, &self.name])
+    }
+    pub(crate) fn value(&self) -> Vec<u8> {
+        Enc::new()
+            .str16(&self.pattern)
+            .str16(&self.apply_to)
+            .i64(self.priority)
+            .bytes32(&self.definition)
+            .done()
+    }
+    pub(crate) fn decode(key: &[u8], value: &[u8]) -> Option<Self> {
+        let mut k = Dec::new(key);
+        let (vhost, name) = (k.str16()?, k.str16()?);
+        k.end()?;
+        let mut v = Dec::new(value);
+        let pattern = v.str16()?;
+        let apply_to = v.str16()?;
+        let priority = v.i64()?;
+        let definition = v.bytes32()?;
+        v.end()?;
+        Some(PolicyDef {
+            vhost,
+            name,
+            pattern,
+            apply_to,
+            priority,
+            definition,
+        })
+    }
+}
+
+impl DeliveryState {
+    pub(crate) const LEN: usize = 17;
+
+    pub(crate) fn value(&self) -> Vec<u8> {
+        Enc::new()
+            .u8(u8::from(self.redelivered))
+            .u32(self.delivery_count)
+            .u32(self.acquired_count)
+            .u64(self.ready_at_ms)
+            .done()
+    }
+    pub(crate) fn decode(value: &[u8]) -> Option<Self> {
+        let mut v = Dec::new(value);
+        let flags = v.u8()?;
+        let state = DeliveryState {
+            redelivered: flags & 1 != 0,
+            delivery_count: v.u32()?,
+            acquired_count: v.u32()?,
+            ready_at_ms: v.u64()?,
+        };
+        v.end()?;
+        Some(state)
+    }
+}
+
+/// `messages` value: `u64 expires_at_ms ‖ packed message`.
+pub(crate) const MESSAGE_HEADER: usize = 8;
+
+pub(crate) fn decode_message_value(value: &[u8]) -> Option<(u64, PackedMessage)> {
+    let mut v = Dec::new(value);
+    let expires_at_ms = v.u64()?;
+    let packed = PackedMessage::from_boxed(v.rest().into())?;
+    Some((expires_at_ms, packed))
+}
+
+/// `delayed` value: `u64 due_ms ‖ str16 vhost ‖ str16 exchange ‖ packed message`.
+pub(crate) fn delayed_header(due_ms: u64, vhost: &str, exchange: &str) -> Vec<u8> {
+    Enc::new().u64(due_ms).str16(vhost).str16(exchange).done()
+}
+
+pub(crate) fn decode_delayed_value(value: &[u8]) -> Option<(u64, String, String, PackedMessage)> {
+    let mut v = Dec::new(value);
+    let due_ms = v.u64()?;
+    let vhost = v.str16()?;
+    let exchange = v.str16()?;
+    let packed = PackedMessage::from_boxed(v.rest().into())?;
+    Some((due_ms, vhost, exchange, packed))
+}

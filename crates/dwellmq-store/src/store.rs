@@ -1,0 +1,206 @@
+//! The store handle: open, submit, read.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::error::{Result, StoreError};
+use crate::open::{lock_dir, DbSlot, Opener, StoreOptions};
+use crate::ops::{Completion, Op};
+use crate::read::Snapshot;
+use crate::writer::{Counters, Submission, Writer};
+
+/// What the writer has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Durable commits.
+    pub commits: u64,
+    /// Batches that failed, in their commit or in reopening the file after an earlier
+    /// failure (every submission in them got the error).
+    pub failed_commits: u64,
+    /// Submissions taken in.
+    pub submissions: u64,
+    /// Ops written.
+    pub ops_written: u64,
+    /// Ops dropped because a later op in the same batch undid them.
+    pub ops_elided: u64,
+}
+
+/// A store on a data directory. Share it (`Arc<Store>`): every method takes `&self`.
+pub struct Store {
+    dir: PathBuf,
+    path: PathBuf,
+    db: Arc<DbSlot>,
+    counters: Arc<Counters>,
+    sender: Option<Sender<Submission>>,
+    writer: Option<JoinHandle<()>>,
+    // Held for the store's lifetime; released last, after the database is closed.
+    _lock: File,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating both if absent, with default options.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with(dir, StoreOptions::default())
+    }
+
+    /// Opens the store in `dir`. Refused if another store holds the directory; a file that is
+    /// not a dwellmq store, or is damaged, is an error naming it and is left as it is.
+    pub fn open_with(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        let dir = dir.as_ref().to_path_buf();
+        let lock = lock_dir(&dir)?;
+        let opener = Opener::new(&dir, options);
+        let path = opener.path.clone();
+        let db = Arc::new(opener.open()?);
+        let counters = Arc::new(Counters::default());
+        let slot: Arc<DbSlot> = Arc::new(parking_lot::RwLock::new(Some(db)));
+        let store_read = Snapshot::new(&slot, &path)?;
+        counters
+            .next_queue_id
+            .store(store_read.next_queue_id()?, Ordering::Release);
+        drop(store_read);
+        let (sender, receiver) = mpsc::channel();
+        let writer = Writer::new(opener, slot.clone(), counters.clone());
+        let handle = std::thread::Builder::new()
+            .name("dwellmq-store".into())
+            .spawn(move || writer.run(receiver))
+            .map_err(|e| StoreError::io(&path, "starting the writer thread", e))?;
+        tracing::info!(path = %path.display(), "store open");
+        Ok(Store {
+            dir,
+            path,
+            db: slot,
+            counters,
+            sender: Some(sender),
+            writer: Some(handle),
+            _lock: lock,
+        })
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Queues `ops` for the next commit; `done` is called on the writer thread once the commit
+    /// holding them is durable, or failed (then nothing of it is stored, except that removals
+    /// are retried with the next commit). Never blocks.
+    pub fn submit(&self, ops: Vec<Op>, done: impl FnOnce(Completion) + Send + 'static) {
+        self.send(Submission {
+            ops,
+            done: Some(Box::new(done)),
+        });
+    }
+
+    /// Queues `ops` without asking to hear back (removals: forgets, releases).
+    pub fn submit_detached(&self, ops: Vec<Op>) {
+        self.send(Submission { ops, done: None });
+    }
+
+    /// Submits `ops` and waits for their commit (definitions, start-up, tests). Not from a
+    /// completion (the writer would wait for itself): that gets `Closed`.
+    pub fn write(&self, ops: Vec<Op>) -> Completion {
+        if self.on_writer_thread() {
+            return Err(StoreError::Closed);
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.submit(ops, move |outcome| {
+            let _ = tx.send(outcome);
+        });
+        rx.recv().unwrap_or(Err(StoreError::Closed))
+    }
+
+    fn send(&self, submission: Submission) {
+        let Some(sender) = &self.sender else {
+            fail(submission);
+            return;
+        };
+        if let Err(mpsc::SendError(submission)) = sender.send(submission) {
+            fail(submission);
+        }
+    }
+
+    /// A fresh id for a durable queue (ids are never reused, even after a restart).
+    pub fn allocate_queue_id(&self) -> u64 {
+        self.counters.next_queue_id.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// A consistent view of what is committed (recovery, refilling the far tier, reading a
+    /// body). Hold it briefly: the writer waits for open snapshots before reopening the file
+    /// after an I/O error.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        match Snapshot::new(&self.db, &self.path) {
+            // The writer closed the file after a failure and has not reopened it: ask it to
+            // (an empty submission), then look again.
+            Err(StoreError::Closed) if self.sender.is_some() && !self.on_writer_thread() => {
+                self.write(Vec::new())?;
+                Snapshot::new(&self.db, &self.path)
+            }
+            other => other,
+        }
+    }
+
+    fn on_writer_thread(&self) -> bool {
+        self.writer
+            .as_ref()
+            .is_some_and(|w| w.thread().id() == std::thread::current().id())
+    }
+
+    /// The writer's counters.
+    pub fn stats(&self) -> StoreStats {
+        let c = &self.counters;
+        StoreStats {
+            commits: c.commits.load(Ordering::Relaxed),
+            failed_commits: c.failed_commits.load(Ordering::Relaxed),
+            submissions: c.submissions.load(Ordering::Relaxed),
+            ops_written: c.ops_written.load(Ordering::Relaxed),
+            ops_elided: c.ops_elided.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Commits what is queued, stops the writer and closes the file.
+    pub fn close(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        self.sender = None;
+        if let Some(writer) = self.writer.take() {
+            // The last handle may go in a completion, on the writer thread itself: that thread
+            // finishes the queue and stops on its own.
+            if writer.thread().id() == std::thread::current().id() {
+                return;
+            }
+            if writer.join().is_err() {
+                tracing::error!("the store writer thread panicked");
+            }
+        }
+        self.db.write().take();
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+fn fail(submission: Submission) {
+    if let Some(done) = submission.done {
+        done(Err(StoreError::Closed));
+    }
+}

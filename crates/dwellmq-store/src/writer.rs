@@ -1,0 +1,306 @@
+//! The group-commit writer: one thread, one write transaction and one durable commit for
+//! everything that arrived while the previous commit ran.
+//!
+//! Nobody waits for a batch to fill: the writer commits whatever is queued the moment the last
+//! commit ends, so under light load a submission commits alone and at once, and under heavy load
+//! the batches grow by themselves.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redb::{CommitError, Durability, StorageError, TransactionError};
+
+use crate::apply::Tables;
+use crate::error::StoreError;
+use crate::open::{panic_message, DbSlot, Opener};
+use crate::ops::{Completion, Done, Op, Receipt};
+
+/// One submission: ops and who to tell.
+pub(crate) struct Submission {
+    pub(crate) ops: Vec<Op>,
+    pub(crate) done: Option<Done>,
+}
+
+/// What the writer counts (see [`crate::StoreStats`]).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) commits: AtomicU64,
+    pub(crate) failed_commits: AtomicU64,
+    pub(crate) submissions: AtomicU64,
+    pub(crate) ops_written: AtomicU64,
+    pub(crate) ops_elided: AtomicU64,
+    /// The next queue id the store must cover, raised by [`crate::Store::allocate_queue_id`]
+    /// and written with the next commit.
+    pub(crate) next_queue_id: AtomicU64,
+}
+
+pub(crate) struct Writer {
+    pub(crate) opener: Opener,
+    pub(crate) db: Arc<DbSlot>,
+    pub(crate) counters: Arc<Counters>,
+    /// Removals from failed commits, retried first in the next one.
+    carry: Vec<Op>,
+}
+
+impl Writer {
+    pub(crate) fn new(opener: Opener, db: Arc<DbSlot>, counters: Arc<Counters>) -> Self {
+        Writer {
+            opener,
+            db,
+            counters,
+            carry: Vec::new(),
+        }
+    }
+
+    pub(crate) fn run(mut self, rx: Receiver<Submission>) {
+        let max_batch = self.opener.options.max_batch.max(1);
+        let max_ops = self.opener.options.max_batch_ops.max(1);
+        let mut batch: Vec<Submission> = Vec::new();
+        while let Ok(first) = rx.recv() {
+            let mut ops = first.ops.len();
+            batch.push(first);
+            // A transaction's dirty pages stay in memory until it commits: bulk submissions
+            // split over several commits rather than make one huge one.
+            while batch.len() < max_batch && ops < max_ops {
+                match rx.try_recv() {
+                    Ok(next) => {
+                        ops += next.ops.len();
+                        batch.push(next);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.counters
+                .submissions
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let result = self.commit(&mut batch);
+            for submission in batch.drain(..) {
+                if let Some(done) = submission.done {
+                    let outcome: Completion = result.clone();
+                    // A panicking callback must not take the writer (and every later confirm)
+                    // down with it.
+                    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| done(outcome))) {
+                        tracing::error!(
+                            panic = %panic_message(&panic),
+                            "a store completion callback panicked"
+                        );
+                    }
+                }
+            }
+        }
+        tracing::debug!("store writer stopped");
+    }
+
+    fn commit(&mut self, batch: &mut [Submission]) -> Completion {
+        let elided = elide(batch);
+        self.counters
+            .ops_elided
+            .fetch_add(elided as u64, Ordering::Relaxed);
+        let writes = batch.iter().map(|s| s.ops.len()).sum::<usize>() + self.carry.len();
+        if writes == 0 {
+            // Nothing to write; an empty submission still gets the file reopened after a
+            // failure (`Store::snapshot` asks for that).
+            return self.database().map(|_| Receipt { commit: None });
+        }
+        let db = match self.database() {
+            Ok(db) => db,
+            Err(e) => {
+                self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "store reopen failed");
+                self.keep_removals(batch);
+                return Err(e);
+            }
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.write(&db, batch)));
+        drop(db);
+        let result = match outcome {
+            Ok(result) => result,
+            Err(panic) => Err(StoreError::Database {
+                path: self.opener.path.clone(),
+                reason: format!("the commit panicked: {}", panic_message(&panic)),
+            }),
+        };
+        match result {
+            Ok(()) => {
+                self.carry.clear();
+                let commit = self.counters.commits.fetch_add(1, Ordering::Relaxed) + 1;
+                self.counters
+                    .ops_written
+                    .fetch_add(writes as u64, Ordering::Relaxed);
+                Ok(Receipt {
+                    commit: Some(commit),
+                })
+            }
+            Err(e) => {
+                self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "store commit failed");
+                self.keep_removals(batch);
+                // redb refuses every later operation on a handle that saw an I/O error: reopen
+                // now, so that reads work again; if that fails too, the next batch tries again.
+                self.close_database();
+                if let Err(reopen) = self.database() {
+                    tracing::warn!(error = %reopen, "store reopen failed; retried with the next batch");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn write(&self, db: &redb::Database, batch: &[Submission]) -> Result<(), StoreError> {
+        let path = &self.opener.path;
+        let mut tx = db.begin_write().map_err(|e| tx_error(path, e))?;
+        tx.set_durability(Durability::Immediate)
+            .map_err(|e| database_error(path, &e))?;
+        tx.set_quick_repair(self.opener.options.quick_repair);
+        {
+            let mut tables = Tables::open(&tx).map_err(|e| database_error(path, &e))?;
+            let all = self.carry.iter().chain(batch.iter().flat_map(|s| &s.ops));
+            for op in all {
+                tables.apply(op).map_err(|e| storage_error(path, e))?;
+            }
+            let next_delayed_seq = batch
+                .iter()
+                .flat_map(|s| &s.ops)
+                .filter_map(|op| match op {
+                    Op::Hold { id, .. } => id.seq.checked_add(1),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0);
+            tables
+                .raise_counters(
+                    next_delayed_seq,
+                    self.counters.next_queue_id.load(Ordering::Acquire),
+                )
+                .map_err(|e| storage_error(path, e))?;
+        }
+        tx.commit().map_err(|e| commit_error(path, e))
+    }
+
+    fn keep_removals(&mut self, batch: &[Submission]) {
+        self.carry.extend(
+            batch
+                .iter()
+                .flat_map(|s| &s.ops)
+                .filter(|op| op.is_removal())
+                .cloned(),
+        );
+    }
+
+    /// The open database, reopening it if a failure closed it.
+    fn database(&self) -> Result<Arc<redb::Database>, StoreError> {
+        if let Some(db) = self.db.read().as_ref() {
+            return Ok(db.clone());
+        }
+        let db = Arc::new(self.opener.open()?);
+        tracing::info!(path = %self.opener.path.display(), "store reopened after a failure");
+        *self.db.write() = Some(db.clone());
+        Ok(db)
+    }
+
+    fn close_database(&self) {
+        let Some(mut db) = self.db.write().take() else {
+            return;
+        };
+        // Readers hold the handle briefly; the file can only be opened again once it is closed.
+        for _ in 0..1000 {
+            match Arc::try_unwrap(db) {
+                Ok(db) => {
+                    drop(db);
+                    return;
+                }
+                Err(shared) => {
+                    db = shared;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        tracing::warn!("store readers kept the failed handle open; reopening may be refused");
+    }
+}
+
+/// Drops a persist and a forget of the same message (and a hold and a release of the same
+/// delayed message) that meet in one batch: nothing of it reached the disk, and nothing need.
+/// Returns how many ops were dropped.
+pub(crate) fn elide(batch: &mut [Submission]) -> usize {
+    #[derive(PartialEq, Eq, Hash, Clone, Copy)]
+    enum Key {
+        Message(u64, u64),
+        Delayed(u64),
+    }
+    // Where each not-yet-forgotten write of this batch sits.
+    let mut written: HashMap<Key, (usize, usize)> = HashMap::new();
+    let mut dead: Vec<(usize, usize)> = Vec::new();
+    for (s, submission) in batch.iter().enumerate() {
+        for (o, op) in submission.ops.iter().enumerate() {
+            match op {
+                Op::Persist { queue, seq, .. } => {
+                    written.insert(Key::Message(*queue, *seq), (s, o));
+                }
+                Op::Hold { id, .. } => {
+                    written.insert(Key::Delayed(id.seq), (s, o));
+                }
+                Op::Forget { queue, seq } => {
+                    if let Some(at) = written.remove(&Key::Message(*queue, *seq)) {
+                        dead.extend([at, (s, o)]);
+                    }
+                }
+                Op::Release { id } => {
+                    if let Some(at) = written.remove(&Key::Delayed(id.seq)) {
+                        dead.extend([at, (s, o)]);
+                    }
+                }
+                // A purge or a queue deletion removes what it finds; an elided persist before
+                // it simply is not there.
+                _ => {}
+            }
+        }
+    }
+    if dead.is_empty() {
+        return 0;
+    }
+    dead.sort_unstable();
+    // One pass over the batch, whatever the number of dropped ops.
+    let mut next = dead.iter().peekable();
+    for (s, submission) in batch.iter_mut().enumerate() {
+        let mut o = 0;
+        submission.ops.retain(|_| {
+            let drop_it = next.next_if(|&&at| at == (s, o)).is_some();
+            o += 1;
+            !drop_it
+        });
+    }
+    dead.len()
+}
+
+fn database_error(path: &std::path::Path, e: &dyn std::fmt::Display) -> StoreError {
+    StoreError::Database {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+fn storage_error(path: &std::path::Path, e: StorageError) -> StoreError {
+    match e {
+        StorageError::Io(io) => StoreError::io(path, "writing", io),
+        other => database_error(path, &other),
+    }
+}
+
+fn tx_error(path: &std::path::Path, e: TransactionError) -> StoreError {
+    match e {
+        TransactionError::Storage(s) => storage_error(path, s),
+        other => database_error(path, &other),
+    }
+}
+
+fn commit_error(path: &std::path::Path, e: CommitError) -> StoreError {
+    match e {
+        CommitError::Storage(s) => storage_error(path, s),
+        other => database_error(path, &other),
+    }
+}

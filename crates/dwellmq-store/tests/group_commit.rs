@@ -1,0 +1,244 @@
+//! Group commit: what arrives while a commit runs goes into the next one, together.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{faulty_options, payload, Faults, Scratch};
+use dwellmq_store::{Completion, DeadlineId, Op, Receipt, Store};
+
+fn persist(queue: u64, seq: u64) -> Op {
+    Op::Persist {
+        queue,
+        seq,
+        expires_at_ms: 0,
+        message: payload("k", b"body"),
+    }
+}
+
+/// Waits until the writer is inside a commit's fsync (held there by the paused backend).
+fn wait_for_sync(faults: &Faults, more_than: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while faults.syncs.load(Ordering::SeqCst) <= more_than {
+        assert!(Instant::now() < deadline, "the writer never reached fsync");
+        std::thread::yield_now();
+    }
+}
+
+/// Starts a commit and holds it in its fsync; returns the completion of that first commit.
+fn hold_writer_in_a_commit(store: &Store, faults: &Faults) -> mpsc::Receiver<Completion> {
+    let before = faults.syncs.load(Ordering::SeqCst);
+    faults.pause();
+    let (tx, rx) = mpsc::channel();
+    store.submit(vec![persist(1, 0)], move |r| {
+        let _ = tx.send(r);
+    });
+    wait_for_sync(faults, before);
+    rx
+}
+
+#[test]
+fn submissions_from_many_producers_during_a_commit_share_the_next_one() {
+    let dir = Scratch::new("group");
+    let (options, faults) = faulty_options();
+    let store = Arc::new(Store::open_with(dir.path(), options).expect("open"));
+    let first = hold_writer_in_a_commit(&store, &faults);
+
+    let (tx, rx) = mpsc::channel();
+    let producers: Vec<_> = (0..4u64)
+        .map(|p| {
+            let store = store.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for seq in 0..50u64 {
+                    let tx = tx.clone();
+                    store.submit(vec![persist(10 + p, seq)], move |r| {
+                        let _ = tx.send(r);
+                    });
+                }
+            })
+        })
+        .collect();
+    for producer in producers {
+        producer.join().expect("producer");
+    }
+    // Nothing is confirmed while the commit before is not durable.
+    assert!(rx.try_recv().is_err());
+    faults.resume();
+
+    assert_eq!(
+        first.recv().unwrap().expect("first"),
+        Receipt { commit: Some(1) }
+    );
+    for _ in 0..200 {
+        let receipt = rx.recv().expect("completion").expect("committed");
+        assert_eq!(receipt.commit, Some(2), "all 200 went into one commit");
+    }
+    let stats = store.stats();
+    assert_eq!(stats.commits, 2);
+    assert_eq!(stats.submissions, 201);
+    assert_eq!(stats.ops_written, 201);
+    let snap = store.snapshot().unwrap();
+    for queue in 10..14 {
+        assert_eq!(snap.queue_messages(queue, 0, 100).unwrap().len(), 50);
+    }
+}
+
+#[test]
+fn a_message_persisted_and_forgotten_before_its_commit_started_is_never_written() {
+    let dir = Scratch::new("elide");
+    let (options, faults) = faulty_options();
+    let store = Store::open_with(dir.path(), options).expect("open");
+    let first = hold_writer_in_a_commit(&store, &faults);
+
+    let id = DeadlineId {
+        due_ms: 9_000,
+        seq: 5,
+    };
+    let (tx, rx) = mpsc::channel();
+    let ops = [
+        vec![persist(2, 1)],
+        vec![persist(2, 2)],
+        vec![Op::Hold {
+            id,
+            vhost: "/".into(),
+            exchange: "d".into(),
+            message: common::packed("k", b"held"),
+        }],
+        // Delivered and acked (or released) before the commit that would write it.
+        vec![Op::Forget { queue: 2, seq: 1 }, Op::Release { id }],
+    ];
+    for ops in ops {
+        let tx = tx.clone();
+        store.submit(ops, move |r| {
+            let _ = tx.send(r);
+        });
+    }
+    faults.resume();
+    first.recv().unwrap().expect("first commit");
+    for _ in 0..4 {
+        rx.recv().unwrap().expect("completed");
+    }
+    let stats = store.stats();
+    assert_eq!(stats.ops_elided, 4);
+    assert_eq!(stats.ops_written, 2, "the first persist and persist(2, 2)");
+    let snap = store.snapshot().unwrap();
+    let seqs: Vec<u64> = snap
+        .queue_messages(2, 0, 10)
+        .unwrap()
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(seqs, [2]);
+    assert_eq!(snap.delayed_count().unwrap(), 0);
+}
+
+#[test]
+fn a_batch_undone_entirely_needs_no_commit() {
+    let dir = Scratch::new("elide-all");
+    let store = Store::open(dir.path()).expect("open");
+    let receipt = store
+        .write(vec![persist(3, 1), Op::Forget { queue: 3, seq: 1 }])
+        .expect("completed");
+    assert_eq!(receipt, Receipt { commit: None });
+    assert_eq!(store.stats().commits, 0);
+    // A forget alone is a real removal.
+    store.write(vec![persist(3, 2)]).unwrap();
+    store.write(vec![Op::Forget { queue: 3, seq: 2 }]).unwrap();
+    assert_eq!(store.stats().commits, 2);
+    assert!(store
+        .snapshot()
+        .unwrap()
+        .queue_messages(3, 0, 10)
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn a_panicking_completion_does_not_stop_the_writer() {
+    let dir = Scratch::new("panic");
+    let store = Store::open(dir.path()).expect("open");
+    store.submit(vec![persist(1, 1)], |_| panic!("a broken callback"));
+    assert!(store.write(vec![persist(1, 2)]).is_ok());
+    assert_eq!(
+        store
+            .snapshot()
+            .unwrap()
+            .queue_messages(1, 0, 10)
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn closing_commits_what_was_submitted() {
+    let dir = Scratch::new("close");
+    let store = Store::open(dir.path()).expect("open");
+    for seq in 0..100 {
+        store.submit_detached(vec![persist(4, seq)]);
+    }
+    store.close();
+    let store = Store::open(dir.path()).expect("reopen");
+    let recovered = store
+        .snapshot()
+        .unwrap()
+        .queue_messages(4, 0, 1000)
+        .unwrap();
+    assert_eq!(recovered.len(), 100);
+}
+
+#[test]
+fn the_last_handle_may_be_dropped_in_a_completion() {
+    let dir = Scratch::new("drop-in-callback");
+    let (options, faults) = faulty_options();
+    let store = Arc::new(Store::open_with(dir.path(), options).expect("open"));
+    let first = hold_writer_in_a_commit(&store, &faults);
+    let (tx, rx) = mpsc::channel();
+    let last = store.clone();
+    store.submit(vec![persist(5, 1)], move |outcome| {
+        drop(last);
+        let _ = tx.send(outcome.is_ok());
+    });
+    // The completion now holds the only handle; it is dropped on the writer thread.
+    drop(store);
+    faults.resume();
+    assert!(first.recv().expect("first").is_ok());
+    assert!(rx.recv().expect("completion ran"));
+}
+
+#[test]
+fn a_burst_is_split_into_commits_of_bounded_size() {
+    let dir = Scratch::new("bounded");
+    let (mut options, faults) = faulty_options();
+    options.max_batch_ops = 50;
+    let store = Store::open_with(dir.path(), options).expect("open");
+    let first = hold_writer_in_a_commit(&store, &faults);
+    let (tx, rx) = mpsc::channel();
+    for seq in 0..200 {
+        let tx = tx.clone();
+        store.submit(vec![persist(6, seq)], move |r| {
+            let _ = tx.send(r);
+        });
+    }
+    faults.resume();
+    first.recv().unwrap().expect("first");
+    let mut commits: Vec<u64> = (0..200)
+        .map(|_| {
+            rx.recv()
+                .unwrap()
+                .expect("committed")
+                .commit
+                .expect("written")
+        })
+        .collect();
+    commits.dedup();
+    assert_eq!(
+        commits,
+        [2, 3, 4, 5],
+        "four commits of 50, in submission order"
+    );
+}

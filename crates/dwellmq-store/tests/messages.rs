@@ -1,0 +1,220 @@
+//! Persistent queue messages and delayed messages: order, state, removal, counters.
+
+mod common;
+
+use common::{body_of, message, packed, payload, Scratch};
+use dwellmq_core::PackedMessage;
+use dwellmq_store::{DeadlineId, DeliveryState, Op, Payload, Store};
+
+fn persist(queue: u64, seq: u64, body: &[u8]) -> Op {
+    Op::Persist {
+        queue,
+        seq,
+        expires_at_ms: 0,
+        message: payload("key", body),
+    }
+}
+
+#[test]
+fn queue_messages_come_back_in_queue_order_with_their_state() {
+    let dir = Scratch::new("messages");
+    let store = Store::open(dir.path()).expect("open");
+    // Written out of order, across queues whose ids sort around each other.
+    let mut ops = Vec::new();
+    for seq in [300u64, 2, 256, 1, 255] {
+        ops.push(persist(7, seq, format!("q7-{seq}").as_bytes()));
+        ops.push(persist(8, seq, format!("q8-{seq}").as_bytes()));
+    }
+    ops.push(Op::Persist {
+        queue: 6,
+        seq: u64::MAX - 1,
+        expires_at_ms: 1_700_000_000_123,
+        message: payload("key", b"expiring"),
+    });
+    store.write(ops).expect("commit");
+    let retry = DeliveryState {
+        redelivered: true,
+        delivery_count: 2,
+        acquired_count: 3,
+        ready_at_ms: 1_700_000_005_000,
+    };
+    store
+        .write(vec![
+            Op::SetState {
+                queue: 7,
+                seq: 256,
+                state: retry,
+            },
+            // A state for a message that is not stored is ignored.
+            Op::SetState {
+                queue: 7,
+                seq: 999,
+                state: retry,
+            },
+        ])
+        .expect("commit");
+    store.close();
+
+    let store = Store::open(dir.path()).expect("reopen");
+    let snap = store.snapshot().unwrap();
+    let seven = snap.queue_messages(7, 0, 100).unwrap();
+    let seqs: Vec<u64> = seven.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, [1, 2, 255, 256, 300]);
+    assert_eq!(body_of(&seven[0].message), b"q7-1");
+    assert_eq!(seven[3].state, retry);
+    assert_eq!(seven[0].state, DeliveryState::default());
+    assert_eq!(seven[0].message.routing_key().unwrap(), "key");
+    assert_eq!(
+        seven[0].message.properties().unwrap().delivery_mode,
+        Some(2)
+    );
+    // Paging: from a sequence number on, at most `limit`.
+    let page: Vec<u64> = snap
+        .queue_messages(7, 3, 2)
+        .unwrap()
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(page, [255, 256]);
+    assert_eq!(snap.next_queue_seq(7).unwrap(), 301);
+    assert_eq!(snap.next_queue_seq(99).unwrap(), 0);
+    let six = snap.queue_messages(6, 0, 10).unwrap();
+    assert_eq!(six[0].expires_at_ms, 1_700_000_000_123);
+    assert_eq!(snap.next_queue_seq(6).unwrap(), u64::MAX);
+    assert!(snap.queue_messages(7, 0, 0).unwrap().is_empty());
+    assert!(snap.queue_messages(999, 0, 10).unwrap().is_empty());
+}
+
+#[test]
+fn forget_and_purge_remove_messages_and_their_state() {
+    let dir = Scratch::new("forget");
+    let store = Store::open(dir.path()).expect("open");
+    store
+        .write((1..=5).map(|seq| persist(1, seq, b"x")).collect())
+        .expect("commit");
+    store
+        .write(vec![Op::SetState {
+            queue: 1,
+            seq: 2,
+            state: DeliveryState {
+                redelivered: true,
+                ..Default::default()
+            },
+        }])
+        .expect("commit");
+    store
+        .write(vec![
+            Op::Forget { queue: 1, seq: 2 },
+            Op::Forget { queue: 1, seq: 4 },
+        ])
+        .expect("commit");
+    let seqs: Vec<u64> = store
+        .snapshot()
+        .unwrap()
+        .queue_messages(1, 0, 10)
+        .unwrap()
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(seqs, [1, 3, 5]);
+    // Stored again under the same number: fresh, no stale state.
+    store.write(vec![persist(1, 2, b"again")]).expect("commit");
+    let again = store.snapshot().unwrap().queue_messages(1, 2, 1).unwrap();
+    assert_eq!(again[0].state, DeliveryState::default());
+
+    store
+        .write(vec![persist(2, 1, b"other queue"), Op::Purge { queue: 1 }])
+        .expect("commit");
+    let snap = store.snapshot().unwrap();
+    assert!(snap.queue_messages(1, 0, 10).unwrap().is_empty());
+    assert_eq!(snap.queue_messages(2, 0, 10).unwrap().len(), 1);
+}
+
+#[test]
+fn a_published_message_is_stored_exactly_as_packed() {
+    let dir = Scratch::new("packed");
+    let store = Store::open(dir.path()).expect("open");
+    let original = message("a.b", b"the body");
+    store
+        .write(vec![
+            Op::Persist {
+                queue: 1,
+                seq: 1,
+                expires_at_ms: 0,
+                message: Payload::Message(original.clone()),
+            },
+            Op::Persist {
+                queue: 1,
+                seq: 2,
+                expires_at_ms: 0,
+                message: Payload::Packed(PackedMessage::pack(&original)),
+            },
+        ])
+        .expect("commit");
+    let stored = store.snapshot().unwrap().queue_messages(1, 0, 10).unwrap();
+    let expected = PackedMessage::pack(&original);
+    assert_eq!(stored[0].message.as_slice(), expected.as_slice());
+    assert_eq!(stored[1].message.as_slice(), expected.as_slice());
+    let back = stored[0].message.clone().unpack(None).expect("unpacks");
+    assert_eq!(back.properties, original.properties);
+}
+
+fn hold(due_ms: u64, seq: u64, body: &[u8]) -> Op {
+    Op::Hold {
+        id: DeadlineId { due_ms, seq },
+        vhost: "/".into(),
+        exchange: "delayed".into(),
+        message: packed("later", body),
+    }
+}
+
+#[test]
+fn delayed_index_is_in_due_then_sequence_order_and_bodies_are_read_on_demand() {
+    let dir = Scratch::new("delayed");
+    let store = Store::open(dir.path()).expect("open");
+    store
+        .write(vec![
+            hold(5_000, 10, b"c"),
+            hold(1_000, 11, b"a"),
+            hold(5_000, 3, b"b"),
+            hold(1 << 40, 4, b"far"),
+        ])
+        .expect("commit");
+    store.close();
+
+    let store = Store::open(dir.path()).expect("reopen");
+    let snap = store.snapshot().unwrap();
+    let recovery = snap.recovery().unwrap();
+    assert_eq!(recovery.delayed_count, 4);
+    assert_eq!(recovery.next_delayed_seq, 12);
+    let ids = snap.delayed_ids(None, 100).unwrap();
+    let pairs: Vec<(u64, u64)> = ids.iter().map(|id| (id.due_ms, id.seq)).collect();
+    assert_eq!(pairs, [(1_000, 11), (5_000, 3), (5_000, 10), (1 << 40, 4)]);
+    // Refilling in batches: strictly after the last id seen.
+    let next = snap.delayed_ids(Some(ids[1]), 2).unwrap();
+    assert_eq!(next, ids[2..4]);
+    let held = snap.delayed_message(ids[1]).unwrap().expect("held");
+    assert_eq!(
+        (held.vhost.as_str(), held.exchange.as_str()),
+        ("/", "delayed")
+    );
+    assert_eq!(body_of(&held.message), b"b");
+    assert_eq!(held.message.routing_key().unwrap(), "later");
+    // The same sequence number with another due time is not that message.
+    let wrong = DeadlineId {
+        due_ms: 4_999,
+        seq: 3,
+    };
+    assert!(snap.delayed_message(wrong).unwrap().is_none());
+    drop(snap);
+
+    store
+        .write(vec![Op::Release { id: ids[0] }, Op::Release { id: ids[3] }])
+        .expect("commit");
+    let snap = store.snapshot().unwrap();
+    assert_eq!(snap.delayed_count().unwrap(), 2);
+    assert_eq!(snap.delayed_ids(None, 10).unwrap(), ids[1..3]);
+    assert!(snap.delayed_message(ids[0]).unwrap().is_none());
+    // The counter never goes back, even when the highest sequence number is released.
+    assert_eq!(snap.next_delayed_seq().unwrap(), 12);
+}
