@@ -7,6 +7,7 @@
 //! configuration: an import may name only vhosts that exist, and its users and permissions
 //! are not applied (a warning says so).
 
+use super::policies::{policy_json, set as set_policy, PolicyBody};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -124,7 +125,8 @@ pub(crate) async fn export(
         .iter()
         .map(|u| json!({"name": u.name, "tags": u.tags, "limits": {}}))
         .collect();
-    let vhosts: Vec<Value> = vhosts
+    let vhosts_objects = vhosts;
+    let vhosts: Vec<Value> = vhosts_objects
         .iter()
         .map(|v| json!({"name": v.name.as_str(), "limits": [], "metadata": {"description": "", "tags": []}}))
         .collect();
@@ -139,7 +141,7 @@ pub(crate) async fn export(
         "topic_permissions": [],
         "parameters": [],
         "global_parameters": [],
-        "policies": [],
+        "policies": policies_of(&vhosts_objects, true),
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
@@ -160,7 +162,7 @@ pub(crate) async fn export_vhost(
         "product_name": "dwellmq",
         "product_version": env!("CARGO_PKG_VERSION"),
         "parameters": [],
-        "policies": [],
+        "policies": policies_of(std::slice::from_ref(&vhost), false),
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
@@ -177,7 +179,36 @@ pub(crate) struct Definitions {
     exchanges: Vec<ExchangeDef>,
     queues: Vec<QueueDef>,
     bindings: Vec<BindingDef>,
-    policies: Vec<Value>,
+    policies: Vec<PolicyDef>,
+}
+
+#[derive(Deserialize)]
+struct PolicyDef {
+    name: String,
+    vhost: Option<String>,
+    #[serde(flatten)]
+    body: PolicyBody,
+}
+
+/// The policies of `vhosts` as definitions list them (`with_vhost`: each names its vhost).
+fn policies_of(vhosts: &[Arc<VHost>], with_vhost: bool) -> Vec<Value> {
+    vhosts
+        .iter()
+        .flat_map(|v| {
+            v.policies()
+                .into_iter()
+                .map(|p| {
+                    let mut value = policy_json(&v.name, &p);
+                    if !with_vhost {
+                        if let Some(object) = value.as_object_mut() {
+                            object.remove("vhost");
+                        }
+                    }
+                    value
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -251,14 +282,24 @@ pub(crate) fn import(state: &BrokerState, defs: Definitions, scope: Option<&str>
         .into_iter()
         .map(|b| Ok((vhost_of(&b.vhost)?, b)))
         .collect::<ApiResult<Vec<_>>>()?;
-    if !defs.users.is_empty() || !defs.permissions.is_empty() || !defs.policies.is_empty() {
+    let policies = defs
+        .policies
+        .into_iter()
+        .map(|p| {
+            let vhost = vhost_of(&p.vhost)?;
+            Ok((vhost, p.body.into_policy(&p.name)?))
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    if !defs.users.is_empty() || !defs.permissions.is_empty() {
         tracing::warn!(
             users = defs.users.len(),
             permissions = defs.permissions.len(),
-            policies = defs.policies.len(),
-            "definitions import: users, permissions and policies are not applied \
-             (dwellmq's users come from its configuration; it has no policies yet)"
+            "definitions import: users and permissions are not applied \
+             (dwellmq's users come from its configuration)"
         );
+    }
+    for (vhost, policy) in policies {
+        set_policy(&vhost, policy)?;
     }
     for (vhost, x) in exchanges {
         if exported_exchange(&x.name) {

@@ -6,6 +6,7 @@
 //! Like `rabbitmq_prometheus`, the endpoint needs no credentials (scrapers rarely have any);
 //! bind the HTTP listener accordingly.
 
+use dwellmq_core::queue::DeathReason;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -217,6 +218,53 @@ pub(crate) fn render(api: &Api) -> String {
         "dwellmq_delayed_unroutable_total",
         &[],
         state.delayed.unroutable(),
+    );
+    let reasons = [
+        DeathReason::Rejected,
+        DeathReason::Expired,
+        DeathReason::Maxlen,
+        DeathReason::DeliveryLimit,
+    ];
+    let deaths = &state.runtime.deaths;
+    let mut family = Family::new(
+        &mut out,
+        "dwellmq_dead_lettered_total",
+        "counter",
+        "Messages routed to a dead-letter exchange, by reason",
+    );
+    for reason in reasons {
+        let (dead_lettered, _) = deaths.get(reason);
+        family.sample(
+            "dwellmq_dead_lettered_total",
+            &[("reason", reason.name())],
+            dead_lettered,
+        );
+    }
+    let mut family = Family::new(
+        &mut out,
+        "dwellmq_discarded_total",
+        "counter",
+        "Messages that left a queue without a dead-letter exchange to go to, by reason",
+    );
+    for reason in reasons {
+        let (_, dropped) = deaths.get(reason);
+        family.sample(
+            "dwellmq_discarded_total",
+            &[("reason", reason.name())],
+            dropped,
+        );
+    }
+    let (expired_dead_lettered, expired_dropped) = deaths.get(DeathReason::Expired);
+    Family::new(
+        &mut out,
+        "dwellmq_expired_total",
+        "counter",
+        "Messages whose TTL passed (dead-lettered or discarded)",
+    )
+    .sample(
+        "dwellmq_expired_total",
+        &[],
+        expired_dead_lettered + expired_dropped,
     );
     out
 }

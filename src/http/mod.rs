@@ -18,6 +18,7 @@ mod listener;
 mod metrics;
 mod overview;
 mod page;
+mod policies;
 mod publish_get;
 mod queues;
 
@@ -190,6 +191,14 @@ fn router(api: Arc<Api>) -> Router {
         .route(
             "/api/delayed/{vhost}/{exchange}/messages/{id}",
             delete(delayed::cancel),
+        )
+        .route("/api/policies", get(policies::list_all))
+        .route("/api/policies/{vhost}", get(policies::list_vhost))
+        .route(
+            "/api/policies/{vhost}/{name}",
+            get(policies::show)
+                .put(policies::put)
+                .delete(policies::delete),
         )
         .route("/metrics", get(metrics::metrics))
         .fallback(|| async { ApiError::not_found() })
