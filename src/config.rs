@@ -188,7 +188,10 @@ pub enum ClockConfig {
 pub struct BrokerConfig {
     /// Addresses to listen on; port 0 picks a free port.
     pub listen: Vec<SocketAddr>,
-    /// Where durable state lives; `None` keeps everything in memory.
+    /// Where durable state lives (durable exchanges, queues, bindings and policies, and
+    /// persistent messages on durable queues, in one redb file); `None` (the default for
+    /// embedders) keeps everything in memory and writes nothing. A second broker on the same
+    /// directory is refused at start.
     pub data_dir: Option<PathBuf>,
     /// Users who may connect.
     pub users: Vec<UserConfig>,
@@ -229,7 +232,7 @@ impl Default for BrokerConfig {
                 SocketAddr::from((Ipv4Addr::LOCALHOST, 5672)),
                 SocketAddr::from((Ipv6Addr::LOCALHOST, 5672)),
             ],
-            data_dir: Some(PathBuf::from("./dwellmq-data")),
+            data_dir: None,
             users: vec![UserConfig::guest()],
             vhosts: vec!["/".into()],
             limits: Limits::default(),

@@ -43,6 +43,11 @@ pub enum StartError {
         /// Why.
         source: PolicyError,
     },
+    /// The data directory could not be opened (in use by another broker, a damaged or
+    /// foreign database file: the message names the file), or what it holds could not be
+    /// restored.
+    #[error("{0}")]
+    Store(String),
     /// The definitions file could not be read or applied.
     #[error("cannot import definitions: {0}")]
     Definitions(String),
@@ -103,7 +108,21 @@ impl Broker {
         let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
         let definitions = config.definitions.clone();
         let policies = config.policies.clone();
-        let state = BrokerState::new(config);
+        let store = match config.data_dir.clone() {
+            // Opening may repair the file after a crash: file IO off the async workers.
+            Some(dir) => Some(Arc::new(
+                tokio::task::spawn_blocking(move || crate::broker::persist::open(&dir))
+                    .await
+                    .map_err(|e| StartError::Store(e.to_string()))??,
+            )),
+            None => None,
+        };
+        let state = BrokerState::with_store(config, store);
+        let restoring = Arc::clone(&state);
+        tokio::task::spawn_blocking(move || crate::broker::persist::recover::restore(&restoring))
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?
+            .map_err(|e| StartError::Store(e.to_string()))?;
         for PolicyConfig { vhost, policy } in policies {
             let name = policy.name.clone();
             set_policy(&state, &vhost, policy).map_err(|source| StartError::Policy {
@@ -541,6 +560,10 @@ impl BrokerHandle {
         self.state.timer.stop();
         if let Some(thread) = self.timer_thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        // Commits what is queued and releases the data directory (a new broker may open it).
+        if let Some(store) = self.state.runtime.store.clone() {
+            let _ = tokio::task::spawn_blocking(move || store.shutdown()).await;
         }
     }
 }

@@ -11,6 +11,7 @@ pub(crate) mod delayed;
 pub(crate) mod exchange;
 pub(crate) mod memory;
 pub(crate) mod names;
+pub(crate) mod persist;
 pub(crate) mod policies;
 pub(crate) mod queue;
 pub(crate) mod reply_to;
@@ -63,7 +64,17 @@ pub(crate) trait IdleProbe: Send + Sync {
 }
 
 impl BrokerState {
+    #[cfg(test)]
     pub(crate) fn new(config: BrokerConfig) -> Arc<Self> {
+        Self::with_store(config, None)
+    }
+
+    /// A broker whose durable objects and persistent messages go to `store` (`None`: in
+    /// memory).
+    pub(crate) fn with_store(
+        config: BrokerConfig,
+        store: Option<Arc<dwellmq_store::Store>>,
+    ) -> Arc<Self> {
         let (clock, manual_clock): (SharedClock, _) = match config.clock {
             ClockConfig::System => (Arc::new(SystemClock), None),
             ClockConfig::Manual { start_ms } => {
@@ -77,6 +88,7 @@ impl BrokerState {
             Arc::clone(&memory),
             config.expiry_mode,
             config.name_seed,
+            store,
         );
         let mut vhosts: HashMap<String, Arc<VHost>> = HashMap::new();
         for name in std::iter::once("/").chain(config.vhosts.iter().map(String::as_str)) {

@@ -18,6 +18,7 @@ use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry};
 use parking_lot::Mutex;
 
 use super::consumer::Consumer;
+use super::persist::PublishTicket;
 use super::runtime::Runtime;
 use super::vhost::VHost;
 
@@ -59,6 +60,9 @@ pub(crate) struct Queue {
     pub(crate) arguments: FieldTable,
     pub(crate) config: QueueArguments,
     runtime: Arc<Runtime>,
+    /// The queue's id in the durable store: set for a durable, non-exclusive queue when the
+    /// broker has a store (`persist.rs`); its persistent messages are stored under it.
+    pub(crate) store_id: OnceLock<u64>,
     /// The vhost, for dead-lettering and `x-expires` (unset in some unit tests).
     home: OnceLock<Weak<VHost>>,
     inner: Mutex<Inner>,
@@ -92,6 +96,7 @@ impl Queue {
                 effects: Effects::new(),
             }),
             runtime,
+            store_id: OnceLock::new(),
             home: OnceLock::new(),
         }
     }
@@ -147,6 +152,16 @@ impl Queue {
         time: Time,
         command: impl FnOnce(&mut QueueState<Arc<Consumer>>, u64, &mut Effects<Arc<Consumer>>) -> R,
     ) -> R {
+        self.run_with(time, None, command)
+    }
+
+    /// As `run_at`; the persists of a publish count on `ticket` (its confirm waits for them).
+    fn run_with<R>(
+        self: &Arc<Self>,
+        time: Time,
+        ticket: Option<&Arc<PublishTicket>>,
+        command: impl FnOnce(&mut QueueState<Arc<Consumer>>, u64, &mut Effects<Arc<Consumer>>) -> R,
+    ) -> R {
         let mut after = Aftermath::default();
         let mut now = None;
         let result = {
@@ -158,7 +173,7 @@ impl Queue {
             // Without the clock no outcome depends on the time passed (`uses_clock`).
             let result = command(state, now.unwrap_or(0), effects);
             if !effects.is_empty() {
-                self.apply(state, effects, &mut after);
+                self.apply(state, effects, &mut after, ticket);
             }
             result
         };
@@ -177,7 +192,9 @@ impl Queue {
         state: &mut QueueState<Arc<Consumer>>,
         effects: &mut Effects<Arc<Consumer>>,
         after: &mut Aftermath,
+        ticket: Option<&Arc<PublishTicket>>,
     ) {
+        let mut forgets = Vec::new();
         for effect in effects.drain() {
             match effect {
                 Effect::Deliver { consumer, entry } => {
@@ -198,10 +215,53 @@ impl Queue {
                     }
                 }
                 Effect::Expire => after.expire = true,
-                // Nothing is stored yet: a persist is done as soon as it is asked for.
-                Effect::Persist { .. } | Effect::Forget { .. } => {}
+                // Submitted under the queue's lock, so that the store sees a message's
+                // persist before its forget.
+                Effect::Persist {
+                    seq,
+                    message,
+                    expires_at,
+                } => self.persist(seq, message, expires_at, ticket),
+                Effect::Forget { seq } => {
+                    if let Some(&queue) = self.store_id.get() {
+                        forgets.push(dwellmq_store::Op::Forget { queue, seq });
+                    }
+                }
             }
         }
+        if let (false, Some(store)) = (forgets.is_empty(), &self.runtime.store) {
+            store.submit_detached(forgets);
+        }
+    }
+
+    fn persist(
+        &self,
+        seq: u64,
+        message: Arc<Message>,
+        expires_at: Option<u64>,
+        ticket: Option<&Arc<PublishTicket>>,
+    ) {
+        let (Some(&queue), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
+            return;
+        };
+        let op = dwellmq_store::Op::Persist {
+            queue,
+            seq,
+            expires_at_ms: expires_at.unwrap_or(0),
+            message: dwellmq_store::Payload::Message(message),
+        };
+        let ticket = ticket.cloned();
+        if let Some(ticket) = &ticket {
+            ticket.add();
+        }
+        store.submit(vec![op], move |outcome| {
+            if let Err(e) = &outcome {
+                tracing::warn!(error = %e, "persisting a message failed");
+            }
+            if let Some(ticket) = ticket {
+                ticket.complete(outcome.is_ok());
+            }
+        });
     }
 
     /// Routes dead messages to the dead-letter exchange.
@@ -244,12 +304,28 @@ impl Queue {
 
     /// Enqueues a routed message and delivers what consumers can take.
     pub(crate) fn publish(self: &Arc<Self>, message: Arc<Message>) -> PublishOutcome {
+        self.publish_confirmed(message, None)
+    }
+
+    /// As `publish`; if the message is persisted here, its commit counts on `ticket`.
+    pub(crate) fn publish_confirmed(
+        self: &Arc<Self>,
+        message: Arc<Message>,
+        ticket: Option<&Arc<PublishTicket>>,
+    ) -> PublishOutcome {
         let time = if message.properties.expiration.is_some() {
             Time::Now
         } else {
             Time::IfUsed
         };
-        self.run_at(time, |state, now, fx| state.publish(message, now, fx))
+        self.run_with(time, ticket, |state, now, fx| {
+            state.publish(message, now, fx)
+        })
+    }
+
+    /// Puts back the messages the store held for this queue (at start).
+    pub(crate) fn restore(self: &Arc<Self>, entries: Vec<QueueEntry>, next_seq: u64) {
+        self.run(|state, now, fx| state.restore(entries, next_seq, now, fx));
     }
 
     /// Delivers what consumers can take (after a qos or flow change, or a drained socket).
@@ -423,7 +499,8 @@ impl Queue {
         let mut guard = self.inner.lock();
         let Inner { state, effects } = &mut *guard;
         let result = state.delete(effects);
-        // Only store hooks can come out of a delete.
+        // Only store hooks can come out of a delete; the store drops the queue's messages
+        // with the queue.
         effects.drain();
         result
     }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dwellmq_core::queue::{DeathReason, ExpiryMode};
+use dwellmq_store::Store;
 use dwellmq_timer::SharedClock;
 
 use super::delayed::DelayedMessages;
@@ -58,6 +59,11 @@ pub(crate) struct Runtime {
     pub(crate) deaths: DeathCounters,
     /// Server-generated names (queues, consumer tags, reply addresses).
     pub(crate) names: Arc<NameGenerator>,
+    /// The durable store (`--data-dir`), or `None` in memory: durable definitions and
+    /// persistent messages on durable queues go there (`super::persist`).
+    pub(crate) store: Option<Arc<Store>>,
+    /// Set while the broker restores what the store holds at start: nothing is written back.
+    pub(crate) restoring: std::sync::atomic::AtomicBool,
 }
 
 impl Runtime {
@@ -66,6 +72,7 @@ impl Runtime {
         memory: Arc<MemoryMonitor>,
         expiry_mode: ExpiryMode,
         name_seed: Option<u64>,
+        store: Option<Arc<Store>>,
     ) -> Arc<Self> {
         let now = clock.now_ms();
         Arc::new(Runtime {
@@ -76,6 +83,8 @@ impl Runtime {
             expiry_mode,
             deaths: DeathCounters::default(),
             names: Arc::new(NameGenerator::new(name_seed)),
+            store,
+            restoring: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -86,6 +95,7 @@ impl Runtime {
             Arc::new(dwellmq_timer::SystemClock),
             MemoryMonitor::new(u64::MAX),
             ExpiryMode::OnTime,
+            None,
             None,
         )
     }

@@ -273,6 +273,7 @@ impl VHost {
             .for_exchange(&exchange.name)
             .and_then(|d| d.alternate_exchange);
         exchanges.insert(d.name, Arc::clone(&exchange));
+        super::persist::exchange_declared(&self.runtime, &self.name, &exchange);
         Ok(exchange)
     }
 
@@ -336,6 +337,7 @@ impl VHost {
             Destination::Exchange(exchange.name.clone()),
             &mut removed,
         );
+        super::persist::exchanges_deleted(&self.runtime, &self.name, &removed);
         Ok(removed)
     }
 
@@ -397,6 +399,7 @@ impl VHost {
         ));
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
+        super::persist::queue_declared(&self.runtime, &queue);
         queue.start(self.me.clone());
         Ok(queue)
     }
@@ -466,6 +469,7 @@ impl VHost {
             )));
         }
         self.queues.write().remove(name);
+        super::persist::queue_deleted(&self.runtime, self, &queue);
         let (message_count, consumers) = queue.mark_deleted();
         let mut orphaned = Vec::new();
         remove_bindings_to(
@@ -498,7 +502,8 @@ impl VHost {
 
     /// Adds or replaces a policy and applies what changed to every queue and exchange.
     pub(crate) fn set_policy(self: &Arc<Self>, policy: Policy) -> Result<(), PolicyError> {
-        self.policies.write().set(policy)?;
+        self.policies.write().set(policy.clone())?;
+        super::persist::policy_set(&self.runtime, &self.name, &policy);
         self.apply_policies();
         Ok(())
     }
@@ -507,6 +512,7 @@ impl VHost {
     pub(crate) fn clear_policy(self: &Arc<Self>, name: &str) -> bool {
         let removed = self.policies.write().clear(name);
         if removed {
+            super::persist::policy_cleared(&self.runtime, &self.name, name);
             self.apply_policies();
         }
         removed
@@ -543,6 +549,7 @@ impl VHost {
         if source.kind.routing() == RoutingKind::Headers {
             dwellmq_core::routing::validate_headers_binding_args(&binding.arguments)?;
         }
+        super::persist::bound(&self.runtime, self, &source, &binding);
         source.bindings.write().add(binding);
         Ok(())
     }
@@ -560,6 +567,7 @@ impl VHost {
             let mut bindings = source.bindings.write();
             bindings.remove(binding) && bindings.is_empty()
         };
+        super::persist::unbound(&self.runtime, &self.name, binding);
         let mut removed = Vec::new();
         if now_empty && source.auto_delete {
             let mut exchanges = self.exchanges.write();
@@ -574,6 +582,7 @@ impl VHost {
                 remove_bindings_to(&mut exchanges, gone, &mut removed);
             }
         }
+        super::persist::exchanges_deleted(&self.runtime, &self.name, &removed);
         Ok(removed)
     }
 

@@ -90,6 +90,18 @@ impl QueueMessages {
         seq
     }
 
+    /// Puts back a message read from the store (at its position; `next_seq` moves past it).
+    pub fn restore(&mut self, entry: QueueEntry) {
+        self.next_seq = self.next_seq.max(entry.seq.saturating_add(1));
+        self.requeue(entry);
+    }
+
+    /// Numbers the next message `seq` at least (positions stored before a restart are not
+    /// reused).
+    pub fn skip_to(&mut self, seq: u64) {
+        self.next_seq = self.next_seq.max(seq);
+    }
+
     /// Puts a delivered message back at its original position.
     pub fn requeue(&mut self, entry: QueueEntry) {
         self.ready_bytes += entry.message.body_len() as u64;

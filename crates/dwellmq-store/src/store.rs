@@ -35,10 +35,13 @@ pub struct Store {
     path: PathBuf,
     db: Arc<DbSlot>,
     counters: Arc<Counters>,
-    sender: Option<Sender<Submission>>,
-    writer: Option<JoinHandle<()>>,
+    // Behind locks so that a shared store can be shut down (`Store::shutdown`) by whoever
+    // holds it last in mind, while other `Arc`s to it may linger.
+    sender: parking_lot::RwLock<Option<Sender<Submission>>>,
+    writer: parking_lot::Mutex<Option<JoinHandle<()>>>,
+    writer_id: std::thread::ThreadId,
     // Held for the store's lifetime; released last, after the database is closed.
-    _lock: File,
+    lock: parking_lot::Mutex<Option<File>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -80,9 +83,10 @@ impl Store {
             path,
             db: slot,
             counters,
-            sender: Some(sender),
-            writer: Some(handle),
-            _lock: lock,
+            sender: parking_lot::RwLock::new(Some(sender)),
+            writer_id: handle.thread().id(),
+            writer: parking_lot::Mutex::new(Some(handle)),
+            lock: parking_lot::Mutex::new(Some(lock)),
         })
     }
 
@@ -125,7 +129,8 @@ impl Store {
     }
 
     fn send(&self, submission: Submission) {
-        let Some(sender) = &self.sender else {
+        let sender = self.sender.read();
+        let Some(sender) = sender.as_ref() else {
             fail(submission);
             return;
         };
@@ -146,7 +151,7 @@ impl Store {
         match Snapshot::new(&self.db, &self.path) {
             // The writer closed the file after a failure and has not reopened it: ask it to
             // (an empty submission), then look again.
-            Err(StoreError::Closed) if self.sender.is_some() && !self.on_writer_thread() => {
+            Err(StoreError::Closed) if self.sender.read().is_some() && !self.on_writer_thread() => {
                 self.write(Vec::new())?;
                 Snapshot::new(&self.db, &self.path)
             }
@@ -155,9 +160,7 @@ impl Store {
     }
 
     fn on_writer_thread(&self) -> bool {
-        self.writer
-            .as_ref()
-            .is_some_and(|w| w.thread().id() == std::thread::current().id())
+        self.writer_id == std::thread::current().id()
     }
 
     /// The writer's counters.
@@ -173,13 +176,17 @@ impl Store {
     }
 
     /// Commits what is queued, stops the writer and closes the file.
-    pub fn close(mut self) {
-        self.shut_down();
+    pub fn close(self) {
+        self.shutdown();
     }
 
-    fn shut_down(&mut self) {
-        self.sender = None;
-        if let Some(writer) = self.writer.take() {
+    /// As [`Store::close`], through a shared handle: commits what is queued, stops the writer,
+    /// closes the file and releases the directory's lock. Later submissions fail with
+    /// `Closed`. A broker calls this at shutdown, whatever else still holds the store.
+    pub fn shutdown(&self) {
+        self.sender.write().take();
+        let writer = self.writer.lock().take();
+        if let Some(writer) = writer {
             // The last handle may go in a completion, on the writer thread itself: that thread
             // finishes the queue and stops on its own.
             if writer.thread().id() == std::thread::current().id() {
@@ -190,12 +197,13 @@ impl Store {
             }
         }
         self.db.write().take();
+        self.lock.lock().take();
     }
 }
 
 impl Drop for Store {
     fn drop(&mut self) {
-        self.shut_down();
+        self.shutdown();
     }
 }
 

@@ -2,6 +2,7 @@
 //! `topology` (declare/bind/delete), `content` (assembling publishes), `publish` (routing,
 //! confirms, transactions), `consume` (consumers, prefetch, flow, get) and `settle` (acks).
 
+mod confirms;
 mod consume;
 mod content;
 mod publish;
@@ -172,6 +173,9 @@ impl Channel {
     /// Tears the channel down: consumers go, unacked messages return to their queues.
     pub(crate) fn close(&mut self, cx: &mut ConnContext<'_>) {
         self.pending = None;
+        if let PublishMode::Confirm { confirms, .. } = &self.mode {
+            confirms.close();
+        }
         let mut unacked = std::mem::take(&mut self.settle_scratch);
         self.delivery.close(&mut unacked);
         self.return_to_queues(&mut unacked, Return::Requeue(ReturnCause::ConsumerGone));

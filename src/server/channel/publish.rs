@@ -8,9 +8,11 @@ use dwellmq_core::queue::PublishOutcome;
 use dwellmq_core::routing::{extra_routing_keys, BCC};
 use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
 
+use super::confirms::Confirms;
 use super::settle::Settlement;
 use super::{Channel, ConnContext};
 use crate::broker::exchange::ExchangeKind;
+use crate::broker::persist::PublishTicket;
 use crate::broker::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
 use crate::server::outbound::Outbound;
 
@@ -32,12 +34,14 @@ pub(super) struct Publication {
 /// How the channel treats publishes.
 pub(super) enum PublishMode {
     Plain,
-    /// Publisher confirms: `next_tag` numbers publishes; `acked_to` is confirmed but not yet
-    /// sent (sent as one `multiple` ack per read batch).
+    /// Publisher confirms: `next_tag` numbers publishes; every publish up to `acked_to` is
+    /// routed, and `confirms` hears of it once per read batch (`pushed_to`), then sends one
+    /// `multiple` ack, holding back at a publish whose commit is pending.
     Confirm {
         next_tag: u64,
         acked_to: u64,
-        sent_to: u64,
+        pushed_to: u64,
+        confirms: Arc<Confirms>,
     },
     /// `tx.select`: publishes and settlements wait for `tx.commit`.
     Transactional {
@@ -63,7 +67,8 @@ impl Channel {
                 self.mode = PublishMode::Confirm {
                     next_tag: 1,
                     acked_to: 0,
-                    sent_to: 0,
+                    pushed_to: 0,
+                    confirms: Confirms::new(self.id(), Arc::clone(cx.outbound)),
                 }
             }
             PublishMode::Confirm { .. } => {}
@@ -251,13 +256,42 @@ impl Channel {
         } else if !routing.is_routable() && !publication.mandatory {
             cx.counts.unroutable_dropped += 1;
         }
+        // A persistent message's confirm waits for the commits of its copies in durable queues.
+        let ticket = match (&self.mode, confirm_tag) {
+            (PublishMode::Confirm { confirms, .. }, Some(tag))
+                if cx.state.runtime.store.is_some() && publication.message.is_persistent() =>
+            {
+                let confirms = Arc::clone(confirms);
+                Some((PublishTicket::new(move |ok| confirms.settled(tag, ok)), tag))
+            }
+            _ => None,
+        };
         let mut rejected = false;
         for queue in routing.queues.drain(..) {
             // `x-overflow` = reject-publish: the other queues still take it; the publisher
             // hears a nack.
-            rejected |= queue.publish(Arc::clone(&publication.message)) == PublishOutcome::Rejected;
+            let outcome = queue.publish_confirmed(
+                Arc::clone(&publication.message),
+                ticket.as_ref().map(|t| &t.0),
+            );
+            rejected |= outcome == PublishOutcome::Rejected;
         }
         self.routing = routing;
+        if let Some((ticket, tag)) = ticket {
+            if ticket.is_used() {
+                if let PublishMode::Confirm { confirms, .. } = &self.mode {
+                    confirms.wait_for(tag);
+                }
+                if rejected {
+                    ticket.fail();
+                }
+                // The publisher's own count: the outcome may be reported from now on.
+                ticket.complete(true);
+                self.confirm(confirm_tag);
+                return;
+            }
+            ticket.complete(true);
+        }
         if rejected {
             self.nack(cx.outbound, confirm_tag);
         } else {
@@ -273,19 +307,15 @@ impl Channel {
         };
         self.flush_confirms(outbound);
         if let PublishMode::Confirm {
-            acked_to, sent_to, ..
+            acked_to,
+            pushed_to,
+            confirms,
+            ..
         } = &mut self.mode
         {
-            outbound.send_method(
-                self.delivery.id,
-                &Method::BasicNack(BasicNack {
-                    delivery_tag: tag,
-                    multiple: false,
-                    requeue: false,
-                }),
-            );
+            confirms.nack(tag);
             *acked_to = tag;
-            *sent_to = tag;
+            *pushed_to = tag;
         }
     }
 
@@ -311,22 +341,19 @@ impl Channel {
             .with(|sink| sink.content(self.id(), &publication.message, self.delivery.frame_max));
     }
 
-    /// Sends the confirms gathered since the last call as one `basic.ack` with `multiple`.
-    pub(crate) fn flush_confirms(&mut self, outbound: &Outbound) {
+    /// Sends the confirms gathered since the last call as one `basic.ack` with `multiple`
+    /// (up to the first publish still waiting for its commit).
+    pub(crate) fn flush_confirms(&mut self, _outbound: &Outbound) {
         if let PublishMode::Confirm {
-            acked_to, sent_to, ..
+            acked_to,
+            pushed_to,
+            confirms,
+            ..
         } = &mut self.mode
         {
-            if *acked_to > *sent_to {
-                let multiple = *acked_to - *sent_to > 1;
-                outbound.send_method(
-                    self.delivery.id,
-                    &Method::BasicAck(BasicAck {
-                        delivery_tag: *acked_to,
-                        multiple,
-                    }),
-                );
-                *sent_to = *acked_to;
+            if *acked_to > *pushed_to {
+                confirms.routed(*acked_to);
+                *pushed_to = *acked_to;
             }
         }
     }

@@ -84,6 +84,10 @@ pub enum Effect<C> {
     Persist {
         /// Its position in the queue.
         seq: u64,
+        /// The message (the store writes it).
+        message: Arc<Message>,
+        /// When it expires (ms since the epoch), so that its TTL continues after a restart.
+        expires_at: Option<u64>,
     },
     /// Store hook: a persisted message left the queue for good.
     Forget {

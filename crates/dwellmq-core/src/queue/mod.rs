@@ -273,11 +273,15 @@ impl<C: Clone> QueueState<C> {
                 return PublishOutcome::Accepted;
             }
         }
-        let persist = self.is_persisted(&message);
+        let persist = self.is_persisted(&message).then(|| Arc::clone(&message));
         let level = self.messages.level_of(&message);
         let seq = self.messages.push_expiring(message, expires_at);
-        if persist {
-            fx.push(Effect::Persist { seq });
+        if let Some(message) = persist {
+            fx.push(Effect::Persist {
+                seq,
+                message,
+                expires_at,
+            });
         }
         if let Some(at) = expires_at {
             self.expiring.insert((at, seq), level);
@@ -289,6 +293,30 @@ impl<C: Clone> QueueState<C> {
         self.enforce_length(fx);
         self.arm(now_ms, fx);
         PublishOutcome::Accepted
+    }
+
+    /// Puts back messages read from the store at start, in queue order, each at its stored
+    /// position, and makes `next_seq` the position of the next message published. No store
+    /// effect comes out for them (they are stored); deadlines are armed and consumers served.
+    pub fn restore(
+        &mut self,
+        entries: impl IntoIterator<Item = QueueEntry>,
+        next_seq: u64,
+        now_ms: u64,
+        fx: &mut Effects<C>,
+    ) {
+        for entry in entries {
+            let (seq, expires_at) = (entry.seq, entry.expires_at);
+            let level = self.messages.level_of(&entry.message);
+            self.messages.restore(entry);
+            if let Some(at) = expires_at {
+                self.expiring.insert((at, seq), level);
+            }
+        }
+        self.messages.skip_to(next_seq);
+        self.expire_due(now_ms, fx);
+        self.deliver_ready(now_ms, None, fx);
+        self.arm(now_ms, fx);
     }
 
     /// Adds a consumer and delivers what it can take.

@@ -58,7 +58,7 @@ fn summary(fx: &mut Effects<u32>) -> Vec<String> {
             Effect::Dropped { reason } => format!("dropped {}", reason.name()),
             Effect::Arm { at_ms } => format!("arm {at_ms}"),
             Effect::Expire => "expire".into(),
-            Effect::Persist { seq } => format!("persist {seq}"),
+            Effect::Persist { seq, .. } => format!("persist {seq}"),
             Effect::Forget { seq } => format!("forget {seq}"),
         })
         .collect()

@@ -1,0 +1,255 @@
+//! What the broker writes to its durable store (`dwellmq-store`, on `--data-dir`): durable
+//! exchanges, queues, bindings and policies as they are declared and deleted, and persistent
+//! messages on durable queues (`Effect::Persist`/`Forget`, submitted by `queue.rs` under the
+//! queue's lock, so a queue's persists and forgets reach the writer in order).
+//!
+//! Every write is a submission to the store's group-commit writer thread: nothing here waits
+//! for a disk, so connection tasks never block on an fsync. Definitions are written without
+//! waiting for their commit (a declare-ok may precede it by one commit); a persistent message's
+//! publisher confirm waits for its commit through a [`PublishTicket`].
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use dwellmq_codec::{FieldTable, FieldValue};
+use dwellmq_core::policy::{Policy, PolicyValue};
+use dwellmq_core::routing::{Binding, Destination};
+use dwellmq_store::{BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Store};
+use parking_lot::Mutex;
+
+use super::exchange::Exchange;
+use super::queue::Queue;
+use super::runtime::Runtime;
+use super::vhost::VHost;
+
+pub(crate) mod recover;
+
+/// Opens the store in `dir` (created if absent): refused if another broker holds it, or if
+/// the database file is damaged or not a dwellmq store (the error names the file).
+pub(crate) fn open(dir: &std::path::Path) -> Result<Store, crate::handle::StartError> {
+    Store::open(dir).map_err(|e| crate::handle::StartError::Store(e.to_string()))
+}
+
+/// The store, unless the broker is in memory or is restoring what the store holds (then
+/// nothing is written back).
+fn store(runtime: &Runtime) -> Option<&Arc<Store>> {
+    if runtime.restoring.load(Ordering::Acquire) {
+        return None;
+    }
+    runtime.store.as_ref()
+}
+
+/// Submits definition changes; a failure is logged (the object exists in memory, and the
+/// next restart will not have it).
+fn write(store: &Store, ops: Vec<Op>) {
+    store.submit(ops, |outcome| {
+        if let Err(e) = outcome {
+            tracing::error!(error = %e, "writing a durable definition failed");
+        }
+    });
+}
+
+/// A durable exchange was created.
+pub(crate) fn exchange_declared(runtime: &Runtime, vhost: &str, exchange: &Exchange) {
+    let Some(store) = store(runtime) else { return };
+    if !exchange.durable {
+        return;
+    }
+    write(
+        store,
+        vec![Op::PutExchange(ExchangeDef {
+            vhost: vhost.into(),
+            name: exchange.name.to_string(),
+            kind: exchange.kind.type_name().into(),
+            auto_delete: exchange.auto_delete,
+            internal: exchange.internal,
+            arguments: exchange.arguments.to_encoded(),
+        })],
+    );
+}
+
+/// Exchanges were deleted (with the bindings whose source they were).
+pub(crate) fn exchanges_deleted(runtime: &Runtime, vhost: &str, names: &[impl AsRef<str>]) {
+    let Some(store) = store(runtime) else { return };
+    if names.is_empty() {
+        return;
+    }
+    let ops = names
+        .iter()
+        .map(|name| Op::DeleteExchange {
+            vhost: vhost.into(),
+            name: name.as_ref().into(),
+        })
+        .collect();
+    write(store, ops);
+}
+
+/// A queue was created: a durable, non-exclusive one is written with a fresh id (its
+/// messages are stored under that id).
+pub(crate) fn queue_declared(runtime: &Runtime, queue: &Queue) {
+    let Some(store) = store(runtime) else { return };
+    if !queue.durable || queue.exclusive_owner.is_some() {
+        return;
+    }
+    let id = *queue.store_id.get_or_init(|| store.allocate_queue_id());
+    write(store, vec![Op::PutQueue(queue_def(queue, id))]);
+}
+
+fn queue_def(queue: &Queue, id: u64) -> QueueDef {
+    QueueDef {
+        vhost: queue.vhost.to_string(),
+        name: queue.name.to_string(),
+        id,
+        auto_delete: queue.auto_delete,
+        arguments: queue.arguments.to_encoded(),
+    }
+}
+
+/// A stored queue is being deleted: it goes with its messages and the bindings leading to
+/// it (called before the vhost drops those, so that a queue declared again under the same
+/// name does not get them back after a restart).
+pub(crate) fn queue_deleted(runtime: &Runtime, vhost: &VHost, queue: &Queue) {
+    let Some(store) = store(runtime) else { return };
+    let Some(&id) = queue.store_id.get() else {
+        return;
+    };
+    let destination = Destination::Queue(queue.name.clone());
+    let mut ops = Vec::new();
+    for exchange in vhost.exchanges() {
+        for binding in exchange.bindings.read().iter() {
+            if binding.destination == destination {
+                ops.push(Op::DeleteBinding(binding_def(&vhost.name, binding)));
+            }
+        }
+    }
+    ops.push(Op::DeleteQueue {
+        vhost: vhost.name.to_string(),
+        name: queue.name.to_string(),
+        id,
+    });
+    write(store, ops);
+}
+
+fn binding_def(vhost: &str, binding: &Binding) -> BindingDef {
+    let (destination_kind, destination) = match &binding.destination {
+        Destination::Queue(name) => (DestinationKind::Queue, name.to_string()),
+        Destination::Exchange(name) => (DestinationKind::Exchange, name.to_string()),
+    };
+    BindingDef {
+        vhost: vhost.into(),
+        source: binding.source.to_string(),
+        destination_kind,
+        destination,
+        routing_key: binding.routing_key.to_string(),
+        arguments: binding.arguments.to_encoded(),
+    }
+}
+
+/// A binding was added: written when both ends are durable (RabbitMQ's rule).
+pub(crate) fn bound(runtime: &Runtime, vhost: &VHost, source: &Exchange, binding: &Binding) {
+    let Some(store) = store(runtime) else { return };
+    let durable_destination = match &binding.destination {
+        Destination::Queue(name) => vhost.queue(name).is_ok_and(|q| q.store_id.get().is_some()),
+        Destination::Exchange(name) => vhost.exchange(name).is_ok_and(|x| x.durable),
+    };
+    if source.durable && durable_destination {
+        write(
+            store,
+            vec![Op::PutBinding(binding_def(&vhost.name, binding))],
+        );
+    }
+}
+
+/// A binding was removed (removing one that was never stored is harmless).
+pub(crate) fn unbound(runtime: &Runtime, vhost: &str, binding: &Binding) {
+    let Some(store) = store(runtime) else { return };
+    write(store, vec![Op::DeleteBinding(binding_def(vhost, binding))]);
+}
+
+/// A policy was set or replaced.
+pub(crate) fn policy_set(runtime: &Runtime, vhost: &str, policy: &Policy) {
+    let Some(store) = store(runtime) else { return };
+    let mut definition = FieldTable::new();
+    for (key, value) in policy.definition.entries() {
+        let value = match value {
+            PolicyValue::Integer(n) => FieldValue::I64(n),
+            PolicyValue::Text(t) => FieldValue::LongStr(t.into_bytes().into()),
+        };
+        definition.insert(key, value);
+    }
+    write(
+        store,
+        vec![Op::PutPolicy(PolicyDef {
+            vhost: vhost.into(),
+            name: policy.name.clone(),
+            pattern: policy.pattern.clone(),
+            apply_to: policy.apply_to.name().into(),
+            priority: policy.priority,
+            definition: definition.to_encoded(),
+        })],
+    );
+}
+
+/// A policy was removed.
+pub(crate) fn policy_cleared(runtime: &Runtime, vhost: &str, name: &str) {
+    let Some(store) = store(runtime) else { return };
+    write(
+        store,
+        vec![Op::DeletePolicy {
+            vhost: vhost.into(),
+            name: name.into(),
+        }],
+    );
+}
+
+/// A publish whose confirm waits until every persistent copy of it (one per durable queue it
+/// reached) is committed. The publisher holds one count until it has routed the message, so
+/// the outcome cannot be reported before every copy was submitted.
+pub(crate) struct PublishTicket {
+    pending: AtomicUsize,
+    used: AtomicBool,
+    failed: AtomicBool,
+    done: Mutex<Option<Box<dyn FnOnce(bool) + Send>>>,
+}
+
+impl PublishTicket {
+    /// A ticket that calls `done(committed)` once its copies are committed (or one failed).
+    pub(crate) fn new(done: impl FnOnce(bool) + Send + 'static) -> Arc<Self> {
+        Arc::new(PublishTicket {
+            pending: AtomicUsize::new(1),
+            used: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            done: Mutex::new(Some(Box::new(done))),
+        })
+    }
+
+    /// One more copy submitted.
+    pub(crate) fn add(&self) {
+        self.used.store(true, Ordering::Release);
+        self.pending.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether any copy was submitted.
+    pub(crate) fn is_used(&self) -> bool {
+        self.used.load(Ordering::Acquire)
+    }
+
+    /// The publish failed anyway (a queue refused it): the outcome is a nack.
+    pub(crate) fn fail(&self) {
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// A copy's commit ended (`ok`), or the publisher let go of its count.
+    pub(crate) fn complete(&self, ok: bool) {
+        if !ok {
+            self.failed.store(true, Ordering::Release);
+        }
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let done = self.done.lock().take();
+            // Without a copy there is nothing to report: the publisher confirms as usual.
+            if let (Some(done), true) = (done, self.is_used()) {
+                done(!self.failed.load(Ordering::Acquire));
+            }
+        }
+    }
+}

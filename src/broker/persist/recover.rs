@@ -1,0 +1,269 @@
+//! Start-up: what the store holds comes back before any client connects: policies, durable
+//! exchanges, durable queues with their persistent messages in order, bindings.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use dwellmq_codec::{FieldTable, FieldValue, ShortStr};
+use dwellmq_core::policy::{ApplyTo, Policy, PolicyDefinition, PolicyValue};
+use dwellmq_core::routing::{Binding, Destination};
+use dwellmq_core::QueueEntry;
+use dwellmq_store::{
+    BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Snapshot, Store, StoreError,
+};
+
+use crate::broker::exchange::DeclaredType;
+use crate::broker::queue::Queue;
+use crate::broker::vhost::{ExchangeSpec, QueueSpec};
+use crate::broker::BrokerState;
+
+/// Messages read per page when a queue is loaded.
+const PAGE: usize = 4096;
+
+/// What went wrong restoring the store's contents.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RecoveryError {
+    /// The store could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a restore brought back (logged at start).
+#[derive(Debug, Default)]
+struct Restored {
+    exchanges: usize,
+    queues: usize,
+    bindings: usize,
+    policies: usize,
+    messages: usize,
+    skipped: usize,
+}
+
+/// Restores everything the store holds into `state`. Definitions that no longer fit (a vhost
+/// not configured any more, a binding whose end is gone) are skipped with a warning, and
+/// stale bindings are removed from the store.
+pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
+    let Some(store) = state.runtime.store.clone() else {
+        return Ok(());
+    };
+    state.runtime.restoring.store(true, Ordering::Release);
+    let result = restore_from(state, &store);
+    state.runtime.restoring.store(false, Ordering::Release);
+    let (restored, stale) = result?;
+    if !stale.is_empty() {
+        super::write(&store, stale);
+    }
+    tracing::info!(
+        path = %store.path().display(),
+        exchanges = restored.exchanges,
+        queues = restored.queues,
+        bindings = restored.bindings,
+        policies = restored.policies,
+        messages = restored.messages,
+        skipped = restored.skipped,
+        "store restored"
+    );
+    Ok(())
+}
+
+fn restore_from(state: &BrokerState, store: &Store) -> Result<(Restored, Vec<Op>), RecoveryError> {
+    let snapshot = store.snapshot()?;
+    let recovery = snapshot.recovery()?;
+    let definitions = recovery.definitions;
+    let mut restored = Restored::default();
+    let mut stale = Vec::new();
+    for p in &definitions.policies {
+        match restore_policy(state, p) {
+            Ok(()) => restored.policies += 1,
+            Err(why) => skip(&mut restored, "policy", &p.vhost, &p.name, &why),
+        }
+    }
+    for x in &definitions.exchanges {
+        match restore_exchange(state, x) {
+            Ok(()) => restored.exchanges += 1,
+            Err(why) => skip(&mut restored, "exchange", &x.vhost, &x.name, &why),
+        }
+    }
+    for q in &definitions.queues {
+        let next_seq = recovery
+            .next_queue_seqs
+            .iter()
+            .find(|(id, _)| *id == q.id)
+            .map_or(0, |&(_, seq)| seq);
+        match restore_queue(state, &snapshot, q, next_seq) {
+            Ok(count) => {
+                restored.queues += 1;
+                restored.messages += count;
+            }
+            Err(why) => skip(&mut restored, "queue", &q.vhost, &q.name, &why),
+        }
+    }
+    for b in &definitions.bindings {
+        match restore_binding(state, b) {
+            Ok(()) => restored.bindings += 1,
+            Err(why) => {
+                skip(&mut restored, "binding", &b.vhost, &b.source, &why);
+                stale.push(Op::DeleteBinding(b.clone()));
+            }
+        }
+    }
+    Ok((restored, stale))
+}
+
+fn skip(restored: &mut Restored, what: &str, vhost: &str, name: &str, why: &str) {
+    restored.skipped += 1;
+    tracing::warn!(vhost, name, "stored {what} not restored: {why}");
+}
+
+fn restore_policy(state: &BrokerState, p: &PolicyDef) -> Result<(), String> {
+    let vhost = state
+        .vhost(&p.vhost)
+        .ok_or_else(|| format!("no vhost '{}'", p.vhost))?;
+    let table = FieldTable::from_encoded(&p.definition).ok_or("malformed definition")?;
+    let entries: Vec<(String, PolicyValue)> = table
+        .iter()
+        .map(|(key, value)| {
+            let value = match value {
+                FieldValue::LongStr(_) => {
+                    PolicyValue::Text(value.as_str().unwrap_or_default().to_string())
+                }
+                other => PolicyValue::Integer(other.as_integer().unwrap_or_default()),
+            };
+            (key.to_string(), value)
+        })
+        .collect();
+    let definition =
+        PolicyDefinition::from_entries(entries.iter().map(|(k, v)| (k.as_str(), v.clone())))
+            .map_err(|e| e.to_string())?;
+    let policy = Policy {
+        name: p.name.clone(),
+        pattern: p.pattern.clone(),
+        apply_to: ApplyTo::from_name(&p.apply_to).map_err(|e| e.to_string())?,
+        priority: p.priority,
+        definition,
+    };
+    vhost.set_policy(policy).map_err(|e| e.to_string())
+}
+
+fn restore_exchange(state: &BrokerState, x: &ExchangeDef) -> Result<(), String> {
+    let vhost = state
+        .vhost(&x.vhost)
+        .ok_or_else(|| format!("no vhost '{}'", x.vhost))?;
+    let arguments = FieldTable::from_encoded(&x.arguments).ok_or("malformed arguments")?;
+    let kind = DeclaredType::parse(&x.kind).map_err(|e| e.to_string())?;
+    vhost
+        .declare_exchange(ExchangeSpec {
+            name: ShortStr::from(x.name.as_str()),
+            kind,
+            passive: false,
+            durable: true,
+            auto_delete: x.auto_delete,
+            internal: x.internal,
+            arguments,
+        })
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Declares the queue under its stored id and loads its messages page by page; returns how
+/// many.
+fn restore_queue(
+    state: &BrokerState,
+    snapshot: &Snapshot,
+    q: &QueueDef,
+    next_seq: u64,
+) -> Result<usize, String> {
+    let vhost = state
+        .vhost(&q.vhost)
+        .ok_or_else(|| format!("no vhost '{}'", q.vhost))?;
+    let arguments = FieldTable::from_encoded(&q.arguments).ok_or("malformed arguments")?;
+    let queue = vhost
+        .declare_queue(
+            QueueSpec {
+                name: ShortStr::from(q.name.as_str()),
+                passive: false,
+                durable: true,
+                exclusive: false,
+                auto_delete: q.auto_delete,
+                arguments,
+            },
+            0,
+        )
+        .map_err(|e| e.to_string())?;
+    if queue.store_id.set(q.id).is_err() {
+        return Err("declared twice".into());
+    }
+    let mut count = 0;
+    let mut from = 0;
+    loop {
+        let page = snapshot
+            .queue_messages(q.id, from, PAGE)
+            .map_err(|e| e.to_string())?;
+        let Some(last) = page.last() else { break };
+        from = last.seq + 1;
+        let full = page.len() == PAGE;
+        let entries = entries(state, &queue, page);
+        count += entries.len();
+        queue.restore(entries, next_seq);
+        if !full {
+            break;
+        }
+    }
+    // Even an empty queue continues its numbering.
+    queue.restore(Vec::new(), next_seq);
+    Ok(count)
+}
+
+/// Stored messages as queue entries. Every one comes back marked redelivered: the store does
+/// not record first deliveries (a write per delivery), so any may have been delivered before
+/// the restart, and AMQP allows the flag to say "perhaps".
+fn entries(
+    state: &BrokerState,
+    queue: &Arc<Queue>,
+    page: Vec<dwellmq_store::StoredMessage>,
+) -> Vec<QueueEntry> {
+    let mut out = Vec::with_capacity(page.len());
+    for stored in page {
+        let body_len = stored.message.body_len();
+        let guard = state.memory.charge_message(body_len);
+        let Some(message) = stored.message.unpack(Some(Box::new(guard))) else {
+            tracing::warn!(queue = %queue.name, seq = stored.seq, "stored message malformed, skipped");
+            continue;
+        };
+        out.push(QueueEntry {
+            message,
+            seq: stored.seq,
+            redelivered: true,
+            delivery_count: stored.state.delivery_count,
+            acquired_count: stored.state.acquired_count,
+            expires_at: (stored.expires_at_ms != 0).then_some(stored.expires_at_ms),
+        });
+    }
+    out
+}
+
+fn restore_binding(state: &BrokerState, b: &BindingDef) -> Result<(), String> {
+    let vhost = state
+        .vhost(&b.vhost)
+        .ok_or_else(|| format!("no vhost '{}'", b.vhost))?;
+    let destination = match b.destination_kind {
+        DestinationKind::Queue => {
+            vhost.queue(&b.destination).map_err(|e| e.to_string())?;
+            Destination::Queue(ShortStr::from(b.destination.as_str()))
+        }
+        DestinationKind::Exchange => {
+            vhost.exchange(&b.destination).map_err(|e| e.to_string())?;
+            Destination::Exchange(ShortStr::from(b.destination.as_str()))
+        }
+    };
+    vhost.exchange(&b.source).map_err(|e| e.to_string())?;
+    let arguments = FieldTable::from_encoded(&b.arguments).ok_or("malformed arguments")?;
+    vhost
+        .bind(Binding {
+            source: ShortStr::from(b.source.as_str()),
+            destination,
+            routing_key: ShortStr::from(b.routing_key.as_str()),
+            arguments,
+        })
+        .map_err(|e| e.to_string())
+}

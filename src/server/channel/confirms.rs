@@ -1,0 +1,122 @@
+//! A confirm-mode channel's outstanding confirms, shared with the store's writer thread.
+//!
+//! Publishes are numbered in order; most are confirmed as soon as they are routed, but a
+//! persistent message that reached a durable queue is confirmed only once its commit is on
+//! disk, and one whose write failed (or that a queue refused) gets `basic.nack`. Acks and nacks
+//! leave in tag order: an ack with `multiple` never covers a tag still waiting for its commit
+//! or one to be nacked, so a publish after a waiting one waits with it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use dwellmq_codec::methods::{BasicAck, BasicNack};
+use dwellmq_codec::Method;
+use parking_lot::Mutex;
+
+use crate::server::outbound::Outbound;
+
+#[derive(Default)]
+struct State {
+    /// Every publish up to this tag was routed.
+    routed_to: u64,
+    /// Acked or nacked up to here.
+    sent_to: u64,
+    /// Waiting for their commit.
+    waiting: BTreeSet<u64>,
+    /// To be nacked.
+    failed: BTreeSet<u64>,
+    /// The channel is gone: nothing more is sent.
+    closed: bool,
+}
+
+/// One channel's confirms.
+pub(crate) struct Confirms {
+    channel: u16,
+    outbound: Arc<Outbound>,
+    state: Mutex<State>,
+}
+
+impl Confirms {
+    pub(crate) fn new(channel: u16, outbound: Arc<Outbound>) -> Arc<Self> {
+        Arc::new(Confirms {
+            channel,
+            outbound,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// Every publish up to `tag` was routed: sends what may go.
+    pub(crate) fn routed(&self, tag: u64) {
+        let mut state = self.state.lock();
+        state.routed_to = state.routed_to.max(tag);
+        self.send(&mut state);
+    }
+
+    /// `tag` waits for its commit (registered before the commit can end).
+    pub(crate) fn wait_for(&self, tag: u64) {
+        self.state.lock().waiting.insert(tag);
+    }
+
+    /// `tag` is settled: committed (`ok`), or to be nacked.
+    pub(crate) fn settled(&self, tag: u64, ok: bool) {
+        let mut state = self.state.lock();
+        state.waiting.remove(&tag);
+        if !ok {
+            state.failed.insert(tag);
+        }
+        self.send(&mut state);
+    }
+
+    /// `tag` (routed, like every publish before it) is nacked.
+    pub(crate) fn nack(&self, tag: u64) {
+        let mut state = self.state.lock();
+        state.failed.insert(tag);
+        state.routed_to = state.routed_to.max(tag);
+        self.send(&mut state);
+    }
+
+    /// The channel closed: later commits send nothing.
+    pub(crate) fn close(&self) {
+        self.state.lock().closed = true;
+    }
+
+    fn send(&self, state: &mut State) {
+        if state.closed {
+            return;
+        }
+        let limit = match state.waiting.first() {
+            Some(&first) => state.routed_to.min(first - 1),
+            None => state.routed_to,
+        };
+        while let Some(&failed) = state.failed.first() {
+            if failed > limit {
+                break;
+            }
+            state.failed.pop_first();
+            self.ack_to(state, failed - 1);
+            self.outbound.send_method(
+                self.channel,
+                &Method::BasicNack(BasicNack {
+                    delivery_tag: failed,
+                    multiple: false,
+                    requeue: false,
+                }),
+            );
+            state.sent_to = failed;
+        }
+        self.ack_to(state, limit);
+    }
+
+    fn ack_to(&self, state: &mut State, tag: u64) {
+        if tag > state.sent_to {
+            self.outbound.send_method(
+                self.channel,
+                &Method::BasicAck(BasicAck {
+                    delivery_tag: tag,
+                    multiple: tag - state.sent_to > 1,
+                }),
+            );
+            state.sent_to = tag;
+        }
+    }
+}
