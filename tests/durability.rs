@@ -1,0 +1,364 @@
+//! Durability on a data directory, through a real client: what survives a stop and a start on
+//! the same directory, and what does not.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use dwellmq::{ApplyTo, Broker, BrokerConfig, BrokerHandle, Policy, PolicyDefinition};
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions,
+    ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, ExchangeKind};
+
+/// A data directory removed when dropped.
+struct DataDir(PathBuf);
+
+impl DataDir {
+    fn new(name: &str) -> DataDir {
+        let dir =
+            std::env::temp_dir().join(format!("dwellmq-durability-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        DataDir(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn on_disk(dir: &DataDir) -> BrokerConfig {
+    BrokerConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..BrokerConfig::ephemeral()
+    }
+}
+
+async fn start_on(dir: &DataDir) -> BrokerHandle {
+    Broker::start(on_disk(dir)).await.expect("broker starts")
+}
+
+async fn channel(broker: &BrokerHandle) -> (lapin::Connection, Channel) {
+    let connection = connect(broker).await;
+    let ch = connection.create_channel().await.expect("channel");
+    (connection, ch)
+}
+
+async fn declare(ch: &Channel, name: &str, durable: bool, arguments: FieldTable) {
+    ch.queue_declare(
+        name.into(),
+        QueueDeclareOptions {
+            durable,
+            ..Default::default()
+        },
+        arguments,
+    )
+    .await
+    .expect("queue declared");
+}
+
+/// Publishes with confirms and waits for the confirm; true for an ack.
+async fn publish_confirmed(ch: &Channel, queue: &str, body: &str, persistent: bool) -> bool {
+    let mode = if persistent { 2 } else { 1 };
+    ch.basic_publish(
+        "".into(),
+        queue.into(),
+        BasicPublishOptions::default(),
+        body.as_bytes(),
+        BasicProperties::default().with_delivery_mode(mode),
+    )
+    .await
+    .expect("publish sent")
+    .await
+    .expect("confirm")
+    .is_ack()
+}
+
+#[tokio::test]
+async fn durable_definitions_survive_a_restart_and_transient_ones_do_not() {
+    let dir = DataDir::new("definitions");
+    let broker = start_on(&dir).await;
+    let (connection, ch) = channel(&broker).await;
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.exchange_declare(
+        "orders".into(),
+        ExchangeKind::Topic,
+        durable,
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.exchange_declare(
+        "fanin".into(),
+        ExchangeKind::Fanout,
+        durable,
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.exchange_declare(
+        "scratch".into(),
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    declare(
+        &ch,
+        "orders.eu",
+        true,
+        table(&[("x-max-length", AMQPValue::LongLongInt(10))]),
+    )
+    .await;
+    declare(&ch, "temporary", false, FieldTable::default()).await;
+    ch.queue_bind(
+        "orders.eu".into(),
+        "orders".into(),
+        "eu.#".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    // Exchange to exchange: fanin → orders.
+    ch.exchange_bind(
+        "orders".into(),
+        "fanin".into(),
+        "".into(),
+        ExchangeBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let definition = PolicyDefinition {
+        message_ttl: Some(60_000),
+        ..Default::default()
+    };
+    broker
+        .set_policy(
+            "/",
+            Policy {
+                name: "ttl".into(),
+                pattern: "^orders".into(),
+                apply_to: ApplyTo::Queues,
+                priority: 1,
+                definition,
+            },
+        )
+        .unwrap();
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+
+    let broker = start_on(&dir).await;
+    let (_connection, ch) = channel(&broker).await;
+    let passive = ExchangeDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    for name in ["orders", "fanin"] {
+        ch.exchange_declare(
+            name.into(),
+            ExchangeKind::Topic,
+            passive,
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("exchange {name} restored: {e}"));
+    }
+    passive_declare(&ch, "orders.eu")
+        .await
+        .expect("durable queue restored");
+    // Its arguments came back: redeclaring with others is refused as inequivalent.
+    let (code, _) = channel_error(
+        ch.queue_declare(
+            "orders.eu".into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await,
+    );
+    assert_eq!(code, 406);
+    let (_connection, ch) = channel(&broker).await;
+    let (code, _) = channel_error(passive_declare(&ch, "temporary").await);
+    assert_eq!(code, 404, "a transient queue is gone");
+    let (_connection, ch) = channel(&broker).await;
+    let (code, _) = channel_error(
+        ch.exchange_declare(
+            "scratch".into(),
+            ExchangeKind::Direct,
+            passive,
+            FieldTable::default(),
+        )
+        .await,
+    );
+    assert_eq!(code, 404, "a transient exchange is gone");
+    // Both bindings came back: a message into fanin reaches orders.eu through orders.
+    let (_connection, ch) = channel(&broker).await;
+    publish(&ch, "fanin", "eu.de", "routed").await;
+    sync(&ch).await;
+    assert_eq!(broker.queue_info("/", "orders.eu").unwrap().messages, 1);
+    let policies = broker.policies("/");
+    assert_eq!(policies.len(), 1);
+    assert_eq!(policies[0].definition.message_ttl, Some(60_000));
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn persistent_messages_survive_a_restart_in_order_and_transient_ones_do_not() {
+    let dir = DataDir::new("messages");
+    let broker = start_on(&dir).await;
+    let (connection, ch) = channel(&broker).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    declare(&ch, "jobs", true, FieldTable::default()).await;
+    declare(&ch, "scratch", false, FieldTable::default()).await;
+    for i in 1..=8 {
+        assert!(publish_confirmed(&ch, "jobs", &format!("p{i}"), true).await);
+        assert!(publish_confirmed(&ch, "jobs", &format!("t{i}"), false).await);
+    }
+    assert!(publish_confirmed(&ch, "scratch", "on a transient queue", true).await);
+    // Take p1 and t1 and ack them; take p2 unacked (it comes back).
+    let mut consumer = ch
+        .basic_consume(
+            "jobs".into(),
+            "c".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    ch.basic_qos(3, Default::default()).await.unwrap();
+    let first = next_delivery(&mut consumer).await;
+    let second = next_delivery(&mut consumer).await;
+    let third = next_delivery(&mut consumer).await;
+    assert_eq!(
+        [body(&first), body(&second), body(&third)],
+        ["p1", "t1", "p2"]
+    );
+    first.ack(BasicAckOptions::default()).await.unwrap();
+    second.ack(BasicAckOptions::default()).await.unwrap();
+    sync(&ch).await;
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+
+    let broker = start_on(&dir).await;
+    let (_connection, ch) = channel(&broker).await;
+    let left = drain_with_get(&ch, "jobs").await;
+    let bodies: Vec<&str> = left.iter().map(|(b, _)| b.as_str()).collect();
+    assert_eq!(bodies, ["p2", "p3", "p4", "p5", "p6", "p7", "p8"]);
+    assert!(
+        left.iter().all(|(_, redelivered)| *redelivered),
+        "recovered messages are flagged redelivered: {left:?}"
+    );
+    assert_eq!(broker.queue_info("/", "scratch"), None);
+    // New messages continue after the recovered ones.
+    publish(&ch, "", "jobs", "after").await;
+    assert_eq!(drain_with_get(&ch, "jobs").await[0].0, "after");
+    broker.shutdown().await;
+
+    // What was taken (no-ack) after the restart is gone after the next one too.
+    let broker = start_on(&dir).await;
+    let (_connection, ch) = channel(&broker).await;
+    assert_eq!(drain_with_get(&ch, "jobs").await, Vec::new());
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_deleted_durable_queue_does_not_come_back() {
+    let dir = DataDir::new("deleted");
+    let broker = start_on(&dir).await;
+    let (connection, ch) = channel(&broker).await;
+    declare(&ch, "gone", true, FieldTable::default()).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish_confirmed(&ch, "gone", "old", true).await);
+    ch.queue_bind(
+        "gone".into(),
+        "amq.direct".into(),
+        "old-key".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_delete("gone".into(), Default::default())
+        .await
+        .unwrap();
+    // Declared again under the same name: neither its messages nor its binding are the old
+    // queue's.
+    declare(&ch, "gone", true, FieldTable::default()).await;
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+
+    let broker = start_on(&dir).await;
+    let (_connection, ch) = channel(&broker).await;
+    assert_eq!(drain_with_get(&ch, "gone").await, Vec::new());
+    publish(&ch, "amq.direct", "old-key", "unroutable").await;
+    sync(&ch).await;
+    assert_eq!(broker.queue_info("/", "gone").unwrap().messages, 0);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_second_broker_on_the_same_directory_is_refused() {
+    let dir = DataDir::new("locked");
+    let first = start_on(&dir).await;
+    let refused = Broker::start(on_disk(&dir)).await;
+    let message = match refused {
+        Ok(_) => panic!("a second broker started on the same data directory"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        message.contains("in use by another dwellmq") && message.contains("LOCK"),
+        "{message}"
+    );
+    first.shutdown().await;
+    // Once the first has stopped, the directory is free.
+    start_on(&dir).await.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_foreign_file_is_refused_naming_it_and_left_as_it_was() {
+    let dir = DataDir::new("foreign");
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let file = dir.path().join("dwellmq.redb");
+    let contents = b"not a database, just someone's notes".repeat(200);
+    std::fs::write(&file, &contents).unwrap();
+    let message = match Broker::start(on_disk(&dir)).await {
+        Ok(_) => panic!("started on a foreign file"),
+        Err(e) => e.to_string(),
+    };
+    assert!(message.contains(&file.display().to_string()), "{message}");
+    assert_eq!(std::fs::read(&file).unwrap(), contents, "left untouched");
+}
+
+#[tokio::test]
+async fn in_memory_writes_nothing() {
+    let t = start().await;
+    let ch = t.channel().await;
+    declare(&ch, "durable-in-memory", true, FieldTable::default()).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish_confirmed(&ch, "durable-in-memory", "m", true).await);
+    assert_eq!(BrokerConfig::ephemeral().data_dir, None);
+    assert_eq!(BrokerConfig::default().data_dir, None);
+}
