@@ -223,6 +223,10 @@ pub struct BrokerConfig {
     /// this value, so the same run gives the same names. They are then guessable. `None` (the
     /// default) draws them from the operating system's CSPRNG.
     pub name_seed: Option<u64>,
+    /// For fault tests only: the store's file goes through a backend that fails writes,
+    /// fsyncs or growth while these switches say so (`data_dir` must be set).
+    #[doc(hidden)]
+    pub store_faults: Option<std::sync::Arc<dwellmq_store::faults::Faults>>,
 }
 
 impl Default for BrokerConfig {
@@ -243,6 +247,7 @@ impl Default for BrokerConfig {
             http: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 15672))),
             definitions: None,
             name_seed: None,
+            store_faults: None,
         }
     }
 }

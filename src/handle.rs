@@ -111,9 +111,12 @@ impl Broker {
         let store = match config.data_dir.clone() {
             // Opening may repair the file after a crash: file IO off the async workers.
             Some(dir) => Some(Arc::new(
-                tokio::task::spawn_blocking(move || crate::broker::persist::open(&dir))
-                    .await
-                    .map_err(|e| StartError::Store(e.to_string()))??,
+                tokio::task::spawn_blocking({
+                    let faults = config.store_faults.clone();
+                    move || crate::broker::persist::open(&dir, faults)
+                })
+                .await
+                .map_err(|e| StartError::Store(e.to_string()))??,
             )),
             None => None,
         };

@@ -25,6 +25,8 @@ pub use config::{
 };
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;
+#[doc(hidden)]
+pub use dwellmq_store::faults::Faults as StoreFaults;
 pub use handle::{
     Broker, BrokerHandle, Condition, DeathReason, QueueInfo, RetryingMessageInfo, SettleTimeout,
     StartError, UnwrittenOutput, WaitTimeout, SETTLE_TIMEOUT,

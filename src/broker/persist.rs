@@ -26,8 +26,15 @@ pub(crate) mod recover;
 
 /// Opens the store in `dir` (created if absent): refused if another broker holds it, or if
 /// the database file is damaged or not a dwellmq store (the error names the file).
-pub(crate) fn open(dir: &std::path::Path) -> Result<Store, crate::handle::StartError> {
-    Store::open(dir).map_err(|e| crate::handle::StartError::Store(e.to_string()))
+pub(crate) fn open(
+    dir: &std::path::Path,
+    faults: Option<Arc<dwellmq_store::faults::Faults>>,
+) -> Result<Store, crate::handle::StartError> {
+    let options = match faults {
+        Some(faults) => dwellmq_store::faults::options(faults),
+        None => dwellmq_store::StoreOptions::default(),
+    };
+    Store::open_with(dir, options).map_err(|e| crate::handle::StartError::Store(e.to_string()))
 }
 
 /// The store, unless the broker is in memory or is restoring what the store holds (then

@@ -14,6 +14,7 @@ mod backend;
 mod codec;
 mod error;
 mod far_tier;
+pub mod faults;
 mod layout;
 mod open;
 mod ops;
