@@ -7,6 +7,7 @@
 //! cargo run --release --bin dwellmq-load -- throughput --addr 127.0.0.1:5672 --pairs 1 --messages 2000000 --pid PID
 //! cargo run --release --bin dwellmq-load -- latency --addr 127.0.0.1:5672 --rate 20000 --seconds 10 --pid PID
 //! cargo run --release --bin dwellmq-load -- delayed --addr 127.0.0.1:5672 --messages 100000 --max-delay-ms 10000
+//! cargo run --release --bin dwellmq-load -- durable --addr 127.0.0.1:5672 --messages 200000 --size 16 --window 256 --pid PID
 //! cargo run --release --bin dwellmq-load -- delayed --addr 127.0.0.1:5672 --messages 1000000 \
 //!     --min-delay-ms 1000 --max-delay-ms 60000 --rate 100000 --pid PID --worst 5 --dump late.csv
 //! ```
@@ -17,6 +18,7 @@
 //! `due µs since start,lateness ms`.
 
 mod delayed;
+mod durable;
 mod raw_client;
 mod stats;
 mod throughput;
@@ -61,7 +63,7 @@ impl Options {
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let Some(mode) = args.next() else {
-        eprintln!("usage: dwellmq-load throughput|latency|delayed [--option value]...");
+        eprintln!("usage: dwellmq-load throughput|latency|delayed|durable [--option value]...");
         return ExitCode::from(2);
     };
     let options = match Options::parse(args) {
@@ -81,6 +83,7 @@ fn main() -> ExitCode {
             "throughput" => throughput::run_throughput(&options).await,
             "latency" => throughput::run_latency(&options).await,
             "delayed" => delayed::run(&options).await,
+            "durable" => durable::run(&options).await,
             other => Err(format!("unknown mode '{other}'").into()),
         }
     });

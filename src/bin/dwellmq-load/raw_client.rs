@@ -148,6 +148,11 @@ impl RawClient {
 
 /// A ready-made publish triple (method + header + body) for the default exchange.
 pub(crate) fn publish_triple(queue: &str, body: &[u8]) -> Bytes {
+    publish_triple_with(queue, body, &BasicProperties::default())
+}
+
+/// The same with these properties (delivery mode 2 for persistent messages).
+pub(crate) fn publish_triple_with(queue: &str, body: &[u8], properties: &BasicProperties) -> Bytes {
     let mut out = BytesMut::new();
     encode_method(
         &mut out,
@@ -160,7 +165,7 @@ pub(crate) fn publish_triple(queue: &str, body: &[u8]) -> Bytes {
         }),
     );
     let mut props = BytesMut::new();
-    BasicProperties::default().encode(&mut props);
+    properties.encode(&mut props);
     encode_header_raw(&mut out, 1, 60, body.len() as u64, &props);
     encode_body(&mut out, 1, body);
     out.freeze()
