@@ -175,9 +175,11 @@ pub(crate) fn parse(
         }
     }
 
-    let mut config = BrokerConfig::default();
     // The binary keeps its state on disk unless told otherwise (embedders default to memory).
-    config.data_dir = Some(PathBuf::from("./dwellmq-data"));
+    let mut config = BrokerConfig {
+        data_dir: Some(PathBuf::from("./dwellmq-data")),
+        ..BrokerConfig::default()
+    };
     let mut log_level = "info".to_string();
     if let Some(path) = flags.config.clone().or_else(|| env("DWELLMQ_CONFIG")) {
         let text = std::fs::read_to_string(&path)

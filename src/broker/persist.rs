@@ -209,6 +209,9 @@ pub(crate) fn policy_cleared(runtime: &Runtime, vhost: &str, name: &str) {
     );
 }
 
+/// What a [`PublishTicket`] reports to: `true` once committed, `false` to nack.
+type Settle = Box<dyn FnOnce(bool) + Send>;
+
 /// A publish whose confirm waits until every persistent copy of it (one per durable queue it
 /// reached) is committed. The publisher holds one count until it has routed the message, so
 /// the outcome cannot be reported before every copy was submitted.
@@ -216,7 +219,7 @@ pub(crate) struct PublishTicket {
     pending: AtomicUsize,
     used: AtomicBool,
     failed: AtomicBool,
-    done: Mutex<Option<Box<dyn FnOnce(bool) + Send>>>,
+    done: Mutex<Option<Settle>>,
 }
 
 impl PublishTicket {

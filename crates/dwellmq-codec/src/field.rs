@@ -379,6 +379,25 @@ pub fn encoded_table_len(table: &FieldTable) -> usize {
     buf.len()
 }
 
+impl FieldTable {
+    /// The table in AMQP's field-table encoding (its `u32` size first): how the durable store
+    /// keeps arguments, without knowing what they mean.
+    pub fn to_encoded(&self) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        encode_table(&mut out, self);
+        out.to_vec()
+    }
+
+    /// Reads back what [`FieldTable::to_encoded`] wrote; `None` if it is malformed or has
+    /// trailing octets.
+    pub fn from_encoded(bytes: &[u8]) -> Option<FieldTable> {
+        let base = Bytes::copy_from_slice(bytes);
+        let mut i: &[u8] = &base;
+        let table = decode_table(&base, &mut i, 0).ok()?;
+        i.is_empty().then_some(table)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,24 +450,5 @@ mod tests {
         let keys: Vec<_> = t.iter().map(|(k, _)| k.to_string()).collect();
         assert_eq!(keys, ["a", "b"]);
         assert_eq!(t.get("a"), Some(&FieldValue::I64(3)));
-    }
-}
-
-impl FieldTable {
-    /// The table in AMQP's field-table encoding (its `u32` size first): how the durable store
-    /// keeps arguments, without knowing what they mean.
-    pub fn to_encoded(&self) -> Vec<u8> {
-        let mut out = BytesMut::new();
-        encode_table(&mut out, self);
-        out.to_vec()
-    }
-
-    /// Reads back what [`FieldTable::to_encoded`] wrote; `None` if it is malformed or has
-    /// trailing octets.
-    pub fn from_encoded(bytes: &[u8]) -> Option<FieldTable> {
-        let base = Bytes::copy_from_slice(bytes);
-        let mut i: &[u8] = &base;
-        let table = decode_table(&base, &mut i, 0).ok()?;
-        i.is_empty().then_some(table)
     }
 }
