@@ -411,3 +411,111 @@ async fn a_failed_write_nacks_the_publishes_it_carried_and_later_ones_are_acked(
     );
     broker.shutdown().await;
 }
+
+async fn delayed_exchange(ch: &Channel, name: &str, durable: bool) {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-delayed-type".into(),
+        AMQPValue::LongString("direct".into()),
+    );
+    ch.exchange_declare(
+        name.into(),
+        ExchangeKind::Custom("x-delayed-message".into()),
+        ExchangeDeclareOptions {
+            durable,
+            ..Default::default()
+        },
+        args,
+    )
+    .await
+    .unwrap();
+}
+
+/// Publishes to a delayed exchange with confirms; true for an ack.
+async fn publish_delayed(ch: &Channel, exchange: &str, body: &str, delay_ms: i64) -> bool {
+    let mut headers = FieldTable::default();
+    headers.insert("x-delay".into(), AMQPValue::LongLongInt(delay_ms));
+    ch.basic_publish(
+        exchange.into(),
+        "k".into(),
+        BasicPublishOptions::default(),
+        body.as_bytes(),
+        // Transient: a delayed exchange stores what it holds whatever the delivery mode.
+        BasicProperties::default().with_headers(headers),
+    )
+    .await
+    .expect("publish sent")
+    .await
+    .expect("confirm")
+    .is_ack()
+}
+
+#[tokio::test]
+async fn messages_held_by_a_durable_delayed_exchange_survive_a_restart_at_their_due_times() {
+    let dir = DataDir::new("delayed");
+    let config = |start_ms| BrokerConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..BrokerConfig::ephemeral().with_manual_clock(start_ms)
+    };
+    let broker = Broker::start(config(T0_MS)).await.unwrap();
+    let (connection, ch) = channel(&broker).await;
+    delayed_exchange(&ch, "reminders", true).await;
+    delayed_exchange(&ch, "scratch", false).await;
+    declare(&ch, "due", true, FieldTable::default()).await;
+    for exchange in ["reminders", "scratch"] {
+        ch.queue_bind(
+            "due".into(),
+            exchange.into(),
+            "k".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish_delayed(&ch, "reminders", "in 5 s", 5_000).await);
+    assert!(publish_delayed(&ch, "reminders", "in 1 s", 1_000).await);
+    assert!(publish_delayed(&ch, "reminders", "in 1 h", 3_600_000).await);
+    assert!(publish_delayed(&ch, "reminders", "cancelled by release", 500).await);
+    assert!(publish_delayed(&ch, "scratch", "transient exchange", 1_000).await);
+    // One falls due before the stop and goes into the queue (and is consumed: gone).
+    broker.advance(std::time::Duration::from_millis(600));
+    assert_eq!(
+        drain_with_get(&ch, "due").await,
+        [("cancelled by release".to_string(), false)]
+    );
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+
+    // Back 2 s after the first start: "in 1 s" fell due while the broker was down.
+    let broker = Broker::start(config(T0_MS + 2_000)).await.unwrap();
+    assert_eq!(broker.delayed_count("/", "reminders"), 3);
+    assert_eq!(broker.delayed_count("/", "scratch"), 0);
+    let (_connection, ch) = channel(&broker).await;
+    broker.advance(std::time::Duration::ZERO);
+    assert_eq!(
+        drain_with_get(&ch, "due").await,
+        [("in 1 s".to_string(), false)]
+    );
+    // The others at their original due times.
+    broker.advance(std::time::Duration::from_millis(2_999));
+    assert_eq!(drain_with_get(&ch, "due").await, Vec::new());
+    broker.advance(std::time::Duration::from_millis(1));
+    assert_eq!(
+        drain_with_get(&ch, "due").await,
+        [("in 5 s".to_string(), false)]
+    );
+    assert_eq!(
+        broker.delayed_next_due("/", "reminders"),
+        Some(T0_MS + 3_600_000)
+    );
+    broker.shutdown().await;
+
+    // Released ones are not held again after another restart; the hour-long one still is.
+    let broker = Broker::start(config(T0_MS + 10_000)).await.unwrap();
+    assert_eq!(broker.delayed_count("/", "reminders"), 1);
+    broker.shutdown().await;
+}

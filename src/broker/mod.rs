@@ -157,7 +157,21 @@ impl BrokerState {
         message: Arc<dwellmq_core::Message>,
         due_ms: u64,
     ) {
-        if self.delayed.hold(vhost, exchange, message, due_ms) {
+        self.hold_delayed_confirmed(vhost, exchange, message, due_ms, None);
+    }
+
+    /// As `hold_delayed`; a durable exchange's message is stored, its commit counting on
+    /// `ticket` (the publisher's confirm).
+    pub(crate) fn hold_delayed_confirmed(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<exchange::Exchange>,
+        message: Arc<dwellmq_core::Message>,
+        due_ms: u64,
+        ticket: Option<&Arc<persist::PublishTicket>>,
+    ) {
+        let delayed = &self.delayed;
+        if delayed.hold_confirmed(vhost, exchange, message, due_ms, ticket, None) {
             self.timer.wake();
         }
     }

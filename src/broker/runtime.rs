@@ -75,8 +75,12 @@ impl Runtime {
         store: Option<Arc<Store>>,
     ) -> Arc<Self> {
         let now = clock.now_ms();
+        let delayed = Arc::new(DelayedMessages::new(now, Arc::clone(&memory)));
+        if let Some(store) = &store {
+            delayed.set_store(Arc::clone(store));
+        }
         Arc::new(Runtime {
-            delayed: Arc::new(DelayedMessages::new(now, Arc::clone(&memory))),
+            delayed,
             clock,
             memory,
             timer: Arc::new(TimerControl::default()),

@@ -36,12 +36,18 @@ impl DelayedMessages {
         let mut dropped = 0;
         let mut beyond = index.beyond.into_iter();
         let mut chunk: Vec<Entry> = Vec::with_capacity(PURGE_CHUNK);
+        let mut stored = Vec::new();
         loop {
             {
                 let mut inner = self.inner.lock();
                 for (due_ms, seq) in beyond.by_ref().take(PURGE_CHUNK) {
                     let id = id_of(DelayedId { due_ms, seq });
-                    chunk.extend(inner.scheduler.cancel(id));
+                    if let Some(entry) = inner.scheduler.cancel(id) {
+                        if matches!(&entry, Entry::Release(held) if held.stored) {
+                            stored.push(id);
+                        }
+                        chunk.push(entry);
+                    }
                 }
             }
             if chunk.is_empty() {
@@ -51,10 +57,18 @@ impl DelayedMessages {
             self.discard_entries(&mut chunk);
         }
         // What already moved into the wheel: a second or so of messages.
-        self.inner.lock().scheduler.drain_wheel_where(
-            |entry| matches!(entry, Entry::Release(held) if held.belongs_to(&key)),
-            &mut chunk,
-        );
+        {
+            let mut inner = self.inner.lock();
+            stored.extend(inner.scheduler.in_wheel().filter_map(|(id, entry)| {
+                matches!(entry, Entry::Release(held) if held.stored && held.belongs_to(&key))
+                    .then_some(id)
+            }));
+            inner.scheduler.drain_wheel_where(
+                |entry| matches!(entry, Entry::Release(held) if held.belongs_to(&key)),
+                &mut chunk,
+            );
+        }
+        self.release_stored(stored);
         dropped += chunk.len();
         self.discard_entries(&mut chunk);
         dropped
@@ -93,6 +107,9 @@ impl DelayedMessages {
         };
         inner.forget(&held, far.then_some((id.due_ms, id.seq)));
         drop(guard);
+        if held.stored {
+            self.release_stored(vec![deadline]);
+        }
         self.discard(held.message);
         true
     }

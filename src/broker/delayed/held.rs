@@ -87,6 +87,9 @@ pub(super) struct Target {
 pub(super) struct Held {
     pub(super) target: Arc<Target>,
     pub(super) message: Kept,
+    /// Written to the store under its scheduler id (a durable exchange's message): its
+    /// release, cancel or purge removes it there too.
+    pub(super) stored: bool,
 }
 
 /// Identifies a delayed exchange: (vhost, exchange name).

@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 
 use super::exchange::Exchange;
 use super::memory::{held_footprint, message_footprint, MemoryMonitor};
+use super::persist::PublishTicket;
 use super::queue::Queue;
 use super::vhost::{Routing, VHost};
 pub(crate) use control::ListPage;
@@ -85,6 +86,9 @@ pub(crate) struct DelayedMessages {
     scratch: Mutex<ReleaseScratch>,
     /// How late messages were released.
     pub(crate) lateness: lateness::Lateness,
+    /// The durable store: messages held by durable exchanges are written there (set once,
+    /// at start, when the broker has a data directory).
+    store: std::sync::OnceLock<Arc<dwellmq_store::Store>>,
 }
 
 fn key_of(vhost: &ShortStr, exchange: &ShortStr) -> ExchangeKey {
@@ -109,7 +113,29 @@ impl DelayedMessages {
             memory,
             scratch: Mutex::new(ReleaseScratch::default()),
             lateness: lateness::Lateness::default(),
+            store: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Messages held by durable exchanges go to `store` from now on.
+    pub(crate) fn set_store(&self, store: Arc<dwellmq_store::Store>) {
+        let _ = self.store.set(store);
+    }
+
+    /// Submits the removal of stored held messages (released, cancelled, purged).
+    fn release_stored(&self, ids: Vec<DeadlineId>) {
+        if let (false, Some(store)) = (ids.is_empty(), self.store.get()) {
+            let ops = ids
+                .into_iter()
+                .map(|id| dwellmq_store::Op::Release { id })
+                .collect();
+            store.submit_detached(ops);
+        }
+    }
+
+    /// Numbers new deadlines above every id the store holds (before anything is scheduled).
+    pub(crate) fn reserve_below(&self, seq: u64) {
+        self.inner.lock().scheduler.reserve_below(seq);
     }
 
     /// Holds `message` until `due_ms`. Returns true when the timer thread must wake sooner than
@@ -121,6 +147,23 @@ impl DelayedMessages {
         message: Arc<Message>,
         due_ms: u64,
     ) -> bool {
+        self.hold_confirmed(vhost, exchange, message, due_ms, None, None)
+    }
+
+    /// As `hold`; a durable exchange's message is written to the store (its commit counts on
+    /// `ticket`, which holds the publisher's confirm). `restored` is the id of a message read
+    /// back from the store at start (not written again).
+    pub(crate) fn hold_confirmed(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        message: Arc<Message>,
+        due_ms: u64,
+        ticket: Option<&Arc<PublishTicket>>,
+        restored: Option<DeadlineId>,
+    ) -> bool {
+        let store = self.store.get().filter(|_| exchange.durable);
+        let original = (store.is_some() && restored.is_none()).then(|| Arc::clone(&message));
         // Packed outside the lock; the published message (and its charge) goes away.
         let message = Kept::new(message);
         self.memory.charge_bytes(message.charged_by_holder());
@@ -146,10 +189,35 @@ impl DelayedMessages {
         let held = Held {
             target: Arc::clone(&index.target),
             message,
+            stored: store.is_some(),
         };
-        let (id, wake) = inner.scheduler.schedule(due_ms, Entry::Release(held));
+        let (id, wake) = match restored {
+            Some(id) => (id, inner.scheduler.restore(id, Entry::Release(held))),
+            None => inner.scheduler.schedule(due_ms, Entry::Release(held)),
+        };
         if inner.scheduler.is_far(id) {
             index.beyond.insert((id.due_ms, id.seq));
+        }
+        if let (Some(store), Some(original)) = (store, original) {
+            // Under the lock: the hold reaches the writer before any release of it can.
+            let op = dwellmq_store::Op::Hold {
+                id,
+                vhost: vhost.name.to_string(),
+                exchange: exchange.name.to_string(),
+                message: dwellmq_store::Payload::Message(original),
+            };
+            let ticket = ticket.cloned();
+            if let Some(ticket) = &ticket {
+                ticket.add();
+            }
+            store.submit(vec![op], move |outcome| {
+                if let Err(e) = &outcome {
+                    tracing::warn!(error = %e, "storing a delayed message failed");
+                }
+                if let Some(ticket) = ticket {
+                    ticket.complete(outcome.is_ok());
+                }
+            });
         }
         wake
     }
@@ -191,6 +259,9 @@ impl DelayedMessages {
                 }
             }
         }
+        // Removed from the store after they are routed (their copies in durable queues are
+        // submitted first): a crash in between delivers one twice rather than losing it.
+        let mut stored = Vec::new();
         let mut released = 0;
         let mut unroutable = 0;
         let mut lateness = lateness::LatenessBatch::default();
@@ -209,6 +280,9 @@ impl DelayedMessages {
                 }
             };
             released += 1;
+            if held.stored {
+                stored.push(id);
+            }
             lateness.record(now_ms.saturating_sub(id.due_ms));
             let Target {
                 vhost, exchange, ..
@@ -233,6 +307,7 @@ impl DelayedMessages {
             }
         }
         ticked.clear();
+        self.release_stored(stored);
         if released > 0 {
             self.lateness.add(&lateness);
         }

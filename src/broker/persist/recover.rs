@@ -12,7 +12,7 @@ use dwellmq_store::{
     BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Snapshot, Store, StoreError,
 };
 
-use crate::broker::exchange::DeclaredType;
+use crate::broker::exchange::{DeclaredType, ExchangeKind};
 use crate::broker::queue::Queue;
 use crate::broker::vhost::{ExchangeSpec, QueueSpec};
 use crate::broker::BrokerState;
@@ -36,6 +36,7 @@ struct Restored {
     bindings: usize,
     policies: usize,
     messages: usize,
+    delayed: usize,
     skipped: usize,
 }
 
@@ -60,6 +61,7 @@ pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
         bindings = restored.bindings,
         policies = restored.policies,
         messages = restored.messages,
+        delayed = restored.delayed,
         skipped = restored.skipped,
         "store restored"
     );
@@ -72,6 +74,9 @@ fn restore_from(state: &BrokerState, store: &Store) -> Result<(Restored, Vec<Op>
     let definitions = recovery.definitions;
     let mut restored = Restored::default();
     let mut stale = Vec::new();
+    // Before anything is scheduled (queues restored below arm ticks): new deadlines are
+    // numbered above every held message's id.
+    state.delayed.reserve_below(recovery.next_delayed_seq);
     for p in &definitions.policies {
         match restore_policy(state, p) {
             Ok(()) => restored.policies += 1,
@@ -107,7 +112,55 @@ fn restore_from(state: &BrokerState, store: &Store) -> Result<(Restored, Vec<Op>
             }
         }
     }
+    restore_delayed(state, &snapshot, &mut restored, &mut stale)?;
     Ok((restored, stale))
+}
+
+/// Messages held by durable delayed exchanges, at their original due times and ids: those
+/// that fell due while the broker was down are released as soon as the timer runs, oldest
+/// first. Ones whose exchange is gone are dropped from the store.
+fn restore_delayed(
+    state: &BrokerState,
+    snapshot: &Snapshot,
+    restored: &mut Restored,
+    stale: &mut Vec<Op>,
+) -> Result<(), RecoveryError> {
+    let mut after = None;
+    loop {
+        let ids = snapshot.delayed_ids(after, PAGE)?;
+        let Some(&last) = ids.last() else { break };
+        after = Some(last);
+        for id in ids {
+            let Some(held) = snapshot.delayed_message(id)? else {
+                continue;
+            };
+            let target = state.vhost(&held.vhost).and_then(|vhost| {
+                let exchange = vhost.exchange(&held.exchange).ok()?;
+                let delayed = matches!(exchange.kind, ExchangeKind::Delayed(_));
+                (delayed && exchange.durable).then_some((vhost, exchange))
+            });
+            let Some((vhost, exchange)) = target else {
+                restored.skipped += 1;
+                stale.push(Op::Release { id });
+                continue;
+            };
+            let guard = state.memory.charge_message(held.message.body_len());
+            let Some(message) = held.message.unpack(Some(Box::new(guard))) else {
+                tracing::warn!(
+                    due_ms = id.due_ms,
+                    seq = id.seq,
+                    "stored delayed message malformed, dropped"
+                );
+                stale.push(Op::Release { id });
+                continue;
+            };
+            state
+                .delayed
+                .hold_confirmed(&vhost, &exchange, message, id.due_ms, None, Some(id));
+            restored.delayed += 1;
+        }
+    }
+    Ok(())
 }
 
 fn skip(restored: &mut Restored, what: &str, vhost: &str, name: &str, why: &str) {

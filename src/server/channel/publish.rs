@@ -244,28 +244,35 @@ impl Channel {
             routing.clear();
             self.return_unroutable(cx, &publication);
         }
-        if !routing.delayed.is_empty() {
-            // Routability was checked now (so `mandatory` is honest); the queues are chosen
-            // again at release, from the bindings as they are then.
-            let due_ms = cx.state.clock.now_ms().saturating_add(publication.delay_ms);
-            let held = held_message(cx, &publication);
-            for exchange in routing.delayed.drain(..) {
-                cx.state
-                    .hold_delayed(cx.vhost, &exchange, Arc::clone(&held), due_ms);
-            }
-        } else if !routing.is_routable() && !publication.mandatory {
-            cx.counts.unroutable_dropped += 1;
-        }
-        // A persistent message's confirm waits for the commits of its copies in durable queues.
+        // A persistent message's confirm waits for the commits of its copies in durable queues,
+        // any message's for its copies held by durable delayed exchanges.
+        let stored = publication.message.is_persistent() || !routing.delayed.is_empty();
         let ticket = match (&self.mode, confirm_tag) {
             (PublishMode::Confirm { confirms, .. }, Some(tag))
-                if cx.state.runtime.store.is_some() && publication.message.is_persistent() =>
+                if cx.state.runtime.store.is_some() && stored =>
             {
                 let confirms = Arc::clone(confirms);
                 Some((PublishTicket::new(move |ok| confirms.settled(tag, ok)), tag))
             }
             _ => None,
         };
+        if !routing.delayed.is_empty() {
+            // Routability was checked now (so `mandatory` is honest); the queues are chosen
+            // again at release, from the bindings as they are then.
+            let due_ms = cx.state.clock.now_ms().saturating_add(publication.delay_ms);
+            let held = held_message(cx, &publication);
+            for exchange in routing.delayed.drain(..) {
+                cx.state.hold_delayed_confirmed(
+                    cx.vhost,
+                    &exchange,
+                    Arc::clone(&held),
+                    due_ms,
+                    ticket.as_ref().map(|t| &t.0),
+                );
+            }
+        } else if !routing.is_routable() && !publication.mandatory {
+            cx.counts.unroutable_dropped += 1;
+        }
         let mut rejected = false;
         for queue in routing.queues.drain(..) {
             // `x-overflow` = reject-publish: the other queues still take it; the publisher

@@ -104,12 +104,29 @@ impl<T, F: FarTier<T>> Scheduler<T, F> {
     /// Schedules `item` at `due_ms`. Returns its id and whether the earliest wake-up moved
     /// earlier (whoever sleeps until [`Scheduler::next_wake`] must look again).
     pub fn schedule(&mut self, due_ms: u64, item: T) -> (DeadlineId, bool) {
-        let next_wake = self.next_wake();
         let id = DeadlineId {
             due_ms,
             seq: self.next_seq,
         };
         self.next_seq += 1;
+        (id, self.place(id, item))
+    }
+
+    /// Schedules `item` under the id it had before a restart (read back from a store); later
+    /// items are numbered above it. Returns whether the earliest wake-up moved earlier.
+    pub fn restore(&mut self, id: DeadlineId, item: T) -> bool {
+        self.next_seq = self.next_seq.max(id.seq.saturating_add(1));
+        self.place(id, item)
+    }
+
+    /// Numbers later items from `seq` on at least (a store's items use the ones below).
+    pub fn reserve_below(&mut self, seq: u64) {
+        self.next_seq = self.next_seq.max(seq);
+    }
+
+    fn place(&mut self, id: DeadlineId, item: T) -> bool {
+        let next_wake = self.next_wake();
+        let due_ms = id.due_ms;
         let wake_ms = if due_ms <= self.horizon_ms {
             let key = self.wheel.insert(due_ms, (id.seq, item));
             self.in_wheel.insert(id.seq, key);
@@ -119,7 +136,7 @@ impl<T, F: FarTier<T>> Scheduler<T, F> {
             // It must move into the wheel a horizon ahead of its due time.
             due_ms.saturating_sub(HORIZON_MS)
         };
-        (id, next_wake.is_none_or(|next| wake_ms < next))
+        next_wake.is_none_or(|next| wake_ms < next)
     }
 
     /// When the scheduler must next act: the earliest due time in the wheel, or the moment the
