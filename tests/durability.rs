@@ -519,3 +519,52 @@ async fn messages_held_by_a_durable_delayed_exchange_survive_a_restart_at_their_
     assert_eq!(broker.delayed_count("/", "reminders"), 1);
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn delayed_messages_that_fell_due_during_an_outage_are_caught_up_at_a_bounded_rate() {
+    let dir = DataDir::new("catch-up");
+    let config = |start_ms| BrokerConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..BrokerConfig::ephemeral().with_manual_clock(start_ms)
+    };
+    let broker = Broker::start(config(T0_MS)).await.unwrap();
+    let (connection, ch) = channel(&broker).await;
+    delayed_exchange(&ch, "reminders", true).await;
+    declare(&ch, "due", true, FieldTable::default()).await;
+    ch.queue_bind(
+        "due".into(),
+        "reminders".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    // Published newest-due first: they come out oldest first all the same.
+    for i in (1..=25).rev() {
+        assert!(publish_delayed(&ch, "reminders", &format!("{i:02}"), 1_000 + i).await);
+    }
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+
+    // An hour later all 25 are overdue: 10 per millisecond (10,000 per second) from now on.
+    let broker = Broker::start(config(T0_MS + 3_600_000)).await.unwrap();
+    let (_connection, ch) = channel(&broker).await;
+    let bodies = |got: Vec<(String, bool)>| got.into_iter().map(|(b, _)| b).collect::<Vec<_>>();
+    let expect = |from: i64, to: i64| (from..=to).map(|i| format!("{i:02}")).collect::<Vec<_>>();
+    broker.advance(std::time::Duration::ZERO);
+    assert_eq!(bodies(drain_with_get(&ch, "due").await), expect(1, 10));
+    broker.advance(std::time::Duration::from_millis(1));
+    assert_eq!(bodies(drain_with_get(&ch, "due").await), expect(11, 20));
+    broker.advance(std::time::Duration::from_millis(1));
+    assert_eq!(bodies(drain_with_get(&ch, "due").await), expect(21, 25));
+    broker.shutdown().await;
+
+    // Released (under their catch-up times) means removed from the store.
+    let broker = Broker::start(config(T0_MS + 7_200_000)).await.unwrap();
+    assert_eq!(broker.delayed_count("/", "reminders"), 0);
+    broker.shutdown().await;
+}

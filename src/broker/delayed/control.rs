@@ -43,8 +43,8 @@ impl DelayedMessages {
                 for (due_ms, seq) in beyond.by_ref().take(PURGE_CHUNK) {
                     let id = id_of(DelayedId { due_ms, seq });
                     if let Some(entry) = inner.scheduler.cancel(id) {
-                        if matches!(&entry, Entry::Release(held) if held.stored) {
-                            stored.push(id);
+                        if let Entry::Release(held) = &entry {
+                            stored.extend(held.stored.id(id));
                         }
                         chunk.push(entry);
                     }
@@ -59,10 +59,15 @@ impl DelayedMessages {
         // What already moved into the wheel: a second or so of messages.
         {
             let mut inner = self.inner.lock();
-            stored.extend(inner.scheduler.in_wheel().filter_map(|(id, entry)| {
-                matches!(entry, Entry::Release(held) if held.stored && held.belongs_to(&key))
-                    .then_some(id)
-            }));
+            stored.extend(
+                inner
+                    .scheduler
+                    .in_wheel()
+                    .filter_map(|(id, entry)| match entry {
+                        Entry::Release(held) if held.belongs_to(&key) => held.stored.id(id),
+                        _ => None,
+                    }),
+            );
             inner.scheduler.drain_wheel_where(
                 |entry| matches!(entry, Entry::Release(held) if held.belongs_to(&key)),
                 &mut chunk,
@@ -107,8 +112,8 @@ impl DelayedMessages {
         };
         inner.forget(&held, far.then_some((id.due_ms, id.seq)));
         drop(guard);
-        if held.stored {
-            self.release_stored(vec![deadline]);
+        if let Some(id) = held.stored.id(deadline) {
+            self.release_stored(vec![id]);
         }
         self.discard(held.message);
         true

@@ -87,9 +87,35 @@ pub(super) struct Target {
 pub(super) struct Held {
     pub(super) target: Arc<Target>,
     pub(super) message: Kept,
-    /// Written to the store under its scheduler id (a durable exchange's message): its
+    /// Whether, and under which id, the store holds it (a durable exchange's message): its
     /// release, cancel or purge removes it there too.
-    pub(super) stored: bool,
+    pub(super) stored: Stored,
+}
+
+/// Where the store keeps a held message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stored {
+    /// Not at all (a transient exchange, or no store).
+    No,
+    /// Under the id the scheduler gave it.
+    AsScheduled,
+    /// Under this id (a message that fell due while the broker was down, rescheduled to
+    /// catch up at a bounded rate).
+    As(dwellmq_core::schedule::DeadlineId),
+}
+
+impl Stored {
+    /// Its id in the store, given its id in the scheduler.
+    pub(super) fn id(
+        self,
+        scheduled: dwellmq_core::schedule::DeadlineId,
+    ) -> Option<dwellmq_core::schedule::DeadlineId> {
+        match self {
+            Stored::No => None,
+            Stored::AsScheduled => Some(scheduled),
+            Stored::As(id) => Some(id),
+        }
+    }
 }
 
 /// Identifies a delayed exchange: (vhost, exchange name).

@@ -33,7 +33,7 @@ use super::persist::PublishTicket;
 use super::queue::Queue;
 use super::vhost::{Routing, VHost};
 pub(crate) use control::ListPage;
-use held::{ExchangeKey, Held, Kept, Target};
+use held::{ExchangeKey, Held, Kept, Stored, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 
 /// Messages moved into the wheel per lock hold: publishers wait for the lock meanwhile.
@@ -152,7 +152,8 @@ impl DelayedMessages {
 
     /// As `hold`; a durable exchange's message is written to the store (its commit counts on
     /// `ticket`, which holds the publisher's confirm). `restored` is the id of a message read
-    /// back from the store at start (not written again).
+    /// back from the store at start (not written again); it is scheduled at `due_ms`, which
+    /// is later than its id's due time when it is caught up with after a restart.
     pub(crate) fn hold_confirmed(
         &self,
         vhost: &Arc<VHost>,
@@ -189,10 +190,20 @@ impl DelayedMessages {
         let held = Held {
             target: Arc::clone(&index.target),
             message,
-            stored: store.is_some(),
+            stored: match (store.is_some(), restored) {
+                (false, _) => Stored::No,
+                (true, Some(id)) if id.due_ms != due_ms => Stored::As(id),
+                (true, _) => Stored::AsScheduled,
+            },
         };
         let (id, wake) = match restored {
-            Some(id) => (id, inner.scheduler.restore(id, Entry::Release(held))),
+            Some(id) => {
+                let at = DeadlineId {
+                    due_ms,
+                    seq: id.seq,
+                };
+                (at, inner.scheduler.restore(at, Entry::Release(held)))
+            }
             None => inner.scheduler.schedule(due_ms, Entry::Release(held)),
         };
         if inner.scheduler.is_far(id) {
@@ -280,9 +291,7 @@ impl DelayedMessages {
                 }
             };
             released += 1;
-            if held.stored {
-                stored.push(id);
-            }
+            stored.extend(held.stored.id(id));
             lateness.record(now_ms.saturating_sub(id.due_ms));
             let Target {
                 vhost, exchange, ..

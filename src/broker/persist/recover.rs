@@ -20,6 +20,10 @@ use crate::broker::BrokerState;
 /// Messages read per page when a queue is loaded.
 const PAGE: usize = 4096;
 
+/// Messages that fell due while the broker was down are released at most this many per second
+/// (oldest first), so that a long outage does not flood consumers at start.
+pub(crate) const CATCH_UP_PER_SECOND: u64 = 10_000;
+
 /// What went wrong restoring the store's contents.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RecoveryError {
@@ -116,15 +120,17 @@ fn restore_from(state: &BrokerState, store: &Store) -> Result<(Restored, Vec<Op>
     Ok((restored, stale))
 }
 
-/// Messages held by durable delayed exchanges, at their original due times and ids: those
-/// that fell due while the broker was down are released as soon as the timer runs, oldest
-/// first. Ones whose exchange is gone are dropped from the store.
+/// Messages held by durable delayed exchanges, at their original due times and ids. Those
+/// that fell due while the broker was down are released oldest first from now on, at most
+/// [`CATCH_UP_PER_SECOND`]. Ones whose exchange is gone are dropped from the store.
 fn restore_delayed(
     state: &BrokerState,
     snapshot: &Snapshot,
     restored: &mut Restored,
     stale: &mut Vec<Op>,
 ) -> Result<(), RecoveryError> {
+    let now = state.clock.now_ms();
+    let mut overdue = 0u64;
     let mut after = None;
     loop {
         let ids = snapshot.delayed_ids(after, PAGE)?;
@@ -154,9 +160,16 @@ fn restore_delayed(
                 stale.push(Op::Release { id });
                 continue;
             };
+            // The index is in (due, seq) order: the overdue ones come first, oldest first.
+            let due_ms = if id.due_ms <= now {
+                overdue += 1;
+                now + (overdue - 1) * 1_000 / CATCH_UP_PER_SECOND
+            } else {
+                id.due_ms
+            };
             state
                 .delayed
-                .hold_confirmed(&vhost, &exchange, message, id.due_ms, None, Some(id));
+                .hold_confirmed(&vhost, &exchange, message, due_ms, None, Some(id));
             restored.delayed += 1;
         }
     }
