@@ -568,3 +568,65 @@ async fn delayed_messages_that_fell_due_during_an_outage_are_caught_up_at_a_boun
     assert_eq!(broker.delayed_count("/", "reminders"), 0);
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn confirms_after_a_commit_in_progress_wait_for_it_in_order() {
+    use common::raw::{publish_frames_with, publish_method, queue_declare, RawClient};
+    use dwellmq::codec::methods::{BasicAck, ConfirmSelect, QueueDeclare};
+    use dwellmq::codec::{BasicProperties as Properties, Method};
+
+    let dir = DataDir::new("order");
+    let faults = std::sync::Arc::new(dwellmq::StoreFaults::default());
+    let config = BrokerConfig {
+        store_faults: Some(faults.clone()),
+        ..on_disk(&dir)
+    };
+    let broker = Broker::start(config).await.expect("broker starts");
+    let mut raw = RawClient::open(broker.local_addr()).await;
+    raw.open_channel(1).await;
+    let declare = Method::QueueDeclare(QueueDeclare {
+        queue: "ordered".into(),
+        durable: true,
+        ..Default::default()
+    });
+    raw.send_method(1, &declare).await;
+    assert!(matches!(
+        raw.recv_method().await.1,
+        Method::QueueDeclareOk(_)
+    ));
+    raw.send_method(1, &Method::ConfirmSelect(ConfirmSelect { no_wait: false }))
+        .await;
+    assert!(matches!(raw.recv_method().await.1, Method::ConfirmSelectOk));
+    // The next fsync waits: the persistent message's commit cannot end.
+    faults.pause();
+    let mut out = bytes::BytesMut::new();
+    let publish = publish_method("", "ordered", false);
+    let persistent = Properties {
+        delivery_mode: Some(2),
+        ..Default::default()
+    };
+    publish_frames_with(&mut out, 1, &publish, persistent, b"persistent");
+    publish_frames_with(&mut out, 1, &publish, Properties::default(), b"transient");
+    raw.send_raw(&out).await;
+    // A round trip: both publishes were handled; the transient one's ack waits behind tag 1.
+    raw.send_method(1, &queue_declare("ordered", true)).await;
+    let (_, reply) = raw.recv_method().await;
+    assert!(
+        matches!(reply, Method::QueueDeclareOk(_)),
+        "nothing is confirmed before the commit: {reply:?}"
+    );
+    faults.resume();
+    let (_, reply) = raw.recv_method().await;
+    assert!(
+        matches!(
+            reply,
+            Method::BasicAck(BasicAck {
+                delivery_tag: 2,
+                multiple: true
+            })
+        ),
+        "both confirmed together once committed: {reply:?}"
+    );
+    drop(raw);
+    broker.shutdown().await;
+}
