@@ -113,7 +113,8 @@ impl Broker {
             Some(dir) => Some(Arc::new(
                 tokio::task::spawn_blocking({
                     let faults = config.store_faults.clone();
-                    move || crate::broker::persist::open(&dir, faults)
+                    let after_batch = crate::server::channel::send_settled;
+                    move || crate::broker::persist::open(&dir, faults, after_batch)
                 })
                 .await
                 .map_err(|e| StartError::Store(e.to_string()))??,

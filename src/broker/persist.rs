@@ -26,14 +26,18 @@ pub(crate) mod recover;
 
 /// Opens the store in `dir` (created if absent): refused if another broker holds it, or if
 /// the database file is damaged or not a dwellmq store (the error names the file).
+/// `after_batch` runs on the writer thread after each batch's completions (confirms go out
+/// from there).
 pub(crate) fn open(
     dir: &std::path::Path,
     faults: Option<Arc<dwellmq_store::faults::Faults>>,
+    after_batch: fn(),
 ) -> Result<Store, crate::handle::StartError> {
-    let options = match faults {
+    let mut options = match faults {
         Some(faults) => dwellmq_store::faults::options(faults),
         None => dwellmq_store::StoreOptions::default(),
     };
+    options.after_batch = Some(Arc::new(after_batch));
     Store::open_with(dir, options).map_err(|e| crate::handle::StartError::Store(e.to_string()))
 }
 

@@ -30,6 +30,10 @@ pub struct StoreOptions {
     pub max_batch_ops: usize,
     /// Storage other than the file (fault injection in tests).
     pub backend: Option<BackendFactory>,
+    /// Called on the writer thread after the completions of each batch: completions may
+    /// gather their results and send them once per batch from here (one confirm frame per
+    /// channel instead of one per message).
+    pub after_batch: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Default for StoreOptions {
@@ -40,6 +44,7 @@ impl Default for StoreOptions {
             max_batch: 4096,
             max_batch_ops: 65_536,
             backend: None,
+            after_batch: None,
         }
     }
 }
@@ -52,6 +57,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("max_batch", &self.max_batch)
             .field("max_batch_ops", &self.max_batch_ops)
             .field("backend", &self.backend.as_ref().map(|_| "custom"))
+            .field("after_batch", &self.after_batch.is_some())
             .finish()
     }
 }

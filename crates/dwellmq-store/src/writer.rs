@@ -91,6 +91,14 @@ impl Writer {
                     }
                 }
             }
+            if let Some(after) = &self.opener.options.after_batch {
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| after())) {
+                    tracing::error!(
+                        panic = %panic_message(&panic),
+                        "the store's after-batch callback panicked"
+                    );
+                }
+            }
         }
         tracing::debug!("store writer stopped");
     }

@@ -29,6 +29,23 @@ struct State {
     closed: bool,
 }
 
+/// The store's writer thread, where commits are settled.
+const STORE_THREAD: &str = "dwellmq-store";
+
+thread_local! {
+    /// Channels with confirms settled by the batch the writer thread is completing.
+    static SETTLED: std::cell::RefCell<Vec<Arc<Confirms>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Sends what the batch just settled (the store's after-batch callback).
+pub(crate) fn send_settled() {
+    let settled = SETTLED.with(|settled| std::mem::take(&mut *settled.borrow_mut()));
+    for confirms in settled {
+        let mut state = confirms.state.lock();
+        confirms.send(&mut state);
+    }
+}
+
 /// One channel's confirms.
 pub(crate) struct Confirms {
     channel: u16,
@@ -57,14 +74,26 @@ impl Confirms {
         self.state.lock().waiting.insert(tag);
     }
 
-    /// `tag` is settled: committed (`ok`), or to be nacked.
-    pub(crate) fn settled(&self, tag: u64, ok: bool) {
+    /// `tag` is settled: committed (`ok`), or to be nacked. On the store's writer thread
+    /// what may go is sent once the whole batch is settled ([`send_settled`]): one frame for
+    /// a batch's confirms on a channel, not one per message.
+    pub(crate) fn settled(self: &Arc<Self>, tag: u64, ok: bool) {
         let mut state = self.state.lock();
         state.waiting.remove(&tag);
         if !ok {
             state.failed.insert(tag);
         }
-        self.send(&mut state);
+        if std::thread::current().name() == Some(STORE_THREAD) {
+            drop(state);
+            SETTLED.with(|settled| {
+                let mut settled = settled.borrow_mut();
+                if !settled.iter().any(|c| Arc::ptr_eq(c, self)) {
+                    settled.push(Arc::clone(self));
+                }
+            });
+        } else {
+            self.send(&mut state);
+        }
     }
 
     /// `tag` (routed, like every publish before it) is nacked.

@@ -4,6 +4,7 @@
 
 mod confirms;
 mod consume;
+pub(crate) use confirms::send_settled;
 mod content;
 mod publish;
 mod settle;
