@@ -57,8 +57,9 @@ impl Message {
         })
     }
 
-    /// A dead-lettered message: `properties` already carry the `x-death` headers written from
-    /// `deaths`.
+    /// A message with the broker's dead-letter history (`deaths`, possibly empty): a
+    /// dead-lettered one, or one rebuilt on its way out of a delayed exchange. `properties`
+    /// already carry the `x-death` headers written from `deaths`.
     pub fn dead_lettered(
         exchange: ShortStr,
         routing_key: ShortStr,
