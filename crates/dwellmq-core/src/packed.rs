@@ -45,9 +45,9 @@ struct Layout {
 }
 
 /// Set in the exchange length field when the properties' `x-death` is the broker's history.
-pub const HISTORY_FLAG: u16 = 0x8000;
+const HISTORY_FLAG: u16 = 0x8000;
 
-/// Longest name or key a packed message holds: what fits beside [`HISTORY_FLAG`].
+/// Longest name or key a packed message holds: what fits beside `HISTORY_FLAG`.
 const MAX_NAME: usize = (HISTORY_FLAG - 1) as usize;
 
 fn layout(bytes: &[u8]) -> Option<Layout> {
@@ -95,7 +95,7 @@ impl PackedMessage {
     }
 
     /// The first field of `message`'s packed form: its exchange's length, with
-    /// [`HISTORY_FLAG`] when it carries the broker's dead-letter history. Public so that a store
+    /// its top bit set when it carries the broker's dead-letter history. Public so that a store
     /// writing the layout itself writes the same field.
     pub fn exchange_field(message: &Message) -> u16 {
         let len = clamp_name(message.exchange.as_bytes()).len() as u16;
