@@ -658,3 +658,64 @@ async fn the_history_survives_a_wait_in_a_delayed_exchange() {
         t.broker.advance(Duration::from_millis(5000));
     }
 }
+
+/// `BCC` keys are removed at publish, yet the dead letter is routed by them too (without a
+/// dead-letter routing key), as RabbitMQ routes it; `x-death` does not record them.
+#[tokio::test]
+async fn without_a_dead_letter_routing_key_bcc_keys_route_but_are_not_recorded() {
+    let t = start_manual().await;
+    let ch = t.channel().await;
+    ch.exchange_declare(
+        "dlx".into(),
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    for (queue, key) in [("by-key", "work"), ("by-bcc", "hidden")] {
+        declare_queue(&ch, queue).await;
+        ch.queue_bind(
+            queue.into(),
+            "dlx".into(),
+            key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    queue_with(
+        &ch,
+        "work",
+        dlx_args("dlx", None, &[("x-message-ttl", AMQPValue::LongInt(10))]),
+    )
+    .await;
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "BCC".into(),
+        AMQPValue::FieldArray(vec![AMQPValue::LongString("hidden".into())].into()),
+    );
+    publish(
+        &ch,
+        "",
+        "work",
+        "m",
+        BasicProperties::default().with_headers(headers),
+    )
+    .await;
+    t.broker.advance(Duration::from_millis(10));
+    for queue in ["by-key", "by-bcc"] {
+        let dead = get_one(&ch, queue).await;
+        let props = &dead.delivery.properties;
+        assert_eq!(header(props, "BCC"), None, "{queue}");
+        assert_eq!(
+            x_death(props),
+            [format!(
+                "count=1 reason=expired queue=work time=T{T0_S} exchange= routing-keys=[work]"
+            )],
+            "{queue}"
+        );
+    }
+    assert!(get(&ch, "by-bcc").await.is_none(), "one copy only");
+}

@@ -74,6 +74,7 @@ pub fn dead_letter(
     own_keys.extend(keys_in(Some(&headers), "CC"));
     let mut routing_keys = own_keys.clone();
     routing_keys.extend(keys_in(Some(&headers), "BCC"));
+    routing_keys.extend(message.bcc.iter().cloned());
 
     let original_expiration = properties.expiration.take();
     let first_death = message.deaths.is_empty();

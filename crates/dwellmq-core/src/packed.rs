@@ -181,6 +181,8 @@ impl PackedMessage {
             body: Body::Single(bytes.slice(layout.properties.end..)),
             guard,
             deaths,
+            // A held message keeps its `BCC` header until release (see the delayed holder).
+            bcc: Box::default(),
         }))
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use dwellmq_codec::ShortStr;
 use dwellmq_core::arguments::{parse_x_delay, released_x_delay};
-use dwellmq_core::routing::{extra_routing_keys, BCC};
+use dwellmq_core::routing::{bcc_keys, extra_routing_keys, BCC};
 use dwellmq_core::{Message, MessageGuard};
 
 use crate::broker::memory::MemoryMonitor;
@@ -55,12 +55,19 @@ pub(super) fn release_form(
                 )
             }
         };
+    let mut bcc = None;
     if let Some(headers) = properties.headers.as_mut() {
         if delay > 0 {
             headers.insert("x-delay", released_x_delay(delay));
         }
-        headers.remove(BCC);
+        bcc = headers.remove(BCC);
     }
     // The dead-letter history goes along: a later death continues it.
-    Message::dead_lettered(exchange, routing_key, properties, body, guard, deaths)
+    let mut released =
+        Message::dead_lettered(exchange, routing_key, properties, body, guard, deaths);
+    if let (Some(bcc), Some(fresh)) = (bcc, Arc::get_mut(&mut released)) {
+        // Removed from the header now, kept for dead-lettering as at a plain publish.
+        fresh.bcc = bcc_keys(&bcc);
+    }
+    released
 }
