@@ -21,16 +21,16 @@ use crate::broker::delayed::{DelayedId, DelayedMessageInfo};
 use crate::broker::BrokerState;
 use crate::config::{BrokerConfig, Policy, PolicyConfig, PolicyError};
 use crate::server::{accept_loop, in_memory_loop};
-pub use dwellmq_core::queue::DeathReason;
-pub use counters::{Counters, DEATH_REASONS};
-pub use faults::FaultError;
-pub use reset::ResetError;
-pub use wait::{Condition, WaitTimeout};
 pub(crate) use clock::{release_due, settle};
 pub(crate) use counters::counters;
+pub use counters::{Counters, DEATH_REASONS};
+pub use dwellmq_core::queue::DeathReason;
+pub use faults::FaultError;
 pub(crate) use faults::{delay_deliveries, force_close};
 pub(crate) use reset::reset;
+pub use reset::ResetError;
 pub(crate) use wait::check;
+pub use wait::{Condition, WaitTimeout};
 
 /// Why the broker could not start.
 #[derive(Debug, thiserror::Error)]

@@ -15,6 +15,7 @@ mod broker;
 mod config;
 mod handle;
 mod http;
+mod rfc3339;
 mod server;
 
 pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};

@@ -113,7 +113,10 @@ mod tests {
         let hooks = TestHooks::default();
         assert!(hooks.delivery_delay("/", "q").is_none());
         hooks.delay_deliveries("/", "q", 500);
-        assert_eq!(hooks.delivery_delay("/", "q").map(|d| d.delay_ms), Some(500));
+        assert_eq!(
+            hooks.delivery_delay("/", "q").map(|d| d.delay_ms),
+            Some(500)
+        );
         assert!(hooks.delivery_delay("/", "other").is_none());
         hooks.delay_deliveries("/", "q", 0);
         assert!(hooks.delivery_delay("/", "q").is_none());

@@ -116,8 +116,9 @@ impl BrokerHandle {
 /// Whether `condition` holds now, and what was seen.
 pub(crate) fn check(state: &BrokerState, condition: &Condition) -> (bool, String) {
     let queue_count =
-        |vhost: &str, queue: &str, pick: fn(&super::QueueInfo) -> usize| match super::queue_info(state, vhost, queue)
-        {
+        |vhost: &str, queue: &str, pick: fn(&super::QueueInfo) -> usize| match super::queue_info(
+            state, vhost, queue,
+        ) {
             Some(info) => Ok(pick(&info)),
             None => Err(format!("no queue '{queue}' in vhost '{vhost}'")),
         };

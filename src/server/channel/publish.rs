@@ -261,11 +261,20 @@ impl Channel {
         }
         let mut rejected = false;
         for queue in routing.queues.drain(..) {
-            if let Some(delay) = cx.state.runtime.hooks.delivery_delay(&queue.vhost, &queue.name) {
+            if let Some(delay) = cx
+                .state
+                .runtime
+                .hooks
+                .delivery_delay(&queue.vhost, &queue.name)
+            {
                 // An injected fault: the message enters the queue later, in broker time.
                 let due_ms = cx.state.clock.now_ms().saturating_add(delay.delay_ms);
                 let message = Arc::clone(&publication.message);
-                if cx.state.delayed.hold_for_queue(&queue, message, due_ms, &delay.pending) {
+                if cx
+                    .state
+                    .delayed
+                    .hold_for_queue(&queue, message, due_ms, &delay.pending)
+                {
                     cx.state.timer.wake();
                 }
                 continue;
