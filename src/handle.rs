@@ -3,6 +3,7 @@
 mod clock;
 mod counters;
 mod faults;
+mod inspect;
 mod reset;
 mod wait;
 
@@ -27,6 +28,7 @@ pub use counters::{Counters, DEATH_REASONS};
 pub use dwellmq_core::queue::DeathReason;
 pub use faults::FaultError;
 pub(crate) use faults::{delay_deliveries, force_close};
+pub use inspect::PeekedMessage;
 pub(crate) use reset::reset;
 pub use reset::ResetError;
 pub(crate) use wait::check;

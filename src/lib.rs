@@ -27,7 +27,7 @@ pub use config::{
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;
 pub use handle::{
-    Broker, BrokerHandle, Condition, Counters, DeathReason, FaultError, QueueInfo, ResetError,
-    RetryingMessageInfo, SettleTimeout, StartError, UnwrittenOutput, WaitTimeout, DEATH_REASONS,
-    SETTLE_TIMEOUT,
+    Broker, BrokerHandle, Condition, Counters, DeathReason, FaultError, PeekedMessage, QueueInfo,
+    ResetError, RetryingMessageInfo, SettleTimeout, StartError, UnwrittenOutput, WaitTimeout,
+    DEATH_REASONS, SETTLE_TIMEOUT,
 };

@@ -190,8 +190,17 @@ async fn a_queue_shows_its_counts_held_messages_and_a_peek_with_x_death() {
     assert_eq!(death["queue"], "short");
     assert_eq!(death["reason"], "expired");
     assert_eq!(death["count"], 1);
-    // Peeking leaves the message where it was.
+    // Peeking leaves the message where it was; Rust sees the same.
     assert_eq!(ready(&t, "dead"), 1);
+    let peeked = t.broker.peek_messages("/", "dead", 10);
+    assert_eq!(peeked.len(), 1);
+    assert_eq!(peeked[0].body, b"invoice");
+    assert!(peeked[0]
+        .properties
+        .headers
+        .as_ref()
+        .unwrap()
+        .contains_key("x-death"));
 
     let counters = ok_json(get(addr, "/test/counters", GUEST).await).await;
     assert_eq!(counters["published"], 1);
