@@ -116,3 +116,21 @@ def test_reset_restores_a_definitions_fixture(fixture_file, pytestconfig):
         broker.reset()
         assert broker.queue("orders")["ready"] == 0
         connection.close()
+
+
+def test_a_channel_closed_by_the_broker(dwellmq):
+    params = pika.URLParameters(dwellmq.url)
+    params.client_properties = {"connection_name": "consumer"}
+    connection = pika.BlockingConnection(params)
+    ch = connection.channel()
+    ch.queue_declare("jobs")
+    assert dwellmq.close_channel(ch.channel_number, "consumer", 406, "injected") == 1
+    # pika reads the broker's channel.close while it waits for this answer.
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        ch.queue_declare("jobs", passive=True)
+    assert closed.value.reply_code == 406
+    assert "injected" in closed.value.reply_text
+    # The connection is still open.
+    other = connection.channel()
+    other.queue_declare("jobs", passive=True)
+    connection.close()
