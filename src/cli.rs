@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use dwellmq::{
-    ApplyTo, BrokerConfig, ExpiryMode, Limits, MemoryWatermark, Policy, PolicyConfig,
+    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, Policy, PolicyConfig,
     PolicyDefinition, PolicyValue, UserConfig,
 };
 
@@ -76,12 +76,18 @@ OPTIONS:
                      N (1-99, Linux, needs CAP_SYS_NICE): releases stay on time on a busy host
   --expiry MODE      on-time (default): a message expires at its deadline wherever it is in
                      its queue; head-only: only at the head, as RabbitMQ's classic queues
+  --manual-clock [START]  test double: time moves only when a test moves it (POST
+                     /test/clock/advance); starts at START (ms since 1970 or RFC 3339,
+                     default: now)                        env: DWELLMQ_MANUAL_CLOCK
+  --name-seed N      test double: server-generated names (amq.gen-, amq.ctag-) from a
+                     generator seeded with N, reproducible (and guessable)
   -h, --help         print this help
   -V, --version      print the version
 
 CONFIG FILE (TOML; the environment and flags override it):
   listen = [\"127.0.0.1:5672\"]   data_dir = \"DIR\"   in_memory = true   log_level = \"info\"
   vhosts = [\"/\", \"staging\"]      timer_realtime_priority = N   expiry = \"head-only\"
+  manual_clock = true | START     name_seed = N
   [[users]]   name, password, vhosts (default [\"*\"]), loopback_only (default false).
               Any [[users]] entry replaces the default guest/guest (loopback only): list
               guest too to keep it.
@@ -95,7 +101,8 @@ CONFIG FILE (TOML; the environment and flags override it):
               set, else the RAM); .absolute = octets or a size in RabbitMQ's units
               (\"2GiB\", \"512MB\").
 
-The first line on stdout is the AMQP URL the broker listens on. Logs go to stderr, in colour
+The first line on stdout is the AMQP URL the broker listens on; the second, when HTTP is on,
+the HTTP API's URL (http://ADDR). Logs go to stderr, in colour
 only on a terminal (and not with NO_COLOR set). SIGTERM or Ctrl-C shuts down gracefully:
 clients get connection.close 320 (CONNECTION_FORCED) and the broker exits once they have
 answered (3 s at most).",
@@ -139,6 +146,9 @@ struct Flags {
     expiry: Option<String>,
     http: Option<String>,
     definitions: Option<String>,
+    /// `--manual-clock`, with its START if given (`Some("")` without).
+    manual_clock: Option<String>,
+    name_seed: Option<String>,
 }
 
 /// Parses `args` (without the program name) with `env` as the environment lookup.
@@ -147,7 +157,7 @@ pub(crate) fn parse(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Command, String> {
     let mut flags = Flags::default();
-    let mut args = args.into_iter();
+    let mut args = args.into_iter().peekable();
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -171,6 +181,17 @@ pub(crate) fn parse(
             "--expiry" => flags.expiry = Some(value("--expiry")?),
             "--http" => flags.http = Some(value("--http")?),
             "--definitions" => flags.definitions = Some(value("--definitions")?),
+            "--manual-clock" => {
+                // START is optional: the next argument is it unless it is another option.
+                flags.manual_clock = Some(match inline {
+                    Some(start) => start,
+                    None => match args.peek() {
+                        Some(next) if !next.starts_with('-') => args.next().unwrap_or_default(),
+                        _ => String::new(),
+                    },
+                });
+            }
+            "--name-seed" => flags.name_seed = Some(value("--name-seed")?),
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
@@ -223,7 +244,28 @@ pub(crate) fn parse(
     if let Some(mode) = flags.expiry {
         config.expiry_mode = parse_expiry(&mode)?;
     }
+    if let Some(start) = flags.manual_clock.or_else(|| env("DWELLMQ_MANUAL_CLOCK")) {
+        config.clock = manual_clock(&start)?;
+    }
+    if let Some(seed) = flags.name_seed {
+        config.name_seed = Some(
+            seed.parse()
+                .map_err(|_| format!("invalid --name-seed '{seed}' (a number)"))?,
+        );
+    }
     Ok(Command::Run(Box::new(Settings { config, log_level })))
+}
+
+/// `--manual-clock [START]`: START as ms since 1970 or RFC 3339; empty means now.
+fn manual_clock(start: &str) -> Result<ClockConfig, String> {
+    let start_ms = if start.is_empty() || start == "true" || start == "1" {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    } else {
+        ClockConfig::parse_manual_start(start).map_err(|e| format!("--manual-clock: {e}"))?
+    };
+    Ok(ClockConfig::Manual { start_ms })
 }
 
 fn parse_expiry(mode: &str) -> Result<ExpiryMode, String> {
@@ -280,6 +322,28 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             "http" => config.http = parse_http(&string(value, "http")?)?,
             "definitions" => {
                 config.definitions = Some(PathBuf::from(string(value, "definitions")?))
+            }
+            "manual_clock" => match value {
+                toml::Value::Boolean(false) => {}
+                toml::Value::Boolean(true) => config.clock = manual_clock("")?,
+                toml::Value::Integer(n) if *n >= 0 => {
+                    config.clock = ClockConfig::Manual {
+                        start_ms: *n as u64,
+                    }
+                }
+                toml::Value::String(s) => config.clock = manual_clock(s)?,
+                _ => {
+                    return Err(
+                        "manual_clock must be true, ms since 1970 or an RFC 3339 time".into(),
+                    )
+                }
+            },
+            "name_seed" => {
+                let n = value
+                    .as_integer()
+                    .filter(|n| *n >= 0)
+                    .ok_or("name_seed must be a non-negative integer")?;
+                config.name_seed = Some(n as u64);
             }
             "timer_realtime_priority" => {
                 let n = value
@@ -571,6 +635,31 @@ mod tests {
             bad.unwrap_err(),
             "policy 'p': Validation failed: -5 is not a valid message-ttl"
         );
+    }
+
+    #[test]
+    fn manual_clock_and_name_seed() {
+        let s = run(&["--manual-clock", "--in-memory"], &[]).unwrap();
+        assert!(matches!(s.config.clock, ClockConfig::Manual { start_ms } if start_ms > 0));
+        assert_eq!(s.config.data_dir, None);
+        let s = run(&["--manual-clock", "2026-01-01T09:00:00Z"], &[]).unwrap();
+        assert_eq!(
+            s.config.clock,
+            ClockConfig::Manual {
+                start_ms: 1_767_258_000_000
+            }
+        );
+        let s = run(&["--manual-clock=5000", "--name-seed", "7"], &[]).unwrap();
+        assert_eq!(s.config.clock, ClockConfig::Manual { start_ms: 5000 });
+        assert_eq!(s.config.name_seed, Some(7));
+        assert!(run(&["--manual-clock", "yesterday"], &[]).is_err());
+        assert!(run(&["--name-seed", "x"], &[]).is_err());
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(&mut config, &mut level, "manual_clock = 42\nname_seed = 3").unwrap();
+        assert_eq!(config.clock, ClockConfig::Manual { start_ms: 42 });
+        assert_eq!(config.name_seed, Some(3));
+        assert!(apply_file(&mut config, &mut level, "manual_clock = 'soon'").is_err());
     }
 
     #[test]

@@ -1,5 +1,10 @@
 //! `Broker::start` and the handle an embedder keeps.
 
+mod clock;
+mod counters;
+mod faults;
+mod inspect;
+mod reset;
 mod wait;
 
 use std::net::SocketAddr;
@@ -17,7 +22,16 @@ use crate::broker::delayed::{DelayedId, DelayedMessageInfo};
 use crate::broker::BrokerState;
 use crate::config::{BrokerConfig, Policy, PolicyConfig, PolicyError};
 use crate::server::{accept_loop, in_memory_loop};
+pub(crate) use clock::{release_due, settle};
+pub(crate) use counters::counters;
+pub use counters::{Counters, DEATH_REASONS};
 pub use dwellmq_core::queue::DeathReason;
+pub use faults::FaultError;
+pub(crate) use faults::{delay_deliveries, force_close};
+pub use inspect::PeekedMessage;
+pub(crate) use reset::reset;
+pub use reset::ResetError;
+pub(crate) use wait::check;
 pub use wait::{Condition, WaitTimeout};
 
 /// Why the broker could not start.
@@ -261,16 +275,7 @@ impl BrokerHandle {
 
     /// Queue snapshot in `vhost`, or `None` if the queue does not exist.
     pub fn queue_info(&self, vhost: &str, queue: &str) -> Option<QueueInfo> {
-        let queue = self.state.vhost(vhost)?.queue(queue).ok()?;
-        let retrying = queue.retrying();
-        Some(QueueInfo {
-            name: queue.name.to_string(),
-            messages: queue.message_count(),
-            consumers: queue.consumer_count(),
-            unacked: queue.unacked_count(),
-            retrying: retrying.len(),
-            next_retry_at: retrying.first().map(|(at, _)| *at),
-        })
+        queue_info(&self.state, vhost, queue)
     }
 
     /// The messages of a quorum queue waiting for a delayed retry, the next one first.
@@ -376,40 +381,15 @@ impl BrokerHandle {
     pub fn advance(&self, by: Duration) -> usize {
         let clock = self.manual_clock();
         let target = clock.now_ms().saturating_add(by.as_millis() as u64);
-        self.release_due(target)
+        clock::release_due(&self.state, clock, target)
     }
 
     /// Sets a manual clock to `now_ms` (never backwards) and releases what is due, like
     /// [`BrokerHandle::advance`].
     pub fn set_now(&self, now_ms: u64) -> usize {
-        let target = now_ms.max(self.manual_clock().now_ms());
-        self.release_due(target)
-    }
-
-    /// What the timer thread does under the system clock, all at once: every deadline up to
-    /// `target_ms` is served at its own time, in order, so a chain of deadlines (a message
-    /// that expires into a queue where it waits again) plays out as it would in real time.
-    fn release_due(&self, target_ms: u64) -> usize {
         let clock = self.manual_clock();
-        let mut released = 0;
-        // Rounds at one instant; a deadline that keeps re-arming itself at `now` is a bug, and
-        // must not hang the test that advances the clock.
-        let mut rounds_at_now = 0;
-        loop {
-            let now = clock.now_ms();
-            released += self.state.delayed.release_due(now);
-            self.state.delayed.move_in(now, None);
-            match self.state.runtime.next_wake() {
-                Some(next) if next <= now && rounds_at_now < 1000 => rounds_at_now += 1,
-                Some(next) if next <= target_ms && next > now => {
-                    rounds_at_now = 0;
-                    clock.set_now(next);
-                }
-                _ => break,
-            }
-        }
-        clock.set_now(target_ms);
-        released
+        let target = now_ms.max(clock.now_ms());
+        clock::release_due(&self.state, clock, target)
     }
 
     fn manual_clock(&self) -> &dwellmq_timer::ManualClock {
@@ -429,26 +409,7 @@ impl BrokerHandle {
 
     /// [`BrokerHandle::settle`] with another time limit.
     pub async fn settle_within(&self, timeout: Duration) -> Result<(), SettleTimeout> {
-        // Tokio's clock, so that a test with paused time waits in its own time.
-        let started = tokio::time::Instant::now();
-        loop {
-            let unwritten: Vec<UnwrittenOutput> = self
-                .state
-                .outbounds
-                .lock()
-                .iter()
-                .filter_map(|o| o.upgrade())
-                .filter_map(|o| o.unwritten())
-                .collect();
-            if unwritten.is_empty() {
-                return Ok(());
-            }
-            let waited = started.elapsed();
-            if waited >= timeout {
-                return Err(SettleTimeout { waited, unwritten });
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        clock::settle(&self.state, timeout).await
     }
 
     /// Messages held by the delayed exchange `exchange` in `vhost`.
@@ -543,6 +504,20 @@ impl BrokerHandle {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
     }
+}
+
+/// A queue snapshot, for the handle and the test endpoints.
+pub(crate) fn queue_info(state: &BrokerState, vhost: &str, queue: &str) -> Option<QueueInfo> {
+    let queue = state.vhost(vhost)?.queue(queue).ok()?;
+    let retrying = queue.retrying();
+    Some(QueueInfo {
+        name: queue.name.to_string(),
+        messages: queue.message_count(),
+        consumers: queue.consumer_count(),
+        unacked: queue.unacked_count(),
+        retrying: retrying.len(),
+        next_retry_at: retrying.first().map(|(at, _)| *at),
+    })
 }
 
 fn set_policy(state: &BrokerState, vhost: &str, policy: Policy) -> Result<(), PolicyError> {

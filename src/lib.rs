@@ -15,6 +15,7 @@ mod broker;
 mod config;
 mod handle;
 mod http;
+mod rfc3339;
 mod server;
 
 pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
@@ -26,6 +27,7 @@ pub use config::{
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;
 pub use handle::{
-    Broker, BrokerHandle, Condition, DeathReason, QueueInfo, RetryingMessageInfo, SettleTimeout,
-    StartError, UnwrittenOutput, WaitTimeout, SETTLE_TIMEOUT,
+    Broker, BrokerHandle, Condition, Counters, DeathReason, FaultError, PeekedMessage, QueueInfo,
+    ResetError, RetryingMessageInfo, SettleTimeout, StartError, UnwrittenOutput, WaitTimeout,
+    DEATH_REASONS, SETTLE_TIMEOUT,
 };

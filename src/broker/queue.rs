@@ -181,6 +181,12 @@ impl Queue {
         for effect in effects.drain() {
             match effect {
                 Effect::Deliver { consumer, entry } => {
+                    if entry.redelivered {
+                        self.runtime
+                            .hooks
+                            .redelivered
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     if let Err(entry) = consumer.sink.deliver(self, &consumer, entry) {
                         state.undelivered(&consumer.credit, entry);
                     }
@@ -411,6 +417,29 @@ impl Queue {
             }
             taken
         })
+    }
+
+    /// Up to `limit` ready messages from the head, left in place (the test endpoints' peek).
+    pub(crate) fn peek(&self, limit: usize) -> Vec<QueueEntry> {
+        let inner = self.inner.lock();
+        let mut ready: Vec<&QueueEntry> = inner.state.ready_entries().collect();
+        // By position (queue order, except that a priority queue serves higher levels first).
+        ready.sort_by_key(|e| e.seq);
+        ready.into_iter().take(limit).cloned().collect()
+    }
+
+    /// Expiry times of the ready messages that have one, soonest first (at most `limit`).
+    pub(crate) fn expiring(&self, limit: usize) -> (usize, Vec<u64>) {
+        let inner = self.inner.lock();
+        let mut all: Vec<u64> = inner
+            .state
+            .ready_entries()
+            .filter_map(|e| e.expires_at)
+            .collect();
+        all.sort_unstable();
+        let count = all.len();
+        all.truncate(limit);
+        (count, all)
     }
 
     /// Whether the queue has been deleted (its consumers were cancelled by the server).

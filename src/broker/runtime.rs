@@ -38,6 +38,13 @@ impl DeathCounters {
         self.dropped[index(reason)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Back to zero (a reset between tests).
+    pub(crate) fn clear(&self) {
+        for counter in self.dead_lettered.iter().chain(&self.dropped) {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// (dead-lettered, dropped) for `reason` since start.
     pub(crate) fn get(&self, reason: DeathReason) -> (u64, u64) {
         let i = index(reason);
@@ -58,6 +65,8 @@ pub(crate) struct Runtime {
     pub(crate) deaths: DeathCounters,
     /// Server-generated names (queues, consumer tags, reply addresses).
     pub(crate) names: Arc<NameGenerator>,
+    /// Faults a test injects, and counters for the test endpoints.
+    pub(crate) hooks: super::test_hooks::TestHooks,
 }
 
 impl Runtime {
@@ -76,6 +85,7 @@ impl Runtime {
             expiry_mode,
             deaths: DeathCounters::default(),
             names: Arc::new(NameGenerator::new(name_seed)),
+            hooks: Default::default(),
         })
     }
 

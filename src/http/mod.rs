@@ -21,6 +21,11 @@ mod page;
 mod policies;
 mod publish_get;
 mod queues;
+mod test_clock;
+mod test_faults;
+mod test_inspect;
+mod test_reset;
+mod test_wait;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -201,6 +206,33 @@ fn router(api: Arc<Api>) -> Router {
                 .delete(policies::delete),
         )
         .route("/metrics", get(metrics::metrics))
+        // The test double's endpoints (src/http/test_*.rs).
+        .route("/test/clock", get(test_clock::show))
+        .route("/test/clock/advance", post(test_clock::advance))
+        .route("/test/queues/{vhost}/{name}", get(test_inspect::queue))
+        .route(
+            "/test/exchanges/{vhost}/{name}/held",
+            get(test_inspect::held),
+        )
+        .route("/test/counters", get(test_inspect::show_counters))
+        .route("/test/wait", post(test_wait::wait))
+        .route("/test/reset", post(test_reset::reset_broker))
+        .route(
+            "/test/faults/close-connection",
+            post(test_faults::close_connection),
+        )
+        .route(
+            "/test/faults/close-channel",
+            post(test_faults::close_channel),
+        )
+        .route(
+            "/test/faults/nack-confirms",
+            post(test_faults::nack_confirms),
+        )
+        .route(
+            "/test/faults/delay/{vhost}/{queue}",
+            axum::routing::put(test_faults::set_delay).delete(test_faults::clear_delay),
+        )
         .fallback(|| async { ApiError::not_found() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(MAX_BODY))

@@ -102,6 +102,7 @@ pub(crate) fn publish_message(
     let routed = routing.is_routable();
     // A delayed message's route is decided at release (and counted there if none).
     counts.unroutable_dropped = u64::from(!routed && delay_ms == 0);
+    counts.routed = u64::from(routed);
     state.stats.flush(&mut counts);
     if !routing.delayed.is_empty() {
         // As on a channel: the queues are chosen again at release.

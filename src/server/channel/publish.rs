@@ -214,6 +214,11 @@ impl Channel {
                 self.return_unroutable(cx, &publication);
             } else if !delivered {
                 cx.counts.unroutable_dropped += 1;
+            } else {
+                cx.counts.routed += 1;
+            }
+            if confirm_tag.is_some() {
+                cx.counts.confirmed += 1;
             }
             self.confirm(confirm_tag);
             return;
@@ -252,14 +257,42 @@ impl Channel {
         } else if !routing.is_routable() && !publication.mandatory {
             cx.counts.unroutable_dropped += 1;
         }
+        if routing.is_routable() {
+            cx.counts.routed += 1;
+        }
         let mut rejected = false;
         for queue in routing.queues.drain(..) {
+            if let Some(delay) = cx
+                .state
+                .runtime
+                .hooks
+                .delivery_delay(&queue.vhost, &queue.name)
+            {
+                // An injected fault: the message enters the queue later, in broker time.
+                let due_ms = cx.state.clock.now_ms().saturating_add(delay.delay_ms);
+                let message = Arc::clone(&publication.message);
+                if cx
+                    .state
+                    .delayed
+                    .hold_for_queue(&queue, message, due_ms, &delay.pending)
+                {
+                    cx.state.timer.wake();
+                }
+                continue;
+            }
             // `x-overflow` = reject-publish: the other queues still take it; the publisher
             // hears a nack.
             rejected |= queue.publish(Arc::clone(&publication.message)) == PublishOutcome::Rejected;
         }
         self.routing = routing;
-        if rejected {
+        // An injected fault nacks confirms whatever became of the message.
+        let nack = confirm_tag.is_some() && (rejected || cx.state.runtime.hooks.take_nack());
+        if nack {
+            cx.counts.nacked += 1;
+        } else if confirm_tag.is_some() {
+            cx.counts.confirmed += 1;
+        }
+        if nack {
             self.nack(cx.outbound, confirm_tag);
         } else {
             self.confirm(confirm_tag);
