@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use dwellmq::{
-    ApplyTo, BrokerConfig, ExpiryMode, Limits, MemoryWatermark, Policy, PolicyConfig,
-    PolicyDefinition, PolicyValue, UserConfig,
+    ApplyTo, BrokerConfig, ExpiryMode, Limits, MemoryWatermark, PermissionConfig, Policy,
+    PolicyConfig, PolicyDefinition, PolicyValue, UserConfig,
 };
 
 /// The `--help` text, with the built-in defaults of [`Limits`].
@@ -82,9 +82,13 @@ OPTIONS:
 CONFIG FILE (TOML; the environment and flags override it):
   listen = [\"127.0.0.1:5672\"]   data_dir = \"DIR\"   in_memory = true   log_level = \"info\"
   vhosts = [\"/\", \"staging\"]      timer_realtime_priority = N   expiry = \"head-only\"
-  [[users]]   name, password, vhosts (default [\"*\"]), loopback_only (default false).
-              Any [[users]] entry replaces the default guest/guest (loopback only): list
-              guest too to keep it.
+  [[users]]   name, password (or password_hash: RabbitMQ's salted SHA-256, base64), tags
+              ([\"administrator\"], ...), loopback_only (default false), vhosts: full
+              permissions there (default [\"*\"] unless [[permissions]] name the user).
+              Any [[users]] entry replaces the default guest/guest (loopback only; logged at
+              start): list guest too to keep it.
+  [[permissions]] user, vhost (default \"/\"), configure, write, read: RabbitMQ's
+              regular expressions (unanchored; \"\" allows nothing).
   [[policies]] name, pattern, vhost (default \"/\"), apply_to (default \"all\"), priority
               (default 0), definition = {{ message-ttl = 60000, ... }} (RabbitMQ's keys)
   [limits]
@@ -259,6 +263,7 @@ fn parse_http(value: &str) -> Result<Option<SocketAddr>, String> {
 
 fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> Result<(), String> {
     let table: toml::Table = text.parse().map_err(|e| format!("{e}"))?;
+    let mut users = None;
     for (key, value) in &table {
         match key.as_str() {
             "listen" => {
@@ -288,9 +293,13 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                     .ok_or("timer_realtime_priority must be an integer from 1 to 99")?;
                 config.timer_realtime_priority = Some(n as u8);
             }
-            "users" => {
-                let users = value.as_array().ok_or("users must be an array of tables")?;
-                config.users = users.iter().map(user).collect::<Result<_, _>>()?;
+            // Read after the loop: a user's default vhosts depend on [[permissions]].
+            "users" => users = Some(value),
+            "permissions" => {
+                let entries = value
+                    .as_array()
+                    .ok_or("permissions must be an array of tables")?;
+                config.permissions = entries.iter().map(permission).collect::<Result<_, _>>()?;
             }
             "policies" => {
                 let policies = value
@@ -337,6 +346,13 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             }
             other => return Err(format!("unknown setting '{other}'")),
         }
+    }
+    if let Some(value) = users {
+        let users = value.as_array().ok_or("users must be an array of tables")?;
+        config.users = users
+            .iter()
+            .map(|u| user(u, &config.permissions))
+            .collect::<Result<_, _>>()?;
     }
     Ok(())
 }
@@ -391,18 +407,33 @@ fn string_list(value: &toml::Value, name: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-fn user(value: &toml::Value) -> Result<UserConfig, String> {
+/// One `[[users]]` table. Without `vhosts`, a user gets every vhost (`["*"]`) unless a
+/// `[[permissions]]` entry names it.
+fn user(value: &toml::Value, permissions: &[PermissionConfig]) -> Result<UserConfig, String> {
     let t = value
         .as_table()
         .ok_or("each [[users]] entry must be a table")?;
     let field = |k: &str| t.get(k).map(|v| string(v, &format!("users.{k}")));
+    let name = field("name").ok_or("users.name is required")??;
+    let (password, password_hash) = match (field("password"), field("password_hash")) {
+        (Some(password), None) => (password?, None),
+        (None, Some(hash)) => (String::new(), Some(hash?)),
+        _ => {
+            return Err(format!(
+                "user '{name}' needs exactly one of password and password_hash"
+            ))
+        }
+    };
+    let named = permissions.iter().any(|p| p.user == name);
     Ok(UserConfig {
-        name: field("name").ok_or("users.name is required")??,
-        password: field("password").ok_or("users.password is required")??,
         vhosts: match t.get("vhosts") {
             Some(v) => string_list(v, "users.vhosts")?,
+            None if named => Vec::new(),
             None => vec!["*".into()],
         },
+        name,
+        password,
+        password_hash,
         loopback_only: t
             .get("loopback_only")
             .map(|v| {
@@ -415,6 +446,26 @@ fn user(value: &toml::Value) -> Result<UserConfig, String> {
             Some(v) => string_list(v, "users.tags")?,
             None => Vec::new(),
         },
+    })
+}
+
+/// One `[[permissions]]` table: user, vhost (default "/"), configure, write, read.
+fn permission(value: &toml::Value) -> Result<PermissionConfig, String> {
+    let t = value
+        .as_table()
+        .ok_or("each [[permissions]] entry must be a table")?;
+    let field = |k: &str| {
+        t.get(k)
+            .map(|v| string(v, &format!("permissions.{k}")))
+            .transpose()
+    };
+    let required = |k: &str| field(k)?.ok_or_else(|| format!("permissions.{k} is required"));
+    Ok(PermissionConfig {
+        user: required("user")?,
+        vhost: field("vhost")?.unwrap_or_else(|| "/".into()),
+        configure: required("configure")?,
+        write: required("write")?,
+        read: required("read")?,
     })
 }
 

@@ -43,6 +43,10 @@ pub enum StartError {
         /// Why.
         source: PolicyError,
     },
+    /// A configured user or permission was refused (a bad password hash or pattern, or
+    /// permissions for a user who is not configured).
+    #[error("{0}")]
+    Users(String),
     /// The definitions file could not be read or applied.
     #[error("cannot import definitions: {0}")]
     Definitions(String),
@@ -103,7 +107,9 @@ impl Broker {
         let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
         let definitions = config.definitions.clone();
         let policies = config.policies.clone();
-        let state = BrokerState::new(config);
+        let access = crate::broker::access::Access::from_config(&config)
+            .map_err(|e| StartError::Users(e.to_string()))?;
+        let state = BrokerState::new(config, access);
         for PolicyConfig { vhost, policy } in policies {
             let name = policy.name.clone();
             set_policy(&state, &vhost, policy).map_err(|source| StartError::Policy {

@@ -3,6 +3,7 @@
 //! Everything here is reached from connection tasks through `Arc`s and short locks; there is no
 //! broker-wide task or channel hop on the publish → deliver path.
 
+pub(crate) mod access;
 pub(crate) mod available_memory;
 pub(crate) mod connections;
 pub(crate) mod consumer;
@@ -25,7 +26,7 @@ use std::sync::Arc;
 
 use dwellmq_timer::{ManualClock, SharedClock, SystemClock};
 
-use crate::config::{BrokerConfig, ClockConfig, UserConfig};
+use crate::config::{BrokerConfig, ClockConfig};
 use delayed::DelayedMessages;
 use memory::MemoryMonitor;
 use runtime::Runtime;
@@ -34,6 +35,8 @@ use vhost::VHost;
 /// State shared by every connection of one broker.
 pub(crate) struct BrokerState {
     pub(crate) config: BrokerConfig,
+    /// Users and permissions (changed at runtime over HTTP).
+    pub(crate) access: access::Access,
     vhosts: HashMap<String, Arc<VHost>>,
     pub(crate) memory: Arc<MemoryMonitor>,
     pub(crate) clock: SharedClock,
@@ -63,7 +66,7 @@ pub(crate) trait IdleProbe: Send + Sync {
 }
 
 impl BrokerState {
-    pub(crate) fn new(config: BrokerConfig) -> Arc<Self> {
+    pub(crate) fn new(config: BrokerConfig, access: access::Access) -> Arc<Self> {
         let (clock, manual_clock): (SharedClock, _) = match config.clock {
             ClockConfig::System => (Arc::new(SystemClock), None),
             ClockConfig::Manual { start_ms } => {
@@ -91,6 +94,7 @@ impl BrokerState {
             runtime,
             memory,
             config,
+            access,
             vhosts,
             clock,
             manual_clock,
@@ -106,8 +110,8 @@ impl BrokerState {
         self.vhosts.get(name).cloned()
     }
 
-    pub(crate) fn user(&self, name: &str) -> Option<&UserConfig> {
-        self.config.users.iter().find(|u| u.name == name)
+    pub(crate) fn user(&self, name: &str) -> Option<Arc<access::User>> {
+        self.access.user(name)
     }
 
     pub(crate) fn next_connection_id(&self) -> u64 {

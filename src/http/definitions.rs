@@ -120,8 +120,8 @@ pub(crate) async fn export(
     }
     let users: Vec<Value> = api
         .state
-        .config
-        .users
+        .access
+        .users()
         .iter()
         .map(|u| json!({"name": u.name, "tags": u.tags, "limits": {}}))
         .collect();

@@ -13,8 +13,8 @@ use super::auth::{self, Authed, ADMINISTRATOR, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathOf;
 use super::{Api, NODE};
+use crate::broker::access::User;
 use crate::broker::vhost::VHost;
-use crate::config::UserConfig;
 
 /// The management API version dwellmq follows (what `rabbitmq_version` reports, so that tools
 /// which check it pick the matching dialect).
@@ -130,7 +130,7 @@ pub(crate) async fn vhost(
     Ok(Json(vhost_json(&vhost)))
 }
 
-fn user_json(user: &UserConfig) -> Value {
+fn user_json(user: &User) -> Value {
     // No password hash: dwellmq's users come from its configuration, and a hash of a
     // configured password would only be something to crack.
     json!({"name": user.name, "tags": auth::tags(user), "limits": {}})
@@ -141,7 +141,14 @@ pub(crate) async fn users(
     _user: Authed<ADMINISTRATOR>,
     State(api): State<Arc<Api>>,
 ) -> Json<Value> {
-    Json(api.state.config.users.iter().map(user_json).collect())
+    Json(
+        api.state
+            .access
+            .users()
+            .iter()
+            .map(|u| user_json(u))
+            .collect(),
+    )
 }
 
 /// `GET /api/users/{name}` (administrators).
@@ -152,27 +159,19 @@ pub(crate) async fn user(
 ) -> ApiResult<Json<Value>> {
     api.state
         .user(&name)
-        .map(|u| Json(user_json(u)))
+        .map(|u| Json(user_json(&u)))
         .ok_or_else(ApiError::not_found)
 }
 
-/// The permissions RabbitMQ would show for dwellmq's users: full access to each vhost a user
-/// may open (dwellmq has no finer permissions yet).
+/// Every user's permissions, as RabbitMQ lists them.
 pub(crate) fn permission_list(api: &Api) -> Vec<Value> {
-    let vhosts = api.vhosts();
     api.state
-        .config
-        .users
+        .access
+        .permissions()
         .iter()
-        .flat_map(|u| {
-            vhosts
-                .iter()
-                .filter(|v| u.may_open(&v.name))
-                .map(|v| {
-                    json!({"user": u.name, "vhost": v.name.as_str(),
-                           "configure": ".*", "write": ".*", "read": ".*"})
-                })
-                .collect::<Vec<_>>()
+        .map(|(vhost, user, p)| {
+            json!({"user": user, "vhost": vhost, "configure": p.configure.as_str(),
+                   "write": p.write.as_str(), "read": p.read.as_str()})
         })
         .collect()
 }

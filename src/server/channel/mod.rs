@@ -22,6 +22,7 @@ use publish::PublishMode;
 use settle::{Return, Settlement};
 
 use super::delivery::{DeliveryChannel, Unacked};
+use crate::broker::access::{AccessCache, Operation, ResourceKind};
 use crate::broker::connections::ChannelSummary;
 use crate::broker::consumer::Consumer;
 use crate::broker::queue::{ConnectionId, Queue};
@@ -69,6 +70,8 @@ pub(crate) struct Channel {
     reply_consumer: Option<(ShortStr, ShortStr)>,
     routing: Routing,
     settle_scratch: Vec<Unacked>,
+    /// Recent permission decisions for this connection's user and vhost.
+    access: AccessCache,
 }
 
 fn unexpected_frame(text: String) -> BrokerError {
@@ -87,6 +90,7 @@ impl Channel {
             reply_consumer: None,
             routing: Routing::default(),
             settle_scratch: Vec::new(),
+            access: AccessCache::default(),
         }
     }
 
@@ -105,6 +109,23 @@ impl Channel {
 
     pub(super) fn id(&self) -> u16 {
         self.delivery.id
+    }
+
+    /// Checks that the user may do `operation` on the named queue or exchange (RabbitMQ's
+    /// `check_*_permitted`); refused: 403, closing the channel.
+    pub(super) fn permit(
+        &mut self,
+        cx: &ConnContext<'_>,
+        operation: Operation,
+        kind: ResourceKind,
+        name: &ShortStr,
+    ) -> BrokerResult<()> {
+        let who = crate::broker::access::Principal {
+            access: &cx.state.access,
+            user: cx.user,
+            vhost: &cx.vhost.name,
+        };
+        self.access.check(&who, operation, kind, name)
     }
 
     pub(super) fn reply(&self, cx: &ConnContext<'_>, method: Method) {
