@@ -762,4 +762,45 @@ mod tests {
         assert_eq!(config.limits.channel_max, 16);
         assert!(apply_file(&mut config, &mut level, "[limits]\nchannel_max = 70000").is_err());
     }
+
+    #[test]
+    fn users_take_a_hash_and_permissions_replace_the_default_vhosts() {
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(
+            &mut config,
+            &mut level,
+            r#"
+            [[users]]
+            name = "app"
+            password_hash = "AQIDBKSR723asempcKRBlyrPWcL1zhEiLhyy/se3Vks7S5g+"
+            tags = ["management"]
+            [[users]]
+            name = "other"
+            password = "pw"
+            [[permissions]]
+            user = "app"
+            configure = "^app\\."
+            write = ".*"
+            read = ""
+            "#,
+        )
+        .unwrap();
+        let app = &config.users[0];
+        assert_eq!(
+            app.password_hash.as_deref(),
+            Some("AQIDBKSR723asempcKRBlyrPWcL1zhEiLhyy/se3Vks7S5g+")
+        );
+        assert!(app.vhosts.is_empty(), "named by [[permissions]]");
+        assert_eq!(config.users[1].vhosts, ["*"]);
+        assert_eq!(config.permissions[0].vhost, "/");
+        assert_eq!(config.permissions[0].configure, "^app\\.");
+        for bad in [
+            "[[users]]\nname = \"x\"",
+            "[[users]]\nname = \"x\"\npassword = \"a\"\npassword_hash = \"b\"",
+            "[[permissions]]\nuser = \"x\"\nwrite = \"\"\nread = \"\"",
+        ] {
+            assert!(apply_file(&mut config, &mut level, bad).is_err(), "{bad}");
+        }
+    }
 }

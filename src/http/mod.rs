@@ -21,6 +21,7 @@ mod page;
 mod policies;
 mod publish_get;
 mod queues;
+mod users;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -107,9 +108,26 @@ fn router(api: Arc<Api>) -> Router {
         .route("/api/whoami", get(overview::whoami))
         .route("/api/vhosts", get(overview::vhosts))
         .route("/api/vhosts/{vhost}", get(overview::vhost))
-        .route("/api/users", get(overview::users))
-        .route("/api/users/{name}", get(overview::user))
-        .route("/api/permissions", get(overview::permissions))
+        .route(
+            "/api/vhosts/{vhost}/permissions",
+            get(users::permissions_of_vhost),
+        )
+        .route("/api/users", get(users::list))
+        .route(
+            "/api/users/{name}",
+            get(users::show).put(users::put).delete(users::delete),
+        )
+        .route(
+            "/api/users/{name}/permissions",
+            get(users::permissions_of_user),
+        )
+        .route("/api/permissions", get(users::permissions))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            get(users::show_permission)
+                .put(users::put_permission)
+                .delete(users::delete_permission),
+        )
         .route("/api/health/checks/alarms", get(overview::alarms))
         .route("/api/aliveness-test/{vhost}", get(publish_get::aliveness))
         .route("/api/connections", get(connections::list))

@@ -9,11 +9,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::auth::{self, Authed, ADMINISTRATOR, MANAGEMENT};
+use super::auth::{self, Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathOf;
 use super::{Api, NODE};
-use crate::broker::access::User;
 use crate::broker::vhost::VHost;
 
 /// The management API version dwellmq follows (what `rabbitmq_version` reports, so that tools
@@ -128,60 +127,6 @@ pub(crate) async fn vhost(
         return Err(ApiError::not_found());
     }
     Ok(Json(vhost_json(&vhost)))
-}
-
-fn user_json(user: &User) -> Value {
-    // No password hash: dwellmq's users come from its configuration, and a hash of a
-    // configured password would only be something to crack.
-    json!({"name": user.name, "tags": auth::tags(user), "limits": {}})
-}
-
-/// `GET /api/users` (administrators).
-pub(crate) async fn users(
-    _user: Authed<ADMINISTRATOR>,
-    State(api): State<Arc<Api>>,
-) -> Json<Value> {
-    Json(
-        api.state
-            .access
-            .users()
-            .iter()
-            .map(|u| user_json(u))
-            .collect(),
-    )
-}
-
-/// `GET /api/users/{name}` (administrators).
-pub(crate) async fn user(
-    _user: Authed<ADMINISTRATOR>,
-    State(api): State<Arc<Api>>,
-    PathOf(name): PathOf<String>,
-) -> ApiResult<Json<Value>> {
-    api.state
-        .user(&name)
-        .map(|u| Json(user_json(&u)))
-        .ok_or_else(ApiError::not_found)
-}
-
-/// Every user's permissions, as RabbitMQ lists them.
-pub(crate) fn permission_list(api: &Api) -> Vec<Value> {
-    api.state
-        .access
-        .permissions()
-        .iter()
-        .map(|(vhost, user, p)| {
-            json!({"user": user, "vhost": vhost, "configure": p.configure.as_str(),
-                   "write": p.write.as_str(), "read": p.read.as_str()})
-        })
-        .collect()
-}
-
-/// `GET /api/permissions` (administrators).
-pub(crate) async fn permissions(
-    _user: Authed<ADMINISTRATOR>,
-    State(api): State<Arc<Api>>,
-) -> Json<Value> {
-    Json(Value::Array(permission_list(&api)))
 }
 
 /// `GET /api/health/checks/alarms`: 200 while no alarm is in effect, else 503 with the alarms,

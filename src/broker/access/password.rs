@@ -95,6 +95,14 @@ impl PasswordHash {
         Ok(Self::with_salt(algorithm, salt, password))
     }
 
+    /// No password: password logins are refused (RabbitMQ's empty `password_hash`).
+    pub(crate) fn none() -> Self {
+        PasswordHash {
+            algorithm: HashingAlgorithm::Sha256,
+            stored: Vec::new(),
+        }
+    }
+
     fn with_salt(algorithm: HashingAlgorithm, salt: [u8; SALT_LEN], password: &str) -> Self {
         let mut stored = salt.to_vec();
         stored.extend(algorithm.digest(&salt, password));
@@ -162,6 +170,18 @@ mod tests {
         assert!(!hash.verify("guesT"));
         let decoded = PasswordHash::decode(HashingAlgorithm::Sha256, &hash.encode()).unwrap();
         assert!(decoded.verify("guest"));
+    }
+
+    #[test]
+    fn a_hash_exported_by_rabbitmq_verifies() {
+        // guest's hash from a RabbitMQ 3.13 definitions export.
+        let hash = PasswordHash::decode(
+            HashingAlgorithm::Sha256,
+            "BMfxN8drrYcIqXZMr+pWTpDT0nMcOagMduLX0bjr4jwud/pN",
+        )
+        .unwrap();
+        assert!(hash.verify("guest"));
+        assert!(!hash.verify("guest "));
     }
 
     #[test]
