@@ -14,6 +14,7 @@ pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod policies;
 pub(crate) mod queue;
+pub(crate) mod rates;
 pub(crate) mod reply_to;
 pub(crate) mod runtime;
 pub(crate) mod stats;
@@ -53,6 +54,8 @@ pub(crate) struct BrokerState {
     pub(crate) open_connections: AtomicUsize,
     /// Message counters (for `/metrics`).
     pub(crate) stats: stats::Stats,
+    /// Message rates, sampled every few seconds while HTTP is on.
+    pub(crate) rates: rates::Rates,
     /// Open AMQP connections (for the management API).
     pub(crate) connections: connections::Connections,
     /// Outbound buffers of open connections (for `BrokerHandle::settle`).
@@ -103,6 +106,7 @@ impl BrokerState {
             outbounds: parking_lot::Mutex::new(Vec::new()),
             connections: connections::Connections::default(),
             stats: stats::Stats::default(),
+            rates: rates::Rates::default(),
         })
     }
 

@@ -14,6 +14,7 @@ use super::extract::{lenient_bool, JsonBody, PathOf, QueryOf};
 use super::fields::{json_to_table, short, table_to_json};
 use super::Api;
 use crate::broker::exchange::{DeclaredType, Exchange, ExchangeKind};
+use crate::broker::rates::RateKey;
 use crate::broker::vhost::{ExchangeSpec, VHost};
 
 /// The name the API uses for the nameless default exchange.
@@ -37,6 +38,10 @@ pub(crate) fn exchange_json(api: &Api, vhost: &VHost, x: &Exchange) -> Value {
         "auto_delete": x.auto_delete,
         "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
+        "message_stats": api.state.rates.message_stats(
+            &RateKey::Exchange(vhost.name.to_string(), x.name.to_string()),
+            &x.counters.counts(),
+        ),
     });
     if let ExchangeKind::Delayed(_) = x.kind {
         // As the delayed-message plugin reports it.

@@ -21,6 +21,7 @@ mod page;
 mod policies;
 mod publish_get;
 mod queues;
+mod sampler;
 mod users;
 
 use std::net::SocketAddr;
@@ -86,6 +87,7 @@ pub(crate) async fn serve(
         }
     };
     let api = Arc::new(Api { state, amqp, http });
+    tokio::spawn(sampler::run(Arc::clone(&api), shutdown.clone()));
     let app = router(api).into_make_service_with_connect_info::<listener::Peer>();
     let listener = listener::CappedListener::new(
         listener,

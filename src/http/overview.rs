@@ -12,7 +12,9 @@ use serde_json::{json, Value};
 use super::auth::{self, Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathOf;
+use super::sampler::overview_counts;
 use super::{Api, NODE};
+use crate::broker::rates::RateKey;
 use crate::broker::vhost::VHost;
 
 /// The management API version dwellmq follows (what `rabbitmq_version` reports, so that tools
@@ -41,7 +43,6 @@ pub(crate) async fn overview(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
             .sum::<usize>();
         exchanges += vhost.exchanges().len();
     }
-    let totals = api.state.stats.totals();
     let listeners: Vec<Value> = api
         .amqp
         .iter()
@@ -58,7 +59,7 @@ pub(crate) async fn overview(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
         "product_version": env!("CARGO_PKG_VERSION"),
         "cluster_name": NODE,
         "node": NODE,
-        "rates_mode": "none",
+        "rates_mode": "basic",
         "exchange_types": exchange_types,
         "object_totals": {
             "connections": api.state.open_connections.load(Ordering::Relaxed),
@@ -71,12 +72,8 @@ pub(crate) async fn overview(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
             "messages_ready": ready,
             "messages_unacknowledged": unacked,
         },
-        // Totals only: dwellmq keeps no rate samples (`rates_mode` none).
-        "message_stats": {
-            "publish": totals.published,
-            "drop_unroutable": totals.unroutable_dropped,
-            "return_unroutable": totals.unroutable_returned,
-        },
+        // Sampled every 5 s (`rates_mode` basic, RabbitMQ's default).
+        "message_stats": api.state.rates.message_stats(&RateKey::Overview, &overview_counts(&api)),
         "delayed_totals": {
             "messages_delayed": api.state.delayed.len(),
         },

@@ -26,6 +26,7 @@ use crate::broker::access::{AccessCache, Operation, ResourceKind};
 use crate::broker::connections::ChannelSummary;
 use crate::broker::consumer::Consumer;
 use crate::broker::queue::{ConnectionId, Queue};
+use crate::broker::rates::ChannelCounters;
 use crate::broker::stats::MessageCounts;
 use crate::broker::vhost::{Routing, VHost};
 use crate::broker::BrokerState;
@@ -72,6 +73,8 @@ pub(crate) struct Channel {
     settle_scratch: Vec<Unacked>,
     /// Recent permission decisions for this connection's user and vhost.
     access: AccessCache,
+    /// Message counters for the management API's rates.
+    counters: ChannelCounters,
 }
 
 fn unexpected_frame(text: String) -> BrokerError {
@@ -91,6 +94,7 @@ impl Channel {
             routing: Routing::default(),
             settle_scratch: Vec::new(),
             access: AccessCache::default(),
+            counters: ChannelCounters::default(),
         }
     }
 
@@ -104,7 +108,16 @@ impl Channel {
             unacked: self.delivery.unacked_count(),
             confirm: matches!(self.mode, PublishMode::Confirm { .. }),
             transactional: matches!(self.mode, PublishMode::Transactional { .. }),
+            publish: self.counters.publish,
+            confirm_count: self.counters.confirm,
+            ack: self.counters.ack.get(),
+            deliver_get: self.delivery.delivered_count(),
         }
+    }
+
+    /// Adds what this channel counted to the exchanges' counters (once per batch of frames).
+    pub(crate) fn flush_counters(&mut self) {
+        self.counters.flush();
     }
 
     pub(super) fn id(&self) -> u16 {
@@ -193,6 +206,7 @@ impl Channel {
     /// Tears the channel down: consumers go, unacked messages return to their queues.
     pub(crate) fn close(&mut self, cx: &mut ConnContext<'_>) {
         self.pending = None;
+        self.counters.flush();
         let mut unacked = std::mem::take(&mut self.settle_scratch);
         self.delivery.close(&mut unacked);
         self.return_to_queues(&mut unacked, Return::Requeue(ReturnCause::ConsumerGone));
