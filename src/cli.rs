@@ -70,6 +70,8 @@ OPTIONS:
                                                                           env: DWELLMQ_LOG
   --http ADDR|off    HTTP management API and /metrics (default 127.0.0.1:15672)
                                                                          env: DWELLMQ_HTTP
+  --metrics ADDR|off  also serve Prometheus /metrics alone on ADDR (RabbitMQ's port is 15692;
+                     default off)                               env: DWELLMQ_METRICS
   --definitions FILE  declare the exchanges, queues and bindings of a RabbitMQ definitions
                      file (JSON) at start                       env: DWELLMQ_DEFINITIONS
   --timer-rt-priority N  run the delayed-message timer thread under SCHED_FIFO at priority
@@ -82,6 +84,7 @@ OPTIONS:
 CONFIG FILE (TOML; the environment and flags override it):
   listen = [\"127.0.0.1:5672\"]   data_dir = \"DIR\"   in_memory = true   log_level = \"info\"
   vhosts = [\"/\", \"staging\"]      timer_realtime_priority = N   expiry = \"head-only\"
+  http = \"127.0.0.1:15672\"   metrics = \"127.0.0.1:15692\"   definitions = \"FILE\"
   [[users]]   name, password (or password_hash: RabbitMQ's salted SHA-256, base64), tags
               ([\"administrator\"], ...), loopback_only (default false), vhosts: full
               permissions there (default [\"*\"] unless [[permissions]] name the user).
@@ -142,6 +145,7 @@ struct Flags {
     timer_rt_priority: Option<String>,
     expiry: Option<String>,
     http: Option<String>,
+    metrics: Option<String>,
     definitions: Option<String>,
 }
 
@@ -174,6 +178,7 @@ pub(crate) fn parse(
             "--timer-rt-priority" => flags.timer_rt_priority = Some(value("--timer-rt-priority")?),
             "--expiry" => flags.expiry = Some(value("--expiry")?),
             "--http" => flags.http = Some(value("--http")?),
+            "--metrics" => flags.metrics = Some(value("--metrics")?),
             "--definitions" => flags.definitions = Some(value("--definitions")?),
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
@@ -213,6 +218,9 @@ pub(crate) fn parse(
     if let Some(http) = flags.http.or_else(|| env("DWELLMQ_HTTP")) {
         config.http = parse_http(&http)?;
     }
+    if let Some(metrics) = flags.metrics.or_else(|| env("DWELLMQ_METRICS")) {
+        config.metrics = parse_listener("--metrics", &metrics)?;
+    }
     if let Some(file) = flags.definitions.or_else(|| env("DWELLMQ_DEFINITIONS")) {
         config.definitions = Some(PathBuf::from(file));
     }
@@ -250,6 +258,17 @@ fn parse_addrs<'a>(addrs: impl Iterator<Item = &'a str>) -> Result<Vec<SocketAdd
         .collect()
 }
 
+/// `--metrics` (or another optional listener): an address, or `off`.
+fn parse_listener(flag: &str, value: &str) -> Result<Option<SocketAddr>, String> {
+    if value == "off" {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .map_err(|_| format!("invalid {flag} '{value}' (expected e.g. 127.0.0.1:15692, or off)"))
+}
+
 /// `--http`: an address, or `off`.
 fn parse_http(value: &str) -> Result<Option<SocketAddr>, String> {
     if value == "off" {
@@ -283,6 +302,7 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                 config.expiry_mode = parse_expiry(mode)?;
             }
             "http" => config.http = parse_http(&string(value, "http")?)?,
+            "metrics" => config.metrics = parse_listener("metrics", &string(value, "metrics")?)?,
             "definitions" => {
                 config.definitions = Some(PathBuf::from(string(value, "definitions")?))
             }
@@ -575,6 +595,22 @@ mod tests {
         apply_file(&mut config, &mut level, "timer_realtime_priority = 20").unwrap();
         assert_eq!(config.timer_realtime_priority, Some(20));
         assert!(apply_file(&mut config, &mut level, "timer_realtime_priority = 100").is_err());
+    }
+
+    #[test]
+    fn metrics_take_an_address_and_are_off_by_default() {
+        assert_eq!(run(&[], &[]).unwrap().config.metrics, None);
+        let s = run(&["--metrics", "127.0.0.1:15692"], &[]).unwrap();
+        assert_eq!(s.config.metrics, Some("127.0.0.1:15692".parse().unwrap()));
+        let s = run(&[], &[("DWELLMQ_METRICS", "0.0.0.0:9419")]).unwrap();
+        assert_eq!(s.config.metrics, Some("0.0.0.0:9419".parse().unwrap()));
+        assert!(run(&["--metrics", "x"], &[])
+            .err()
+            .unwrap()
+            .contains("invalid --metrics"));
+        let mut config = BrokerConfig::default();
+        apply_file(&mut config, &mut String::new(), "metrics = \"[::1]:15692\"").unwrap();
+        assert_eq!(config.metrics, Some("[::1]:15692".parse().unwrap()));
     }
 
     #[test]

@@ -248,6 +248,10 @@ pub struct BrokerConfig {
     /// Where the HTTP management API and `/metrics` listen (RabbitMQ's port 15672); `None`
     /// turns HTTP off. Port 0 picks a free port.
     pub http: Option<SocketAddr>,
+    /// Where Prometheus `/metrics` is also served on a listener of its own (RabbitMQ's
+    /// `rabbitmq_prometheus` port, 15692), with nothing else; `None` (the default) leaves
+    /// `/metrics` on the HTTP API's listener only.
+    pub metrics: Option<SocketAddr>,
     /// A RabbitMQ definitions file (JSON) whose exchanges, queues and bindings are declared at
     /// start, before any client connects.
     pub definitions: Option<PathBuf>,
@@ -275,6 +279,7 @@ impl Default for BrokerConfig {
             expiry_mode: ExpiryMode::OnTime,
             policies: Vec::new(),
             http: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 15672))),
+            metrics: None,
             definitions: None,
             name_seed: None,
         }

@@ -105,6 +105,15 @@ impl Broker {
             None => None,
         };
         let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let metrics_listener = match config.metrics {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
+        let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
         let definitions = config.definitions.clone();
         let policies = config.policies.clone();
         let access = crate::broker::access::Access::from_config(&config)
@@ -137,6 +146,15 @@ impl Broker {
             );
             tasks.push(tokio::spawn(serve));
         }
+        if let Some(listener) = metrics_listener {
+            let serve = crate::http::serve_metrics(
+                Arc::clone(&state),
+                addrs.clone(),
+                listener,
+                shutdown_rx.clone(),
+            );
+            tasks.push(tokio::spawn(serve));
+        }
         let (in_memory, incoming) = mpsc::unbounded_channel();
         tasks.push(tokio::spawn(in_memory_loop(
             Arc::clone(&state),
@@ -156,10 +174,14 @@ impl Broker {
         if let Some(addr) = http_addr {
             tracing::info!(%addr, "HTTP API listening");
         }
+        if let Some(addr) = metrics_addr {
+            tracing::info!(%addr, "Prometheus metrics listening");
+        }
         Ok(BrokerHandle {
             state,
             addrs,
             http_addr,
+            metrics_addr,
             shutdown,
             tasks,
             timer_thread,
@@ -177,6 +199,7 @@ pub struct BrokerHandle {
     state: Arc<BrokerState>,
     addrs: Vec<SocketAddr>,
     http_addr: Option<SocketAddr>,
+    metrics_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     timer_thread: Option<std::thread::JoinHandle<()>>,
@@ -253,6 +276,11 @@ impl BrokerHandle {
     /// Every address the broker listens on.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// Where Prometheus metrics listen on their own, if configured (`BrokerConfig::metrics`).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Where the HTTP management API listens, if it is on (`BrokerConfig::http`).

@@ -102,6 +102,41 @@ pub(crate) async fn serve(
     }
 }
 
+/// Serves Prometheus `/metrics`, and nothing else, on a listener of its own (RabbitMQ's
+/// `rabbitmq_prometheus` port) until the broker shuts down.
+pub(crate) async fn serve_metrics(
+    state: Arc<BrokerState>,
+    amqp: Vec<SocketAddr>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let http = match listener.local_addr() {
+        Ok(addr) => addr,
+        Err(error) => {
+            tracing::error!(%error, "metrics listener has no address");
+            return;
+        }
+    };
+    let api = Arc::new(Api { state, amqp, http });
+    let app = Router::new()
+        .route("/metrics", get(metrics::metrics))
+        .fallback(|| async { ApiError::not_found() })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .with_state(api)
+        .into_make_service_with_connect_info::<listener::Peer>();
+    let listener = listener::CappedListener::new(
+        listener,
+        listener::MAX_HTTP_CONNECTIONS,
+        listener::IDLE_TIMEOUT,
+    );
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown_requested(&mut shutdown).await })
+        .await;
+    if let Err(error) = result {
+        tracing::error!(%error, "metrics listener failed");
+    }
+}
+
 /// Every route. Paths with a vhost take it percent-encoded (`%2F` for `/`).
 fn router(api: Arc<Api>) -> Router {
     Router::new()
