@@ -295,3 +295,81 @@ async fn permissions_are_set_listed_and_cleared_and_open_channels_follow() {
         .error(401);
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn http_operations_are_checked_against_permissions_too() {
+    let (broker, addr) = start_http(BrokerConfig::ephemeral()).await;
+    put(addr, "/api/queues/%2F/shared", GUEST, json!({})).await;
+    put(
+        addr,
+        "/api/exchanges/%2F/shared-x",
+        GUEST,
+        json!({"type": "direct"}),
+    )
+    .await;
+    put(
+        addr,
+        "/api/users/app",
+        GUEST,
+        json!({"password": "pw", "tags": "management"}),
+    )
+    .await;
+    let perms = json!({"configure": "^app\\.", "write": "^app\\.", "read": "^app\\."});
+    put(addr, "/api/permissions/%2F/app", GUEST, perms).await;
+    let app = As::User("app", "pw");
+    let refused = |kind: &str, name: &str| {
+        format!("ACCESS_REFUSED - access to {kind} '{name}' in vhost '/' refused for user 'app'")
+    };
+
+    assert_eq!(
+        put(addr, "/api/queues/%2F/app.q", app, json!({}))
+            .await
+            .status,
+        201
+    );
+    let x = json!({"type": "fanout"});
+    assert_eq!(
+        put(addr, "/api/exchanges/%2F/app.x", app, x.clone())
+            .await
+            .status,
+        201
+    );
+    let bind = post(addr, "/api/bindings/%2F/e/app.x/q/app.q", app, json!({})).await;
+    assert_eq!(bind.status, 201, "{}", bind.text());
+
+    let reply = put(addr, "/api/queues/%2F/other", app, json!({})).await;
+    assert_eq!(reply.error(401), refused("queue", "other"));
+    let reply = put(addr, "/api/exchanges/%2F/other-x", app, x).await;
+    assert_eq!(reply.error(401), refused("exchange", "other-x"));
+    let reply = delete(addr, "/api/queues/%2F/shared", app).await;
+    assert_eq!(reply.error(401), refused("queue", "shared"));
+    let reply = delete(addr, "/api/queues/%2F/shared/contents", app).await;
+    assert_eq!(reply.error(401), refused("queue", "shared"));
+    let get_body = json!({"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"});
+    let reply = post(addr, "/api/queues/%2F/shared/get", app, get_body).await;
+    assert_eq!(reply.error(401), refused("queue", "shared"));
+    let publish_body = json!({"routing_key": "k", "payload": "x", "payload_encoding": "string",
+                              "properties": {}});
+    let reply = post(
+        addr,
+        "/api/exchanges/%2F/shared-x/publish",
+        app,
+        publish_body.clone(),
+    )
+    .await;
+    assert_eq!(reply.error(401), refused("exchange", "shared-x"));
+    let reply = post(
+        addr,
+        "/api/exchanges/%2F/amq.default/publish",
+        app,
+        publish_body,
+    )
+    .await;
+    assert_eq!(reply.error(401), refused("exchange", "amq.default"));
+    let reply = post(addr, "/api/bindings/%2F/e/shared-x/q/app.q", app, json!({})).await;
+    assert_eq!(reply.error(401), refused("exchange", "shared-x"));
+    let reply = delete(addr, "/api/exchanges/%2F/shared-x", app).await;
+    assert_eq!(reply.error(401), refused("exchange", "shared-x"));
+    assert!(broker.queue_info("/", "shared").is_some());
+    broker.shutdown().await;
+}

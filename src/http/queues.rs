@@ -15,6 +15,7 @@ use super::exchanges::yes;
 use super::extract::{lenient_bool, JsonBody, PathOf, QueryOf};
 use super::fields::{json_to_table, short, table_to_json};
 use super::{Api, NODE};
+use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::queue::Queue;
 use crate::broker::rates::{RateKey, Rates};
 use crate::broker::vhost::{QueueSpec, VHost};
@@ -138,6 +139,12 @@ pub(crate) async fn declare(
 ) -> ApiResult<StatusCode> {
     let vhost = api.vhost(&vhost)?;
     user.check_vhost(&vhost.name)?;
+    user.permit(
+        &vhost.name,
+        Operation::Configure,
+        ResourceKind::Queue,
+        &name,
+    )?;
     Ok(if declare_queue(&vhost, &name, body)? {
         StatusCode::CREATED
     } else {
@@ -161,6 +168,7 @@ pub(crate) async fn delete(
     QueryOf(query): QueryOf<DeleteQuery>,
 ) -> ApiResult<StatusCode> {
     find_queue(&api, &user, &vhost, &name)?;
+    user.permit(&vhost, Operation::Configure, ResourceKind::Queue, &name)?;
     let vhost = api.vhost(&vhost)?;
     let deleted = vhost.delete_queue(&name, query.if_unused, query.if_empty, None)?;
     notify_cancelled(&deleted.consumers);
@@ -177,6 +185,7 @@ pub(crate) async fn purge(
     PathOf((vhost, name)): PathOf<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let queue = find_queue(&api, &user, &vhost, &name)?;
+    user.permit(&vhost, Operation::Read, ResourceKind::Queue, &name)?;
     queue.purge();
     Ok(StatusCode::NO_CONTENT)
 }
