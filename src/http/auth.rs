@@ -1,8 +1,9 @@
-//! HTTP basic auth against the broker's users, and RabbitMQ's user tags.
+//! HTTP basic auth against the broker's users (their stored password hashes), RabbitMQ's user
+//! tags, and the vhost and resource permissions the API's operations are checked against.
 //!
 //! Tags nest as in RabbitMQ: `administrator` can do everything `monitoring` can, which can do
-//! everything `management` can. `policymaker` is accepted as management-level (there are no
-//! policies yet). A user without any of these tags cannot use the API.
+//! everything `management` can. `policymaker` is accepted as management-level (changing
+//! policies takes an administrator here). A user without any of these tags cannot use the API.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -54,6 +54,8 @@ pub(crate) enum AccessError {
     },
     #[error("permissions name user '{0}', who is not configured")]
     NoSuchUser(String),
+    #[error("permissions name vhost '{0}', which is not configured")]
+    NoSuchVhost(String),
 }
 
 #[derive(Default)]
@@ -102,6 +104,9 @@ impl Access {
         for p in &config.permissions {
             if !tables.users.contains_key(&p.user) {
                 return Err(AccessError::NoSuchUser(p.user.clone()));
+            }
+            if !all_vhosts.contains(&p.vhost.as_str()) {
+                return Err(AccessError::NoSuchVhost(p.vhost.clone()));
             }
             let permission = Permission::new(&p.configure, &p.write, &p.read).map_err(|error| {
                 AccessError::Pattern {
@@ -300,6 +305,14 @@ mod tests {
         });
         let err = Access::from_config(&config).err().unwrap().to_string();
         assert!(err.contains("read pattern '['"), "{err}");
+        let mut config = BrokerConfig::ephemeral();
+        config
+            .permissions
+            .push(PermissionConfig::full("guest", "staging"));
+        assert!(matches!(
+            Access::from_config(&config),
+            Err(AccessError::NoSuchVhost(_))
+        ));
     }
 
     #[test]
