@@ -151,23 +151,41 @@ async fn users_are_created_shown_updated_and_deleted() {
             addr,
             "/api/users/x",
             GUEST,
-            json!({"password": "a", "password_hash": "b"})
+            json!({"password": "a", "password_hash": "b", "tags": ""})
         )
         .await
         .error(400),
         "both_password_and_password_hash_are_provided"
     );
-    put(addr, "/api/users/x", GUEST, json!({"password_hash": "!!"}))
-        .await
-        .error(400);
     put(
         addr,
         "/api/users/x",
         GUEST,
-        json!({"password": "a", "hashing_algorithm": "rabbit_password_hashing_md5"}),
+        json!({"password_hash": "!!", "tags": ""}),
     )
     .await
     .error(400);
+    put(
+        addr,
+        "/api/users/x",
+        GUEST,
+        json!({"password": "a", "hashing_algorithm": "rabbit_password_hashing_md5", "tags": ""}),
+    )
+    .await
+    .error(400);
+    assert_eq!(
+        put(addr, "/api/users/x", GUEST, json!({"password": "a"}))
+            .await
+            .error(400),
+        "tags_not_present"
+    );
+    // The old administrator flag stands in for tags.
+    let old = json!({"password": "a", "administrator": "true"});
+    assert_eq!(put(addr, "/api/users/old", GUEST, old).await.status, 201);
+    assert_eq!(
+        get(addr, "/api/users/old", GUEST).await.json()["tags"],
+        json!(["administrator"])
+    );
     get(addr, "/api/users/x", GUEST).await.error(404);
 
     assert_eq!(delete(addr, "/api/users/alice", GUEST).await.status, 204);

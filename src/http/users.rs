@@ -71,12 +71,21 @@ pub(crate) struct UserBody {
     password_hash: Option<String>,
     hashing_algorithm: Option<String>,
     tags: Option<Tags>,
+    /// Before tags, RabbitMQ took `administrator: true`; it still does when `tags` is absent.
+    administrator: Option<Value>,
 }
 
 impl UserBody {
     /// The user it describes. Neither `password` nor `password_hash`: a user who cannot log
     /// in with a password, as in RabbitMQ.
     pub(crate) fn into_user(self, name: &str, previous: Option<&User>) -> ApiResult<User> {
+        // As RabbitMQ: tags (or the old `administrator` flag) are required.
+        let tags = match (self.tags, &self.administrator) {
+            (Some(tags), _) => tags.into_list(),
+            (None, Some(flag)) if is_true(flag) => vec!["administrator".to_string()],
+            (None, Some(_)) => Vec::new(),
+            (None, None) => return Err(ApiError::bad_request("tags_not_present")),
+        };
         let algorithm = match &self.hashing_algorithm {
             Some(name) => HashingAlgorithm::parse(name),
             None => Ok(HashingAlgorithm::Sha256),
@@ -99,11 +108,16 @@ impl UserBody {
         Ok(User {
             name: name.to_string(),
             password,
-            tags: self.tags.map(Tags::into_list).unwrap_or_default(),
+            tags,
             // RabbitMQ's loopback_users is `guest` by default; a user redefined keeps its rule.
             loopback_only: previous.map_or(name == "guest", |u| u.loopback_only),
         })
     }
+}
+
+/// `true` or `"true"`, as RabbitMQ's `parse_bool` reads a flag.
+fn is_true(value: &Value) -> bool {
+    value.as_bool() == Some(true) || value.as_str() == Some("true")
 }
 
 /// The body of `PUT /api/permissions/{vhost}/{user}`, and a permission in definitions.

@@ -127,3 +127,44 @@ mod tests {
             .is_err());
     }
 }
+
+#[cfg(test)]
+mod measure {
+    use super::*;
+    use crate::config::{BrokerConfig, PermissionConfig};
+
+    /// Not a benchmark: prints the order of magnitude of a cached decision against a pattern
+    /// match (`cargo test --release --lib access::cache::measure -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn a_cached_decision_costs_less_than_a_match() {
+        let mut config = BrokerConfig::ephemeral();
+        config.permissions.push(PermissionConfig {
+            write: "^(orders|events)\\.[a-z]+$".into(),
+            ..PermissionConfig::full("guest", "/")
+        });
+        let access = Access::from_config(&config).unwrap();
+        let who = Principal {
+            access: &access,
+            user: "guest",
+            vhost: "/",
+        };
+        let name = ShortStr::from("orders.created");
+        let mut cache = AccessCache::default();
+        let n = 10_000_000u32;
+        let start = std::time::Instant::now();
+        for _ in 0..n {
+            cache
+                .check(&who, Operation::Write, ResourceKind::Exchange, &name)
+                .unwrap();
+        }
+        let cached = start.elapsed() / n;
+        let permission = access.permission("/", "guest").unwrap();
+        let start = std::time::Instant::now();
+        for _ in 0..n / 10 {
+            assert!(permission.allows(Operation::Write, ResourceKind::Exchange, &name));
+        }
+        let matched = start.elapsed() / (n / 10);
+        println!("cached decision: {cached:?} per check; pattern match: {matched:?}");
+    }
+}
