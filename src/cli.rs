@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use dwellmq::{
-    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, Policy, PolicyConfig,
-    PolicyDefinition, PolicyValue, UserConfig,
+    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, PermissionConfig,
+    Policy, PolicyConfig, PolicyDefinition, PolicyValue, UserConfig,
 };
 
 /// The `--help` text, with the built-in defaults of [`Limits`].
@@ -70,6 +70,8 @@ OPTIONS:
                                                                           env: DWELLMQ_LOG
   --http ADDR|off    HTTP management API and /metrics (default 127.0.0.1:15672)
                                                                          env: DWELLMQ_HTTP
+  --metrics ADDR|off  also serve Prometheus /metrics alone on ADDR (RabbitMQ's port is 15692;
+                     default off)                               env: DWELLMQ_METRICS
   --definitions FILE  declare the exchanges, queues and bindings of a RabbitMQ definitions
                      file (JSON) at start                       env: DWELLMQ_DEFINITIONS
   --timer-rt-priority N  run the delayed-message timer thread under SCHED_FIFO at priority
@@ -88,9 +90,14 @@ CONFIG FILE (TOML; the environment and flags override it):
   listen = [\"127.0.0.1:5672\"]   data_dir = \"DIR\"   in_memory = true   log_level = \"info\"
   vhosts = [\"/\", \"staging\"]      timer_realtime_priority = N   expiry = \"head-only\"
   manual_clock = true | START     name_seed = N
-  [[users]]   name, password, vhosts (default [\"*\"]), loopback_only (default false).
-              Any [[users]] entry replaces the default guest/guest (loopback only): list
-              guest too to keep it.
+  http = \"127.0.0.1:15672\"   metrics = \"127.0.0.1:15692\"   definitions = \"FILE\"
+  [[users]]   name, password (or password_hash: RabbitMQ's salted SHA-256, base64), tags
+              ([\"administrator\"], ...), loopback_only (default false), vhosts: full
+              permissions there (default [\"*\"] unless [[permissions]] name the user).
+              Any [[users]] entry replaces the default guest/guest (loopback only; logged at
+              start): list guest too to keep it.
+  [[permissions]] user, vhost (default \"/\"), configure, write, read: RabbitMQ's
+              regular expressions (unanchored; \"\" allows nothing).
   [[policies]] name, pattern, vhost (default \"/\"), apply_to (default \"all\"), priority
               (default 0), definition = {{ message-ttl = 60000, ... }} (RabbitMQ's keys)
   [limits]
@@ -145,6 +152,7 @@ struct Flags {
     timer_rt_priority: Option<String>,
     expiry: Option<String>,
     http: Option<String>,
+    metrics: Option<String>,
     definitions: Option<String>,
     /// `--manual-clock`, with its START if given (`Some("")` without).
     manual_clock: Option<String>,
@@ -180,6 +188,7 @@ pub(crate) fn parse(
             "--timer-rt-priority" => flags.timer_rt_priority = Some(value("--timer-rt-priority")?),
             "--expiry" => flags.expiry = Some(value("--expiry")?),
             "--http" => flags.http = Some(value("--http")?),
+            "--metrics" => flags.metrics = Some(value("--metrics")?),
             "--definitions" => flags.definitions = Some(value("--definitions")?),
             "--manual-clock" => {
                 // START is optional: the next argument is it unless it is another option.
@@ -229,6 +238,9 @@ pub(crate) fn parse(
     }
     if let Some(http) = flags.http.or_else(|| env("DWELLMQ_HTTP")) {
         config.http = parse_http(&http)?;
+    }
+    if let Some(metrics) = flags.metrics.or_else(|| env("DWELLMQ_METRICS")) {
+        config.metrics = parse_listener("--metrics", &metrics)?;
     }
     if let Some(file) = flags.definitions.or_else(|| env("DWELLMQ_DEFINITIONS")) {
         config.definitions = Some(PathBuf::from(file));
@@ -288,6 +300,17 @@ fn parse_addrs<'a>(addrs: impl Iterator<Item = &'a str>) -> Result<Vec<SocketAdd
         .collect()
 }
 
+/// `--metrics` (or another optional listener): an address, or `off`.
+fn parse_listener(flag: &str, value: &str) -> Result<Option<SocketAddr>, String> {
+    if value == "off" {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .map_err(|_| format!("invalid {flag} '{value}' (expected e.g. 127.0.0.1:15692, or off)"))
+}
+
 /// `--http`: an address, or `off`.
 fn parse_http(value: &str) -> Result<Option<SocketAddr>, String> {
     if value == "off" {
@@ -301,6 +324,7 @@ fn parse_http(value: &str) -> Result<Option<SocketAddr>, String> {
 
 fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> Result<(), String> {
     let table: toml::Table = text.parse().map_err(|e| format!("{e}"))?;
+    let mut users = None;
     for (key, value) in &table {
         match key.as_str() {
             "listen" => {
@@ -320,6 +344,7 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                 config.expiry_mode = parse_expiry(mode)?;
             }
             "http" => config.http = parse_http(&string(value, "http")?)?,
+            "metrics" => config.metrics = parse_listener("metrics", &string(value, "metrics")?)?,
             "definitions" => {
                 config.definitions = Some(PathBuf::from(string(value, "definitions")?))
             }
@@ -352,9 +377,13 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                     .ok_or("timer_realtime_priority must be an integer from 1 to 99")?;
                 config.timer_realtime_priority = Some(n as u8);
             }
-            "users" => {
-                let users = value.as_array().ok_or("users must be an array of tables")?;
-                config.users = users.iter().map(user).collect::<Result<_, _>>()?;
+            // Read after the loop: a user's default vhosts depend on [[permissions]].
+            "users" => users = Some(value),
+            "permissions" => {
+                let entries = value
+                    .as_array()
+                    .ok_or("permissions must be an array of tables")?;
+                config.permissions = entries.iter().map(permission).collect::<Result<_, _>>()?;
             }
             "policies" => {
                 let policies = value
@@ -401,6 +430,13 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             }
             other => return Err(format!("unknown setting '{other}'")),
         }
+    }
+    if let Some(value) = users {
+        let users = value.as_array().ok_or("users must be an array of tables")?;
+        config.users = users
+            .iter()
+            .map(|u| user(u, &config.permissions))
+            .collect::<Result<_, _>>()?;
     }
     Ok(())
 }
@@ -455,18 +491,33 @@ fn string_list(value: &toml::Value, name: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-fn user(value: &toml::Value) -> Result<UserConfig, String> {
+/// One `[[users]]` table. Without `vhosts`, a user gets every vhost (`["*"]`) unless a
+/// `[[permissions]]` entry names it.
+fn user(value: &toml::Value, permissions: &[PermissionConfig]) -> Result<UserConfig, String> {
     let t = value
         .as_table()
         .ok_or("each [[users]] entry must be a table")?;
     let field = |k: &str| t.get(k).map(|v| string(v, &format!("users.{k}")));
+    let name = field("name").ok_or("users.name is required")??;
+    let (password, password_hash) = match (field("password"), field("password_hash")) {
+        (Some(password), None) => (password?, None),
+        (None, Some(hash)) => (String::new(), Some(hash?)),
+        _ => {
+            return Err(format!(
+                "user '{name}' needs exactly one of password and password_hash"
+            ))
+        }
+    };
+    let named = permissions.iter().any(|p| p.user == name);
     Ok(UserConfig {
-        name: field("name").ok_or("users.name is required")??,
-        password: field("password").ok_or("users.password is required")??,
         vhosts: match t.get("vhosts") {
             Some(v) => string_list(v, "users.vhosts")?,
+            None if named => Vec::new(),
             None => vec!["*".into()],
         },
+        name,
+        password,
+        password_hash,
         loopback_only: t
             .get("loopback_only")
             .map(|v| {
@@ -479,6 +530,26 @@ fn user(value: &toml::Value) -> Result<UserConfig, String> {
             Some(v) => string_list(v, "users.tags")?,
             None => Vec::new(),
         },
+    })
+}
+
+/// One `[[permissions]]` table: user, vhost (default "/"), configure, write, read.
+fn permission(value: &toml::Value) -> Result<PermissionConfig, String> {
+    let t = value
+        .as_table()
+        .ok_or("each [[permissions]] entry must be a table")?;
+    let field = |k: &str| {
+        t.get(k)
+            .map(|v| string(v, &format!("permissions.{k}")))
+            .transpose()
+    };
+    let required = |k: &str| field(k)?.ok_or_else(|| format!("permissions.{k} is required"));
+    Ok(PermissionConfig {
+        user: required("user")?,
+        vhost: field("vhost")?.unwrap_or_else(|| "/".into()),
+        configure: required("configure")?,
+        write: required("write")?,
+        read: required("read")?,
     })
 }
 
@@ -588,6 +659,22 @@ mod tests {
         apply_file(&mut config, &mut level, "timer_realtime_priority = 20").unwrap();
         assert_eq!(config.timer_realtime_priority, Some(20));
         assert!(apply_file(&mut config, &mut level, "timer_realtime_priority = 100").is_err());
+    }
+
+    #[test]
+    fn metrics_take_an_address_and_are_off_by_default() {
+        assert_eq!(run(&[], &[]).unwrap().config.metrics, None);
+        let s = run(&["--metrics", "127.0.0.1:15692"], &[]).unwrap();
+        assert_eq!(s.config.metrics, Some("127.0.0.1:15692".parse().unwrap()));
+        let s = run(&[], &[("DWELLMQ_METRICS", "0.0.0.0:9419")]).unwrap();
+        assert_eq!(s.config.metrics, Some("0.0.0.0:9419".parse().unwrap()));
+        assert!(run(&["--metrics", "x"], &[])
+            .err()
+            .unwrap()
+            .contains("invalid --metrics"));
+        let mut config = BrokerConfig::default();
+        apply_file(&mut config, &mut String::new(), "metrics = \"[::1]:15692\"").unwrap();
+        assert_eq!(config.metrics, Some("[::1]:15692".parse().unwrap()));
     }
 
     #[test]
@@ -799,5 +886,46 @@ mod tests {
         assert!(!config.users[0].loopback_only);
         assert_eq!(config.limits.channel_max, 16);
         assert!(apply_file(&mut config, &mut level, "[limits]\nchannel_max = 70000").is_err());
+    }
+
+    #[test]
+    fn users_take_a_hash_and_permissions_replace_the_default_vhosts() {
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(
+            &mut config,
+            &mut level,
+            r#"
+            [[users]]
+            name = "app"
+            password_hash = "AQIDBKSR723asempcKRBlyrPWcL1zhEiLhyy/se3Vks7S5g+"
+            tags = ["management"]
+            [[users]]
+            name = "other"
+            password = "pw"
+            [[permissions]]
+            user = "app"
+            configure = "^app\\."
+            write = ".*"
+            read = ""
+            "#,
+        )
+        .unwrap();
+        let app = &config.users[0];
+        assert_eq!(
+            app.password_hash.as_deref(),
+            Some("AQIDBKSR723asempcKRBlyrPWcL1zhEiLhyy/se3Vks7S5g+")
+        );
+        assert!(app.vhosts.is_empty(), "named by [[permissions]]");
+        assert_eq!(config.users[1].vhosts, ["*"]);
+        assert_eq!(config.permissions[0].vhost, "/");
+        assert_eq!(config.permissions[0].configure, "^app\\.");
+        for bad in [
+            "[[users]]\nname = \"x\"",
+            "[[users]]\nname = \"x\"\npassword = \"a\"\npassword_hash = \"b\"",
+            "[[permissions]]\nuser = \"x\"\nwrite = \"\"\nread = \"\"",
+        ] {
+            assert!(apply_file(&mut config, &mut level, bad).is_err(), "{bad}");
+        }
     }
 }

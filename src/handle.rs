@@ -57,6 +57,10 @@ pub enum StartError {
         /// Why.
         source: PolicyError,
     },
+    /// A configured user or permission was refused (a bad password hash or pattern, or
+    /// permissions for a user who is not configured).
+    #[error("{0}")]
+    Users(String),
     /// The definitions file could not be read or applied.
     #[error("cannot import definitions: {0}")]
     Definitions(String),
@@ -115,9 +119,20 @@ impl Broker {
             None => None,
         };
         let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let metrics_listener = match config.metrics {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
+        let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
         let definitions = config.definitions.clone();
         let policies = config.policies.clone();
-        let state = BrokerState::new(config);
+        let access = crate::broker::access::Access::from_config(&config)
+            .map_err(|e| StartError::Users(e.to_string()))?;
+        let state = BrokerState::new(config, access);
         for PolicyConfig { vhost, policy } in policies {
             let name = policy.name.clone();
             set_policy(&state, &vhost, policy).map_err(|source| StartError::Policy {
@@ -145,6 +160,15 @@ impl Broker {
             );
             tasks.push(tokio::spawn(serve));
         }
+        if let Some(listener) = metrics_listener {
+            let serve = crate::http::serve_metrics(
+                Arc::clone(&state),
+                addrs.clone(),
+                listener,
+                shutdown_rx.clone(),
+            );
+            tasks.push(tokio::spawn(serve));
+        }
         let (in_memory, incoming) = mpsc::unbounded_channel();
         tasks.push(tokio::spawn(in_memory_loop(
             Arc::clone(&state),
@@ -164,10 +188,14 @@ impl Broker {
         if let Some(addr) = http_addr {
             tracing::info!(%addr, "HTTP API listening");
         }
+        if let Some(addr) = metrics_addr {
+            tracing::info!(%addr, "Prometheus metrics listening");
+        }
         Ok(BrokerHandle {
             state,
             addrs,
             http_addr,
+            metrics_addr,
             shutdown,
             tasks,
             timer_thread,
@@ -185,6 +213,7 @@ pub struct BrokerHandle {
     state: Arc<BrokerState>,
     addrs: Vec<SocketAddr>,
     http_addr: Option<SocketAddr>,
+    metrics_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     timer_thread: Option<std::thread::JoinHandle<()>>,
@@ -261,6 +290,11 @@ impl BrokerHandle {
     /// Every address the broker listens on.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// Where Prometheus metrics listen on their own, if configured (`BrokerConfig::metrics`).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Where the HTTP management API listens, if it is on (`BrokerConfig::http`).

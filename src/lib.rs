@@ -21,8 +21,8 @@ mod server;
 pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 pub use broker::memory::{HELD_MESSAGE_MEMORY_OVERHEAD, MESSAGE_MEMORY_OVERHEAD};
 pub use config::{
-    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, Policy, PolicyConfig,
-    PolicyDefinition, PolicyError, PolicyValue, UserConfig,
+    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, PermissionConfig,
+    Policy, PolicyConfig, PolicyDefinition, PolicyError, PolicyValue, UserConfig,
 };
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;

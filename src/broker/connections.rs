@@ -23,6 +23,14 @@ pub(crate) struct ChannelSummary {
     pub(crate) unacked: usize,
     pub(crate) confirm: bool,
     pub(crate) transactional: bool,
+    /// Messages published on the channel.
+    pub(crate) publish: u64,
+    /// Publishes confirmed.
+    pub(crate) confirm_count: u64,
+    /// Deliveries acknowledged.
+    pub(crate) ack: u64,
+    /// Deliveries and gets.
+    pub(crate) deliver_get: u64,
 }
 
 /// A close a test asks for (the test double's fault injection): the whole connection, or one

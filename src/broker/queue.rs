@@ -18,6 +18,7 @@ use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry};
 use parking_lot::Mutex;
 
 use super::consumer::Consumer;
+use super::rates::QueueCounters;
 use super::runtime::Runtime;
 use super::vhost::VHost;
 
@@ -62,6 +63,8 @@ pub(crate) struct Queue {
     /// The vhost, for dead-lettering and `x-expires` (unset in some unit tests).
     home: OnceLock<Weak<VHost>>,
     inner: Mutex<Inner>,
+    /// Message counters for the management API's rates.
+    pub(crate) counters: QueueCounters,
 }
 
 impl Queue {
@@ -91,6 +94,7 @@ impl Queue {
                 state: QueueState::new(settings, auto_delete, now),
                 effects: Effects::new(),
             }),
+            counters: QueueCounters::default(),
             runtime,
             home: OnceLock::new(),
         }
@@ -181,14 +185,19 @@ impl Queue {
         for effect in effects.drain() {
             match effect {
                 Effect::Deliver { consumer, entry } => {
-                    if entry.redelivered {
-                        self.runtime
-                            .hooks
-                            .redelivered
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    if let Err(entry) = consumer.sink.deliver(self, &consumer, entry) {
-                        state.undelivered(&consumer.credit, entry);
+                    let redelivered = entry.redelivered;
+                    match consumer.sink.deliver(self, &consumer, entry) {
+                        Ok(()) => {
+                            QueueCounters::add(&self.counters.deliver, 1);
+                            if redelivered {
+                                QueueCounters::add(&self.counters.redeliver, 1);
+                                self.runtime
+                                    .hooks
+                                    .redelivered
+                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                        Err(entry) => state.undelivered(&consumer.credit, entry),
                     }
                 }
                 Effect::DeadLetter { message, reason } => {
@@ -255,7 +264,9 @@ impl Queue {
         } else {
             Time::IfUsed
         };
-        self.run_at(time, |state, now, fx| state.publish(message, now, fx))
+        let outcome = self.run_at(time, |state, now, fx| state.publish(message, now, fx));
+        QueueCounters::add(&self.counters.publish, 1);
+        outcome
     }
 
     /// Delivers what consumers can take (after a qos or flow change, or a drained socket).
@@ -270,7 +281,10 @@ impl Queue {
 
     /// Delivered messages were acked (or were no-ack and are done).
     pub(crate) fn ack<'a>(self: &Arc<Self>, entries: impl IntoIterator<Item = &'a QueueEntry>) {
+        let mut acked = 0;
+        let entries = entries.into_iter().inspect(|_| acked += 1);
         self.run_at(Time::IfUsed, |state, now, fx| state.ack(entries, now, fx));
+        QueueCounters::add(&self.counters.ack, acked);
     }
 
     /// Delivered messages were rejected without requeue: dead-lettered or dropped.
@@ -332,7 +346,14 @@ impl Queue {
 
     /// `basic.get`: the head message and how many remain, or `None` when none is ready.
     pub(crate) fn get(self: &Arc<Self>, no_ack: bool) -> Option<(QueueEntry, usize)> {
-        self.run(|state, now, fx| state.get(no_ack, now, fx))
+        let got = self.run(|state, now, fx| state.get(no_ack, now, fx));
+        if let Some((entry, _)) = &got {
+            QueueCounters::add(&self.counters.get, 1);
+            if entry.redelivered {
+                QueueCounters::add(&self.counters.redeliver, 1);
+            }
+        }
+        got
     }
 
     /// Drops every ready message; returns how many.

@@ -21,11 +21,13 @@ mod page;
 mod policies;
 mod publish_get;
 mod queues;
+mod sampler;
 mod test_clock;
 mod test_faults;
 mod test_inspect;
 mod test_reset;
 mod test_wait;
+mod users;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -90,6 +92,7 @@ pub(crate) async fn serve(
         }
     };
     let api = Arc::new(Api { state, amqp, http });
+    tokio::spawn(sampler::run(Arc::clone(&api), shutdown.clone()));
     let app = router(api).into_make_service_with_connect_info::<listener::Peer>();
     let listener = listener::CappedListener::new(
         listener,
@@ -104,6 +107,41 @@ pub(crate) async fn serve(
     }
 }
 
+/// Serves Prometheus `/metrics`, and nothing else, on a listener of its own (RabbitMQ's
+/// `rabbitmq_prometheus` port) until the broker shuts down.
+pub(crate) async fn serve_metrics(
+    state: Arc<BrokerState>,
+    amqp: Vec<SocketAddr>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let http = match listener.local_addr() {
+        Ok(addr) => addr,
+        Err(error) => {
+            tracing::error!(%error, "metrics listener has no address");
+            return;
+        }
+    };
+    let api = Arc::new(Api { state, amqp, http });
+    let app = Router::new()
+        .route("/metrics", get(metrics::metrics))
+        .fallback(|| async { ApiError::not_found() })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .with_state(api)
+        .into_make_service_with_connect_info::<listener::Peer>();
+    let listener = listener::CappedListener::new(
+        listener,
+        listener::MAX_HTTP_CONNECTIONS,
+        listener::IDLE_TIMEOUT,
+    );
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown_requested(&mut shutdown).await })
+        .await;
+    if let Err(error) = result {
+        tracing::error!(%error, "metrics listener failed");
+    }
+}
+
 /// Every route. Paths with a vhost take it percent-encoded (`%2F` for `/`).
 fn router(api: Arc<Api>) -> Router {
     Router::new()
@@ -112,9 +150,26 @@ fn router(api: Arc<Api>) -> Router {
         .route("/api/whoami", get(overview::whoami))
         .route("/api/vhosts", get(overview::vhosts))
         .route("/api/vhosts/{vhost}", get(overview::vhost))
-        .route("/api/users", get(overview::users))
-        .route("/api/users/{name}", get(overview::user))
-        .route("/api/permissions", get(overview::permissions))
+        .route(
+            "/api/vhosts/{vhost}/permissions",
+            get(users::permissions_of_vhost),
+        )
+        .route("/api/users", get(users::list))
+        .route(
+            "/api/users/{name}",
+            get(users::show).put(users::put).delete(users::delete),
+        )
+        .route(
+            "/api/users/{name}/permissions",
+            get(users::permissions_of_user),
+        )
+        .route("/api/permissions", get(users::permissions))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            get(users::show_permission)
+                .put(users::put_permission)
+                .delete(users::delete_permission),
+        )
         .route("/api/health/checks/alarms", get(overview::alarms))
         .route("/api/aliveness-test/{vhost}", get(publish_get::aliveness))
         .route("/api/connections", get(connections::list))

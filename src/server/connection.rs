@@ -376,6 +376,7 @@ impl Connection {
         for slot in self.channels.values_mut() {
             if let ChannelSlot::Open(channel) = slot {
                 channel.flush_confirms(&self.outbound);
+                channel.flush_counters();
             }
         }
         self.state.stats.flush(&mut self.counts);

@@ -204,6 +204,7 @@ impl Channel {
         };
         cx.counts.published += 1;
         if publication.exchange.is_empty() && publication.routing_key.starts_with(REPLY_PREFIX) {
+            self.counters.publish += 1;
             // A direct reply: straight to the requester's reply consumer, no queue.
             let delivered = cx
                 .state
@@ -227,16 +228,21 @@ impl Channel {
         // message unroutable, as in RabbitMQ.
         // Taken out for the call, so that the channel can be borrowed meanwhile.
         let mut routing = std::mem::take(&mut self.routing);
-        match cx.vhost.exchange(&publication.exchange) {
-            Ok(exchange) => cx.vhost.route(
-                &exchange,
+        let exchange = cx.vhost.exchange(&publication.exchange).ok();
+        match &exchange {
+            Some(exchange) => cx.vhost.route(
+                exchange,
                 &publication.routing_key,
                 &publication.extra_keys,
                 publication.message.properties.headers.as_ref(),
                 publication.delay_ms > 0,
                 &mut routing,
             ),
-            Err(_) => routing.clear(),
+            None => routing.clear(),
+        }
+        match &exchange {
+            Some(exchange) => self.counters.published(exchange, routing.is_routable()),
+            None => self.counters.publish += 1,
         }
         if !routing.is_routable() && publication.mandatory {
             // Returned now and not held (Better than the plugin, which returns every delayed
@@ -327,6 +333,7 @@ impl Channel {
     fn confirm(&mut self, confirm_tag: Option<u64>) {
         if let (Some(tag), PublishMode::Confirm { acked_to, .. }) = (confirm_tag, &mut self.mode) {
             *acked_to = tag;
+            self.counters.confirm += 1;
         }
     }
 
