@@ -9,7 +9,9 @@
 2. Starts the broker with the README's TOML example as its config file, with the command its
    first line prints, and checks what the README says of it: the configured user logs in,
    `guest` no longer does.
-3. Builds a scratch crate whose Cargo.toml has the README's dependency lines (the `path` pointing
+3. Runs the test-double examples (pytest with the plugin from clients/python, node --test),
+   each starting the binary the first command built.
+4. Builds a scratch crate whose Cargo.toml has the README's dependency lines (the `path` pointing
    at this checkout) and runs the README's Rust example in it as a test; checks that
    tests/readme_example.rs is the same code (it runs with `cargo test --workspace`); and checks
    that the library without default features pulls in none of the binary's dependencies.
@@ -60,8 +62,22 @@ def code_blocks(language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
 
 
+# The first line of a test-double example names its file: `# test_reminder.py: ...`.
+TEST_FILE_LINE = re.compile(r"^(?:#|//) (\S+\.(?:py|js)): ")
+
+
+def test_file_blocks(language: str) -> list[tuple[str, str]]:
+    """(file name, code) of the README's test-double examples in `language`."""
+    found = []
+    for block in code_blocks(language):
+        match = TEST_FILE_LINE.match(block)
+        if match:
+            found.append((match.group(1), block))
+    return found
+
+
 def only_block(language: str) -> str:
-    blocks = code_blocks(language)
+    blocks = [b for b in code_blocks(language) if not TEST_FILE_LINE.match(b)]
     if len(blocks) != 1:
         fail(f"expected one ```{language} block in README.md, found {len(blocks)}")
     return blocks[0]
@@ -292,10 +308,36 @@ def no_binary_dependencies_for_embedders() -> None:
     step("the library without default features pulls in none of " + ", ".join(BINARY_ONLY_DEPENDENCIES))
 
 
+def the_test_double_examples(work: Path) -> None:
+    """The pytest and node --test examples, each against a broker it starts itself from the
+    binary the first command built (DWELLMQ_BIN)."""
+    profile = "debug" if os.environ.get("README_PROFILE") == "debug" else "release"
+    binary = target_dir() / profile / "dwellmq"
+    if not binary.is_file():
+        fail(f"{binary} is missing (the README's first command builds it)")
+    env = dict(os.environ, DWELLMQ_BIN=str(binary))
+    python = test_file_blocks("python")
+    node = test_file_blocks("js")
+    if len(python) != 1 or len(node) != 1:
+        fail(f"expected one pytest and one node --test example, found {len(python)} and {len(node)}")
+    try:
+        import dwellmq_testing  # noqa: F401
+    except ImportError:
+        fail("the pytest plugin is missing: pip install ./clients/python")
+    name, code = python[0]
+    (work / name).write_text(code)
+    run_example("pytest example", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", name], env, work)
+    name, code = node[0]
+    (work / name).write_text(code)
+    node_env = dict(env, NODE_PATH=str(REPO / "tests" / "node" / "node_modules"))
+    run_example("node --test example", ["node", "--test", name], node_env, work)
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dwellmq-readme-") as tmp:
         work = Path(tmp)
         examples_against_the_first_command(work)
+        the_test_double_examples(work)
         the_toml_example(work)
         the_rust_example(work)
     no_binary_dependencies_for_embedders()

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use dwellmq::{
-    ApplyTo, BrokerConfig, ExpiryMode, Limits, MemoryWatermark, Policy, PolicyConfig,
-    PolicyDefinition, PolicyValue, UserConfig,
+    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, PermissionConfig,
+    Policy, PolicyConfig, PolicyDefinition, PolicyValue, UserConfig,
 };
 
 /// The `--help` text, with the built-in defaults of [`Limits`].
@@ -70,21 +70,34 @@ OPTIONS:
                                                                           env: DWELLMQ_LOG
   --http ADDR|off    HTTP management API and /metrics (default 127.0.0.1:15672)
                                                                          env: DWELLMQ_HTTP
+  --metrics ADDR|off  also serve Prometheus /metrics alone on ADDR (RabbitMQ's port is 15692;
+                     default off)                               env: DWELLMQ_METRICS
   --definitions FILE  declare the exchanges, queues and bindings of a RabbitMQ definitions
                      file (JSON) at start                       env: DWELLMQ_DEFINITIONS
   --timer-rt-priority N  run the delayed-message timer thread under SCHED_FIFO at priority
                      N (1-99, Linux, needs CAP_SYS_NICE): releases stay on time on a busy host
   --expiry MODE      on-time (default): a message expires at its deadline wherever it is in
                      its queue; head-only: only at the head, as RabbitMQ's classic queues
+  --manual-clock [START]  test double: time moves only when a test moves it (POST
+                     /test/clock/advance); starts at START (ms since 1970 or RFC 3339,
+                     default: now)                        env: DWELLMQ_MANUAL_CLOCK
+  --name-seed N      test double: server-generated names (amq.gen-, amq.ctag-) from a
+                     generator seeded with N, reproducible (and guessable)
   -h, --help         print this help
   -V, --version      print the version
 
 CONFIG FILE (TOML; the environment and flags override it):
   listen = [\"127.0.0.1:5672\"]   data_dir = \"DIR\"   in_memory = true   log_level = \"info\"
   vhosts = [\"/\", \"staging\"]      timer_realtime_priority = N   expiry = \"head-only\"
-  [[users]]   name, password, vhosts (default [\"*\"]), loopback_only (default false).
-              Any [[users]] entry replaces the default guest/guest (loopback only): list
-              guest too to keep it.
+  manual_clock = true | START     name_seed = N
+  http = \"127.0.0.1:15672\"   metrics = \"127.0.0.1:15692\"   definitions = \"FILE\"
+  [[users]]   name, password (or password_hash: RabbitMQ's salted SHA-256, base64), tags
+              ([\"administrator\"], ...), loopback_only (default false), vhosts: full
+              permissions there (default [\"*\"] unless [[permissions]] name the user).
+              Any [[users]] entry replaces the default guest/guest (loopback only; logged at
+              start): list guest too to keep it.
+  [[permissions]] user, vhost (default \"/\"), configure, write, read: RabbitMQ's
+              regular expressions (unanchored; \"\" allows nothing).
   [[policies]] name, pattern, vhost (default \"/\"), apply_to (default \"all\"), priority
               (default 0), definition = {{ message-ttl = 60000, ... }} (RabbitMQ's keys)
   [limits]
@@ -95,7 +108,8 @@ CONFIG FILE (TOML; the environment and flags override it):
               set, else the RAM); .absolute = octets or a size in RabbitMQ's units
               (\"2GiB\", \"512MB\").
 
-The first line on stdout is the AMQP URL the broker listens on. Logs go to stderr, in colour
+The first line on stdout is the AMQP URL the broker listens on; the second, when HTTP is on,
+the HTTP API's URL (http://ADDR). Logs go to stderr, in colour
 only on a terminal (and not with NO_COLOR set). SIGTERM or Ctrl-C shuts down gracefully:
 clients get connection.close 320 (CONNECTION_FORCED) and the broker exits once they have
 answered (3 s at most).",
@@ -138,7 +152,11 @@ struct Flags {
     timer_rt_priority: Option<String>,
     expiry: Option<String>,
     http: Option<String>,
+    metrics: Option<String>,
     definitions: Option<String>,
+    /// `--manual-clock`, with its START if given (`Some("")` without).
+    manual_clock: Option<String>,
+    name_seed: Option<String>,
 }
 
 /// Parses `args` (without the program name) with `env` as the environment lookup.
@@ -147,7 +165,7 @@ pub(crate) fn parse(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Command, String> {
     let mut flags = Flags::default();
-    let mut args = args.into_iter();
+    let mut args = args.into_iter().peekable();
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -170,7 +188,19 @@ pub(crate) fn parse(
             "--timer-rt-priority" => flags.timer_rt_priority = Some(value("--timer-rt-priority")?),
             "--expiry" => flags.expiry = Some(value("--expiry")?),
             "--http" => flags.http = Some(value("--http")?),
+            "--metrics" => flags.metrics = Some(value("--metrics")?),
             "--definitions" => flags.definitions = Some(value("--definitions")?),
+            "--manual-clock" => {
+                // START is optional: the next argument is it unless it is another option.
+                flags.manual_clock = Some(match inline {
+                    Some(start) => start,
+                    None => match args.peek() {
+                        Some(next) if !next.starts_with('-') => args.next().unwrap_or_default(),
+                        _ => String::new(),
+                    },
+                });
+            }
+            "--name-seed" => flags.name_seed = Some(value("--name-seed")?),
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
@@ -213,6 +243,9 @@ pub(crate) fn parse(
     if let Some(http) = flags.http.or_else(|| env("DWELLMQ_HTTP")) {
         config.http = parse_http(&http)?;
     }
+    if let Some(metrics) = flags.metrics.or_else(|| env("DWELLMQ_METRICS")) {
+        config.metrics = parse_listener("--metrics", &metrics)?;
+    }
     if let Some(file) = flags.definitions.or_else(|| env("DWELLMQ_DEFINITIONS")) {
         config.definitions = Some(PathBuf::from(file));
     }
@@ -227,7 +260,28 @@ pub(crate) fn parse(
     if let Some(mode) = flags.expiry {
         config.expiry_mode = parse_expiry(&mode)?;
     }
+    if let Some(start) = flags.manual_clock.or_else(|| env("DWELLMQ_MANUAL_CLOCK")) {
+        config.clock = manual_clock(&start)?;
+    }
+    if let Some(seed) = flags.name_seed {
+        config.name_seed = Some(
+            seed.parse()
+                .map_err(|_| format!("invalid --name-seed '{seed}' (a number)"))?,
+        );
+    }
     Ok(Command::Run(Box::new(Settings { config, log_level })))
+}
+
+/// `--manual-clock [START]`: START as ms since 1970 or RFC 3339; empty means now.
+fn manual_clock(start: &str) -> Result<ClockConfig, String> {
+    let start_ms = if start.is_empty() || start == "true" || start == "1" {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    } else {
+        ClockConfig::parse_manual_start(start).map_err(|e| format!("--manual-clock: {e}"))?
+    };
+    Ok(ClockConfig::Manual { start_ms })
 }
 
 fn parse_expiry(mode: &str) -> Result<ExpiryMode, String> {
@@ -250,6 +304,17 @@ fn parse_addrs<'a>(addrs: impl Iterator<Item = &'a str>) -> Result<Vec<SocketAdd
         .collect()
 }
 
+/// `--metrics` (or another optional listener): an address, or `off`.
+fn parse_listener(flag: &str, value: &str) -> Result<Option<SocketAddr>, String> {
+    if value == "off" {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .map_err(|_| format!("invalid {flag} '{value}' (expected e.g. 127.0.0.1:15692, or off)"))
+}
+
 /// `--http`: an address, or `off`.
 fn parse_http(value: &str) -> Result<Option<SocketAddr>, String> {
     if value == "off" {
@@ -263,6 +328,7 @@ fn parse_http(value: &str) -> Result<Option<SocketAddr>, String> {
 
 fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> Result<(), String> {
     let table: toml::Table = text.parse().map_err(|e| format!("{e}"))?;
+    let mut users = None;
     for (key, value) in &table {
         match key.as_str() {
             "listen" => {
@@ -282,8 +348,31 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                 config.expiry_mode = parse_expiry(mode)?;
             }
             "http" => config.http = parse_http(&string(value, "http")?)?,
+            "metrics" => config.metrics = parse_listener("metrics", &string(value, "metrics")?)?,
             "definitions" => {
                 config.definitions = Some(PathBuf::from(string(value, "definitions")?))
+            }
+            "manual_clock" => match value {
+                toml::Value::Boolean(false) => {}
+                toml::Value::Boolean(true) => config.clock = manual_clock("")?,
+                toml::Value::Integer(n) if *n >= 0 => {
+                    config.clock = ClockConfig::Manual {
+                        start_ms: *n as u64,
+                    }
+                }
+                toml::Value::String(s) => config.clock = manual_clock(s)?,
+                _ => {
+                    return Err(
+                        "manual_clock must be true, ms since 1970 or an RFC 3339 time".into(),
+                    )
+                }
+            },
+            "name_seed" => {
+                let n = value
+                    .as_integer()
+                    .filter(|n| *n >= 0)
+                    .ok_or("name_seed must be a non-negative integer")?;
+                config.name_seed = Some(n as u64);
             }
             "timer_realtime_priority" => {
                 let n = value
@@ -292,9 +381,13 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                     .ok_or("timer_realtime_priority must be an integer from 1 to 99")?;
                 config.timer_realtime_priority = Some(n as u8);
             }
-            "users" => {
-                let users = value.as_array().ok_or("users must be an array of tables")?;
-                config.users = users.iter().map(user).collect::<Result<_, _>>()?;
+            // Read after the loop: a user's default vhosts depend on [[permissions]].
+            "users" => users = Some(value),
+            "permissions" => {
+                let entries = value
+                    .as_array()
+                    .ok_or("permissions must be an array of tables")?;
+                config.permissions = entries.iter().map(permission).collect::<Result<_, _>>()?;
             }
             "policies" => {
                 let policies = value
@@ -341,6 +434,13 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             }
             other => return Err(format!("unknown setting '{other}'")),
         }
+    }
+    if let Some(value) = users {
+        let users = value.as_array().ok_or("users must be an array of tables")?;
+        config.users = users
+            .iter()
+            .map(|u| user(u, &config.permissions))
+            .collect::<Result<_, _>>()?;
     }
     Ok(())
 }
@@ -395,18 +495,33 @@ fn string_list(value: &toml::Value, name: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-fn user(value: &toml::Value) -> Result<UserConfig, String> {
+/// One `[[users]]` table. Without `vhosts`, a user gets every vhost (`["*"]`) unless a
+/// `[[permissions]]` entry names it.
+fn user(value: &toml::Value, permissions: &[PermissionConfig]) -> Result<UserConfig, String> {
     let t = value
         .as_table()
         .ok_or("each [[users]] entry must be a table")?;
     let field = |k: &str| t.get(k).map(|v| string(v, &format!("users.{k}")));
+    let name = field("name").ok_or("users.name is required")??;
+    let (password, password_hash) = match (field("password"), field("password_hash")) {
+        (Some(password), None) => (password?, None),
+        (None, Some(hash)) => (String::new(), Some(hash?)),
+        _ => {
+            return Err(format!(
+                "user '{name}' needs exactly one of password and password_hash"
+            ))
+        }
+    };
+    let named = permissions.iter().any(|p| p.user == name);
     Ok(UserConfig {
-        name: field("name").ok_or("users.name is required")??,
-        password: field("password").ok_or("users.password is required")??,
         vhosts: match t.get("vhosts") {
             Some(v) => string_list(v, "users.vhosts")?,
+            None if named => Vec::new(),
             None => vec!["*".into()],
         },
+        name,
+        password,
+        password_hash,
         loopback_only: t
             .get("loopback_only")
             .map(|v| {
@@ -419,6 +534,26 @@ fn user(value: &toml::Value) -> Result<UserConfig, String> {
             Some(v) => string_list(v, "users.tags")?,
             None => Vec::new(),
         },
+    })
+}
+
+/// One `[[permissions]]` table: user, vhost (default "/"), configure, write, read.
+fn permission(value: &toml::Value) -> Result<PermissionConfig, String> {
+    let t = value
+        .as_table()
+        .ok_or("each [[permissions]] entry must be a table")?;
+    let field = |k: &str| {
+        t.get(k)
+            .map(|v| string(v, &format!("permissions.{k}")))
+            .transpose()
+    };
+    let required = |k: &str| field(k)?.ok_or_else(|| format!("permissions.{k} is required"));
+    Ok(PermissionConfig {
+        user: required("user")?,
+        vhost: field("vhost")?.unwrap_or_else(|| "/".into()),
+        configure: required("configure")?,
+        write: required("write")?,
+        read: required("read")?,
     })
 }
 
@@ -531,6 +666,22 @@ mod tests {
     }
 
     #[test]
+    fn metrics_take_an_address_and_are_off_by_default() {
+        assert_eq!(run(&[], &[]).unwrap().config.metrics, None);
+        let s = run(&["--metrics", "127.0.0.1:15692"], &[]).unwrap();
+        assert_eq!(s.config.metrics, Some("127.0.0.1:15692".parse().unwrap()));
+        let s = run(&[], &[("DWELLMQ_METRICS", "0.0.0.0:9419")]).unwrap();
+        assert_eq!(s.config.metrics, Some("0.0.0.0:9419".parse().unwrap()));
+        assert!(run(&["--metrics", "x"], &[])
+            .err()
+            .unwrap()
+            .contains("invalid --metrics"));
+        let mut config = BrokerConfig::default();
+        apply_file(&mut config, &mut String::new(), "metrics = \"[::1]:15692\"").unwrap();
+        assert_eq!(config.metrics, Some("[::1]:15692".parse().unwrap()));
+    }
+
+    #[test]
     fn http_takes_an_address_or_off() {
         let s = run(&[], &[]).unwrap();
         assert_eq!(s.config.http, Some("127.0.0.1:15672".parse().unwrap()));
@@ -575,6 +726,31 @@ mod tests {
             bad.unwrap_err(),
             "policy 'p': Validation failed: -5 is not a valid message-ttl"
         );
+    }
+
+    #[test]
+    fn manual_clock_and_name_seed() {
+        let s = run(&["--manual-clock", "--in-memory"], &[]).unwrap();
+        assert!(matches!(s.config.clock, ClockConfig::Manual { start_ms } if start_ms > 0));
+        assert_eq!(s.config.data_dir, None);
+        let s = run(&["--manual-clock", "2026-01-01T09:00:00Z"], &[]).unwrap();
+        assert_eq!(
+            s.config.clock,
+            ClockConfig::Manual {
+                start_ms: 1_767_258_000_000
+            }
+        );
+        let s = run(&["--manual-clock=5000", "--name-seed", "7"], &[]).unwrap();
+        assert_eq!(s.config.clock, ClockConfig::Manual { start_ms: 5000 });
+        assert_eq!(s.config.name_seed, Some(7));
+        assert!(run(&["--manual-clock", "yesterday"], &[]).is_err());
+        assert!(run(&["--name-seed", "x"], &[]).is_err());
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(&mut config, &mut level, "manual_clock = 42\nname_seed = 3").unwrap();
+        assert_eq!(config.clock, ClockConfig::Manual { start_ms: 42 });
+        assert_eq!(config.name_seed, Some(3));
+        assert!(apply_file(&mut config, &mut level, "manual_clock = 'soon'").is_err());
     }
 
     #[test]
@@ -714,5 +890,46 @@ mod tests {
         assert!(!config.users[0].loopback_only);
         assert_eq!(config.limits.channel_max, 16);
         assert!(apply_file(&mut config, &mut level, "[limits]\nchannel_max = 70000").is_err());
+    }
+
+    #[test]
+    fn users_take_a_hash_and_permissions_replace_the_default_vhosts() {
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(
+            &mut config,
+            &mut level,
+            r#"
+            [[users]]
+            name = "app"
+            password_hash = "AQIDBKSR723asempcKRBlyrPWcL1zhEiLhyy/se3Vks7S5g+"
+            tags = ["management"]
+            [[users]]
+            name = "other"
+            password = "pw"
+            [[permissions]]
+            user = "app"
+            configure = "^app\\."
+            write = ".*"
+            read = ""
+            "#,
+        )
+        .unwrap();
+        let app = &config.users[0];
+        assert_eq!(
+            app.password_hash.as_deref(),
+            Some("AQIDBKSR723asempcKRBlyrPWcL1zhEiLhyy/se3Vks7S5g+")
+        );
+        assert!(app.vhosts.is_empty(), "named by [[permissions]]");
+        assert_eq!(config.users[1].vhosts, ["*"]);
+        assert_eq!(config.permissions[0].vhost, "/");
+        assert_eq!(config.permissions[0].configure, "^app\\.");
+        for bad in [
+            "[[users]]\nname = \"x\"",
+            "[[users]]\nname = \"x\"\npassword = \"a\"\npassword_hash = \"b\"",
+            "[[permissions]]\nuser = \"x\"\nwrite = \"\"\nread = \"\"",
+        ] {
+            assert!(apply_file(&mut config, &mut level, bad).is_err(), "{bad}");
+        }
     }
 }

@@ -16,13 +16,20 @@ pub struct PolicyConfig {
 }
 
 /// A user who may connect.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UserConfig {
     /// Login name.
     pub name: String,
-    /// Password (PLAIN / AMQPLAIN).
+    /// Password (PLAIN / AMQPLAIN); stored hashed at start. Ignored when `password_hash` is
+    /// set.
     pub password: String,
-    /// Vhosts the user may open; `["*"]` means all of them.
+    /// The password as RabbitMQ stores it (`password_hash` of a definitions file:
+    /// base64 of a 4-byte salt and SHA-256 of salt and password,
+    /// `rabbit_password_hashing_sha256`), instead of `password`.
+    pub password_hash: Option<String>,
+    /// Shorthand for full permissions (`.*` configure, write and read) in these vhosts;
+    /// `["*"]` means all of them. A [`PermissionConfig`] for the same user and vhost takes
+    /// precedence.
     pub vhosts: Vec<String>,
     /// Only connections from a loopback address may log in as this user (RabbitMQ's rule for
     /// `guest`).
@@ -39,15 +46,41 @@ impl UserConfig {
         UserConfig {
             name: "guest".into(),
             password: "guest".into(),
+            password_hash: None,
             vhosts: vec!["*".into()],
             loopback_only: true,
             tags: vec!["administrator".into()],
         }
     }
+}
 
-    /// Whether the user may open `vhost`.
-    pub fn may_open(&self, vhost: &str) -> bool {
-        self.vhosts.iter().any(|v| v == "*" || v == vhost)
+/// A user's permissions in one vhost: RabbitMQ's configure / write / read regular
+/// expressions, matched against resource names without anchoring (as RabbitMQ's `re:run`);
+/// an empty pattern allows nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionConfig {
+    /// The user.
+    pub user: String,
+    /// The vhost.
+    pub vhost: String,
+    /// Declare and delete queues and exchanges whose names match.
+    pub configure: String,
+    /// Publish to matching exchanges, bind matching queues (and exchanges) as destinations.
+    pub write: String,
+    /// Consume from, get from and purge matching queues, bind from matching exchanges.
+    pub read: String,
+}
+
+impl PermissionConfig {
+    /// Everything in `vhost` (`.*` three times).
+    pub fn full(user: &str, vhost: &str) -> Self {
+        PermissionConfig {
+            user: user.into(),
+            vhost: vhost.into(),
+            configure: ".*".into(),
+            write: ".*".into(),
+            read: ".*".into(),
+        }
     }
 }
 
@@ -193,8 +226,11 @@ pub struct BrokerConfig {
     /// embedders) keeps everything in memory and writes nothing. A second broker on the same
     /// directory is refused at start.
     pub data_dir: Option<PathBuf>,
-    /// Users who may connect.
+    /// Users who may connect. Without a user named `guest` here, there is no `guest` (the
+    /// broker logs that at start).
     pub users: Vec<UserConfig>,
+    /// Permissions per user and vhost, beyond the `vhosts` shorthand of each user.
+    pub permissions: Vec<PermissionConfig>,
     /// Virtual hosts (`/` is always present).
     pub vhosts: Vec<String>,
     /// Resource limits.
@@ -215,6 +251,10 @@ pub struct BrokerConfig {
     /// Where the HTTP management API and `/metrics` listen (RabbitMQ's port 15672); `None`
     /// turns HTTP off. Port 0 picks a free port.
     pub http: Option<SocketAddr>,
+    /// Where Prometheus `/metrics` is also served on a listener of its own (RabbitMQ's
+    /// `rabbitmq_prometheus` port, 15692), with nothing else; `None` (the default) leaves
+    /// `/metrics` on the HTTP API's listener only.
+    pub metrics: Option<SocketAddr>,
     /// A RabbitMQ definitions file (JSON) whose exchanges, queues and bindings are declared at
     /// start, before any client connects.
     pub definitions: Option<PathBuf>,
@@ -238,6 +278,7 @@ impl Default for BrokerConfig {
             ],
             data_dir: None,
             users: vec![UserConfig::guest()],
+            permissions: Vec::new(),
             vhosts: vec!["/".into()],
             limits: Limits::default(),
             clock: ClockConfig::System,
@@ -245,6 +286,7 @@ impl Default for BrokerConfig {
             expiry_mode: ExpiryMode::OnTime,
             policies: Vec::new(),
             http: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 15672))),
+            metrics: None,
             definitions: None,
             name_seed: None,
             store_faults: None,

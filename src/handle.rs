@@ -1,5 +1,10 @@
 //! `Broker::start` and the handle an embedder keeps.
 
+mod clock;
+mod counters;
+mod faults;
+mod inspect;
+mod reset;
 mod wait;
 
 use std::net::SocketAddr;
@@ -17,7 +22,16 @@ use crate::broker::delayed::{DelayedId, DelayedMessageInfo};
 use crate::broker::BrokerState;
 use crate::config::{BrokerConfig, Policy, PolicyConfig, PolicyError};
 use crate::server::{accept_loop, in_memory_loop};
+pub(crate) use clock::{release_due, settle};
+pub(crate) use counters::counters;
+pub use counters::{Counters, DEATH_REASONS};
 pub use dwellmq_core::queue::DeathReason;
+pub use faults::FaultError;
+pub(crate) use faults::{delay_deliveries, force_close};
+pub use inspect::PeekedMessage;
+pub(crate) use reset::reset;
+pub use reset::ResetError;
+pub(crate) use wait::check;
 pub use wait::{Condition, WaitTimeout};
 
 /// Why the broker could not start.
@@ -48,6 +62,10 @@ pub enum StartError {
     /// restored.
     #[error("{0}")]
     Store(String),
+    /// A configured user or permission was refused (a bad password hash or pattern, or
+    /// permissions for a user who is not configured).
+    #[error("{0}")]
+    Users(String),
     /// The definitions file could not be read or applied.
     #[error("cannot import definitions: {0}")]
     Definitions(String),
@@ -106,8 +124,19 @@ impl Broker {
             None => None,
         };
         let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let metrics_listener = match config.metrics {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
+        let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
         let definitions = config.definitions.clone();
         let policies = config.policies.clone();
+        let access = crate::broker::access::Access::from_config(&config)
+            .map_err(|e| StartError::Users(e.to_string()))?;
         let store = match config.data_dir.clone() {
             // Opening may repair the file after a crash: file IO off the async workers.
             Some(dir) => Some(Arc::new(
@@ -121,7 +150,7 @@ impl Broker {
             )),
             None => None,
         };
-        let state = BrokerState::with_store(config, store);
+        let state = BrokerState::with_store(config, access, store);
         let restoring = Arc::clone(&state);
         tokio::task::spawn_blocking(move || crate::broker::persist::recover::restore(&restoring))
             .await
@@ -154,6 +183,15 @@ impl Broker {
             );
             tasks.push(tokio::spawn(serve));
         }
+        if let Some(listener) = metrics_listener {
+            let serve = crate::http::serve_metrics(
+                Arc::clone(&state),
+                addrs.clone(),
+                listener,
+                shutdown_rx.clone(),
+            );
+            tasks.push(tokio::spawn(serve));
+        }
         let (in_memory, incoming) = mpsc::unbounded_channel();
         tasks.push(tokio::spawn(in_memory_loop(
             Arc::clone(&state),
@@ -173,10 +211,14 @@ impl Broker {
         if let Some(addr) = http_addr {
             tracing::info!(%addr, "HTTP API listening");
         }
+        if let Some(addr) = metrics_addr {
+            tracing::info!(%addr, "Prometheus metrics listening");
+        }
         Ok(BrokerHandle {
             state,
             addrs,
             http_addr,
+            metrics_addr,
             shutdown,
             tasks,
             timer_thread,
@@ -194,6 +236,7 @@ pub struct BrokerHandle {
     state: Arc<BrokerState>,
     addrs: Vec<SocketAddr>,
     http_addr: Option<SocketAddr>,
+    metrics_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     timer_thread: Option<std::thread::JoinHandle<()>>,
@@ -272,6 +315,11 @@ impl BrokerHandle {
         &self.addrs
     }
 
+    /// Where Prometheus metrics listen on their own, if configured (`BrokerConfig::metrics`).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
     /// Where the HTTP management API listens, if it is on (`BrokerConfig::http`).
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http_addr
@@ -284,16 +332,7 @@ impl BrokerHandle {
 
     /// Queue snapshot in `vhost`, or `None` if the queue does not exist.
     pub fn queue_info(&self, vhost: &str, queue: &str) -> Option<QueueInfo> {
-        let queue = self.state.vhost(vhost)?.queue(queue).ok()?;
-        let retrying = queue.retrying();
-        Some(QueueInfo {
-            name: queue.name.to_string(),
-            messages: queue.message_count(),
-            consumers: queue.consumer_count(),
-            unacked: queue.unacked_count(),
-            retrying: retrying.len(),
-            next_retry_at: retrying.first().map(|(at, _)| *at),
-        })
+        queue_info(&self.state, vhost, queue)
     }
 
     /// The messages of a quorum queue waiting for a delayed retry, the next one first.
@@ -399,40 +438,15 @@ impl BrokerHandle {
     pub fn advance(&self, by: Duration) -> usize {
         let clock = self.manual_clock();
         let target = clock.now_ms().saturating_add(by.as_millis() as u64);
-        self.release_due(target)
+        clock::release_due(&self.state, clock, target)
     }
 
     /// Sets a manual clock to `now_ms` (never backwards) and releases what is due, like
     /// [`BrokerHandle::advance`].
     pub fn set_now(&self, now_ms: u64) -> usize {
-        let target = now_ms.max(self.manual_clock().now_ms());
-        self.release_due(target)
-    }
-
-    /// What the timer thread does under the system clock, all at once: every deadline up to
-    /// `target_ms` is served at its own time, in order, so a chain of deadlines (a message
-    /// that expires into a queue where it waits again) plays out as it would in real time.
-    fn release_due(&self, target_ms: u64) -> usize {
         let clock = self.manual_clock();
-        let mut released = 0;
-        // Rounds at one instant; a deadline that keeps re-arming itself at `now` is a bug, and
-        // must not hang the test that advances the clock.
-        let mut rounds_at_now = 0;
-        loop {
-            let now = clock.now_ms();
-            released += self.state.delayed.release_due(now);
-            self.state.delayed.move_in(now, None);
-            match self.state.runtime.next_wake() {
-                Some(next) if next <= now && rounds_at_now < 1000 => rounds_at_now += 1,
-                Some(next) if next <= target_ms && next > now => {
-                    rounds_at_now = 0;
-                    clock.set_now(next);
-                }
-                _ => break,
-            }
-        }
-        clock.set_now(target_ms);
-        released
+        let target = now_ms.max(clock.now_ms());
+        clock::release_due(&self.state, clock, target)
     }
 
     fn manual_clock(&self) -> &dwellmq_timer::ManualClock {
@@ -452,26 +466,7 @@ impl BrokerHandle {
 
     /// [`BrokerHandle::settle`] with another time limit.
     pub async fn settle_within(&self, timeout: Duration) -> Result<(), SettleTimeout> {
-        // Tokio's clock, so that a test with paused time waits in its own time.
-        let started = tokio::time::Instant::now();
-        loop {
-            let unwritten: Vec<UnwrittenOutput> = self
-                .state
-                .outbounds
-                .lock()
-                .iter()
-                .filter_map(|o| o.upgrade())
-                .filter_map(|o| o.unwritten())
-                .collect();
-            if unwritten.is_empty() {
-                return Ok(());
-            }
-            let waited = started.elapsed();
-            if waited >= timeout {
-                return Err(SettleTimeout { waited, unwritten });
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        clock::settle(&self.state, timeout).await
     }
 
     /// Messages held by the delayed exchange `exchange` in `vhost`.
@@ -570,6 +565,20 @@ impl BrokerHandle {
             let _ = tokio::task::spawn_blocking(move || store.shutdown()).await;
         }
     }
+}
+
+/// A queue snapshot, for the handle and the test endpoints.
+pub(crate) fn queue_info(state: &BrokerState, vhost: &str, queue: &str) -> Option<QueueInfo> {
+    let queue = state.vhost(vhost)?.queue(queue).ok()?;
+    let retrying = queue.retrying();
+    Some(QueueInfo {
+        name: queue.name.to_string(),
+        messages: queue.message_count(),
+        consumers: queue.consumer_count(),
+        unacked: queue.unacked_count(),
+        retrying: retrying.len(),
+        next_retry_at: retrying.first().map(|(at, _)| *at),
+    })
 }
 
 fn set_policy(state: &BrokerState, vhost: &str, policy: Policy) -> Result<(), PolicyError> {

@@ -15,19 +15,21 @@ mod broker;
 mod config;
 mod handle;
 mod http;
+mod rfc3339;
 mod server;
 
 pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 pub use broker::memory::{HELD_MESSAGE_MEMORY_OVERHEAD, MESSAGE_MEMORY_OVERHEAD};
 pub use config::{
-    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, Policy, PolicyConfig,
-    PolicyDefinition, PolicyError, PolicyValue, UserConfig,
+    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, PermissionConfig,
+    Policy, PolicyConfig, PolicyDefinition, PolicyError, PolicyValue, UserConfig,
 };
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;
 #[doc(hidden)]
 pub use dwellmq_store::faults::Faults as StoreFaults;
 pub use handle::{
-    Broker, BrokerHandle, Condition, DeathReason, QueueInfo, RetryingMessageInfo, SettleTimeout,
-    StartError, UnwrittenOutput, WaitTimeout, SETTLE_TIMEOUT,
+    Broker, BrokerHandle, Condition, Counters, DeathReason, FaultError, PeekedMessage, QueueInfo,
+    ResetError, RetryingMessageInfo, SettleTimeout, StartError, UnwrittenOutput, WaitTimeout,
+    DEATH_REASONS, SETTLE_TIMEOUT,
 };

@@ -58,8 +58,12 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        // The contract with scripts and tests: the first stdout line is the URL.
+        // The contract with scripts and tests: the first stdout line is the URL; the second,
+        // when HTTP is on, the HTTP API's (test fixtures read both).
         println!("{}", broker.amqp_url());
+        if let Some(addr) = broker.http_addr() {
+            println!("http://{addr}");
+        }
         wait_for_signal().await;
         tracing::info!("shutting down");
         broker.shutdown().await;

@@ -371,6 +371,7 @@ fn user(name: &str, password: &str, vhosts: &[&str]) -> UserConfig {
     UserConfig {
         name: name.into(),
         password: password.into(),
+        password_hash: None,
         vhosts: vhosts.iter().map(|v| v.to_string()).collect(),
         loopback_only: false,
         tags: Vec::new(),

@@ -12,6 +12,7 @@ fn user(name: &str, vhosts: &[&str], tags: &[&str]) -> UserConfig {
     UserConfig {
         name: name.into(),
         password: "pw".into(),
+        password_hash: None,
         vhosts: vhosts.iter().map(|v| v.to_string()).collect(),
         loopback_only: false,
         tags: tags.iter().map(|t| t.to_string()).collect(),

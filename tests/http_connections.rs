@@ -19,6 +19,7 @@ fn config() -> BrokerConfig {
     config.users.push(UserConfig {
         name: "mgmt".into(),
         password: "pw".into(),
+        password_hash: None,
         vhosts: vec!["*".into()],
         loopback_only: false,
         tags: vec!["management".into()],

@@ -166,6 +166,7 @@ async fn only_administrators_see_or_change_definitions() {
     config.users.push(UserConfig {
         name: "mon".into(),
         password: "pw".into(),
+        password_hash: None,
         vhosts: vec!["*".into()],
         loopback_only: false,
         tags: vec!["monitoring".into()],

@@ -314,10 +314,11 @@ async fn publish_counters_count_routed_dropped_and_returned_messages() {
         Some(1.0)
     );
     let overview = get(addr, "/api/overview", GUEST).await.json();
-    assert_eq!(
-        overview["message_stats"],
-        json!({"publish": 4, "drop_unroutable": 2, "return_unroutable": 1})
-    );
+    let stats = &overview["message_stats"];
+    assert_eq!(stats["publish"], 4);
+    assert_eq!(stats["drop_unroutable"], 2);
+    assert_eq!(stats["return_unroutable"], 1);
+    assert!(stats["publish_details"]["rate"].is_number(), "{stats}");
     drop(t); // shuts the broker down
 }
 

@@ -23,6 +23,23 @@ pub(crate) struct ChannelSummary {
     pub(crate) unacked: usize,
     pub(crate) confirm: bool,
     pub(crate) transactional: bool,
+    /// Messages published on the channel.
+    pub(crate) publish: u64,
+    /// Publishes confirmed.
+    pub(crate) confirm_count: u64,
+    /// Deliveries acknowledged.
+    pub(crate) ack: u64,
+    /// Deliveries and gets.
+    pub(crate) deliver_get: u64,
+}
+
+/// A close a test asks for (the test double's fault injection): the whole connection, or one
+/// of its channels, with the reply code and text of `error`.
+#[derive(Debug, Clone)]
+pub(crate) struct ForcedClose {
+    /// `None` closes the connection.
+    pub(crate) channel: Option<u16>,
+    pub(crate) error: dwellmq_core::BrokerError,
 }
 
 /// A request for the connection's channels, answered by its task (which owns them).
@@ -51,6 +68,10 @@ pub(crate) struct ConnectionInfo {
     close: watch::Sender<Option<String>>,
     /// To the connection's task: describe your channels.
     channel_requests: mpsc::Sender<ChannelsRequest>,
+    /// To the connection's task: close yourself or a channel (a test's fault).
+    forced: mpsc::UnboundedSender<ForcedClose>,
+    /// The other end, until the connection's task takes it.
+    forced_requests: Mutex<Option<mpsc::UnboundedReceiver<ForcedClose>>>,
 }
 
 impl ConnectionInfo {
@@ -66,6 +87,7 @@ impl ConnectionInfo {
         (heartbeat_secs, frame_max, channel_max): (u16, u32, u16),
     ) -> (Self, mpsc::Receiver<ChannelsRequest>) {
         let (channel_requests, requests) = mpsc::channel(16);
+        let (forced, forced_requests) = mpsc::unbounded_channel();
         let info = ConnectionInfo {
             id,
             name: format!("{peer} -> {local}"),
@@ -81,6 +103,8 @@ impl ConnectionInfo {
             channels: AtomicUsize::new(0),
             close: watch::channel(None).0,
             channel_requests,
+            forced,
+            forced_requests: Mutex::new(Some(forced_requests)),
         };
         (info, requests)
     }
@@ -105,6 +129,28 @@ impl ConnectionInfo {
     /// Resolves with the reason once an operator closed the connection.
     pub(crate) fn close_requested(&self) -> watch::Receiver<Option<String>> {
         self.close.subscribe()
+    }
+
+    /// Asks the connection's task to close itself or a channel as `close` says.
+    pub(crate) fn force_close(&self, close: ForcedClose) {
+        let _ = self.forced.send(close);
+    }
+
+    /// Where the connection's task hears of forced closes (once; later calls get a receiver
+    /// that never yields).
+    pub(crate) fn forced_closes(&self) -> mpsc::UnboundedReceiver<ForcedClose> {
+        self.forced_requests
+            .lock()
+            .take()
+            .unwrap_or_else(|| mpsc::unbounded_channel().1)
+    }
+
+    /// The name the client gave the connection (`connection_name` client property), if any.
+    pub(crate) fn client_name(&self) -> Option<String> {
+        match self.client_properties.get("connection_name")? {
+            dwellmq_codec::FieldValue::LongStr(s) => Some(String::from_utf8_lossy(s).into()),
+            _ => None,
+        }
     }
 
     pub(crate) fn channel_count(&self) -> usize {

@@ -88,6 +88,8 @@ pub(crate) struct Exchange {
     pub(crate) policy_alternate_exchange: RwLock<Option<ShortStr>>,
     /// Bindings with this exchange as source.
     pub(crate) bindings: RwLock<BindingSet>,
+    /// Message counters for the management API's rates.
+    pub(crate) counters: super::rates::ExchangeCounters,
 }
 
 impl Exchange {
@@ -113,6 +115,7 @@ impl Exchange {
             alternate_exchange,
             policy_alternate_exchange: RwLock::new(None),
             bindings: RwLock::new(BindingSet::new(kind.routing())),
+            counters: Default::default(),
         }
     }
 

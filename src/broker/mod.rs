@@ -3,6 +3,7 @@
 //! Everything here is reached from connection tasks through `Arc`s and short locks; there is no
 //! broker-wide task or channel hop on the publish → deliver path.
 
+pub(crate) mod access;
 pub(crate) mod available_memory;
 pub(crate) mod connections;
 pub(crate) mod consumer;
@@ -14,9 +15,11 @@ pub(crate) mod names;
 pub(crate) mod persist;
 pub(crate) mod policies;
 pub(crate) mod queue;
+pub(crate) mod rates;
 pub(crate) mod reply_to;
 pub(crate) mod runtime;
 pub(crate) mod stats;
+pub(crate) mod test_hooks;
 pub(crate) mod timer_thread;
 pub(crate) mod vhost;
 
@@ -26,7 +29,7 @@ use std::sync::Arc;
 
 use dwellmq_timer::{ManualClock, SharedClock, SystemClock};
 
-use crate::config::{BrokerConfig, ClockConfig, UserConfig};
+use crate::config::{BrokerConfig, ClockConfig};
 use delayed::DelayedMessages;
 use memory::MemoryMonitor;
 use runtime::Runtime;
@@ -35,6 +38,8 @@ use vhost::VHost;
 /// State shared by every connection of one broker.
 pub(crate) struct BrokerState {
     pub(crate) config: BrokerConfig,
+    /// Users and permissions (changed at runtime over HTTP).
+    pub(crate) access: access::Access,
     vhosts: HashMap<String, Arc<VHost>>,
     pub(crate) memory: Arc<MemoryMonitor>,
     pub(crate) clock: SharedClock,
@@ -51,6 +56,8 @@ pub(crate) struct BrokerState {
     pub(crate) open_connections: AtomicUsize,
     /// Message counters (for `/metrics`).
     pub(crate) stats: stats::Stats,
+    /// Message rates, sampled every few seconds while HTTP is on.
+    pub(crate) rates: rates::Rates,
     /// Open AMQP connections (for the management API).
     pub(crate) connections: connections::Connections,
     /// Outbound buffers of open connections (for `BrokerHandle::settle`).
@@ -64,15 +71,16 @@ pub(crate) trait IdleProbe: Send + Sync {
 }
 
 impl BrokerState {
-    #[cfg(test)]
-    pub(crate) fn new(config: BrokerConfig) -> Arc<Self> {
-        Self::with_store(config, None)
+    #[allow(dead_code)]
+    pub(crate) fn new(config: BrokerConfig, access: access::Access) -> Arc<Self> {
+        Self::with_store(config, access, None)
     }
 
     /// A broker whose durable objects and persistent messages go to `store` (`None`: in
     /// memory).
     pub(crate) fn with_store(
         config: BrokerConfig,
+        access: access::Access,
         store: Option<Arc<dwellmq_store::Store>>,
     ) -> Arc<Self> {
         let (clock, manual_clock): (SharedClock, _) = match config.clock {
@@ -103,6 +111,7 @@ impl BrokerState {
             runtime,
             memory,
             config,
+            access,
             vhosts,
             clock,
             manual_clock,
@@ -111,6 +120,7 @@ impl BrokerState {
             outbounds: parking_lot::Mutex::new(Vec::new()),
             connections: connections::Connections::default(),
             stats: stats::Stats::default(),
+            rates: rates::Rates::default(),
         })
     }
 
@@ -118,8 +128,8 @@ impl BrokerState {
         self.vhosts.get(name).cloned()
     }
 
-    pub(crate) fn user(&self, name: &str) -> Option<&UserConfig> {
-        self.config.users.iter().find(|u| u.name == name)
+    pub(crate) fn user(&self, name: &str) -> Option<Arc<access::User>> {
+        self.access.user(name)
     }
 
     pub(crate) fn next_connection_id(&self) -> u64 {

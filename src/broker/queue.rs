@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 
 use super::consumer::Consumer;
 use super::persist::PublishTicket;
+use super::rates::QueueCounters;
 use super::runtime::Runtime;
 use super::vhost::VHost;
 
@@ -66,6 +67,8 @@ pub(crate) struct Queue {
     /// The vhost, for dead-lettering and `x-expires` (unset in some unit tests).
     home: OnceLock<Weak<VHost>>,
     inner: Mutex<Inner>,
+    /// Message counters for the management API's rates.
+    pub(crate) counters: QueueCounters,
 }
 
 impl Queue {
@@ -95,6 +98,7 @@ impl Queue {
                 state: QueueState::new(settings, auto_delete, now),
                 effects: Effects::new(),
             }),
+            counters: QueueCounters::default(),
             runtime,
             store_id: OnceLock::new(),
             home: OnceLock::new(),
@@ -198,8 +202,19 @@ impl Queue {
         for effect in effects.drain() {
             match effect {
                 Effect::Deliver { consumer, entry } => {
-                    if let Err(entry) = consumer.sink.deliver(self, &consumer, entry) {
-                        state.undelivered(&consumer.credit, entry);
+                    let redelivered = entry.redelivered;
+                    match consumer.sink.deliver(self, &consumer, entry) {
+                        Ok(()) => {
+                            QueueCounters::add(&self.counters.deliver, 1);
+                            if redelivered {
+                                QueueCounters::add(&self.counters.redeliver, 1);
+                                self.runtime
+                                    .hooks
+                                    .redelivered
+                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                        Err(entry) => state.undelivered(&consumer.credit, entry),
                     }
                 }
                 Effect::DeadLetter { message, reason } => {
@@ -318,9 +333,11 @@ impl Queue {
         } else {
             Time::IfUsed
         };
-        self.run_with(time, ticket, |state, now, fx| {
+        let outcome = self.run_with(time, ticket, |state, now, fx| {
             state.publish(message, now, fx)
-        })
+        });
+        QueueCounters::add(&self.counters.publish, 1);
+        outcome
     }
 
     /// Puts back the messages the store held for this queue (at start).
@@ -340,7 +357,10 @@ impl Queue {
 
     /// Delivered messages were acked (or were no-ack and are done).
     pub(crate) fn ack<'a>(self: &Arc<Self>, entries: impl IntoIterator<Item = &'a QueueEntry>) {
+        let mut acked = 0;
+        let entries = entries.into_iter().inspect(|_| acked += 1);
         self.run_at(Time::IfUsed, |state, now, fx| state.ack(entries, now, fx));
+        QueueCounters::add(&self.counters.ack, acked);
     }
 
     /// Delivered messages were rejected without requeue: dead-lettered or dropped.
@@ -402,7 +422,14 @@ impl Queue {
 
     /// `basic.get`: the head message and how many remain, or `None` when none is ready.
     pub(crate) fn get(self: &Arc<Self>, no_ack: bool) -> Option<(QueueEntry, usize)> {
-        self.run(|state, now, fx| state.get(no_ack, now, fx))
+        let got = self.run(|state, now, fx| state.get(no_ack, now, fx));
+        if let Some((entry, _)) = &got {
+            QueueCounters::add(&self.counters.get, 1);
+            if entry.redelivered {
+                QueueCounters::add(&self.counters.redeliver, 1);
+            }
+        }
+        got
     }
 
     /// Drops every ready message; returns how many.
@@ -487,6 +514,29 @@ impl Queue {
             }
             taken
         })
+    }
+
+    /// Up to `limit` ready messages from the head, left in place (the test endpoints' peek).
+    pub(crate) fn peek(&self, limit: usize) -> Vec<QueueEntry> {
+        let inner = self.inner.lock();
+        let mut ready: Vec<&QueueEntry> = inner.state.ready_entries().collect();
+        // By position (queue order, except that a priority queue serves higher levels first).
+        ready.sort_by_key(|e| e.seq);
+        ready.into_iter().take(limit).cloned().collect()
+    }
+
+    /// Expiry times of the ready messages that have one, soonest first (at most `limit`).
+    pub(crate) fn expiring(&self, limit: usize) -> (usize, Vec<u64>) {
+        let inner = self.inner.lock();
+        let mut all: Vec<u64> = inner
+            .state
+            .ready_entries()
+            .filter_map(|e| e.expires_at)
+            .collect();
+        all.sort_unstable();
+        let count = all.len();
+        all.truncate(limit);
+        (count, all)
     }
 
     /// Whether the queue has been deleted (its consumers were cancelled by the server).

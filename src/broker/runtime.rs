@@ -39,6 +39,13 @@ impl DeathCounters {
         self.dropped[index(reason)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Back to zero (a reset between tests).
+    pub(crate) fn clear(&self) {
+        for counter in self.dead_lettered.iter().chain(&self.dropped) {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// (dead-lettered, dropped) for `reason` since start.
     pub(crate) fn get(&self, reason: DeathReason) -> (u64, u64) {
         let i = index(reason);
@@ -64,6 +71,8 @@ pub(crate) struct Runtime {
     pub(crate) store: Option<Arc<Store>>,
     /// Set while the broker restores what the store holds at start: nothing is written back.
     pub(crate) restoring: std::sync::atomic::AtomicBool,
+    /// Faults a test injects, and counters for the test endpoints.
+    pub(crate) hooks: super::test_hooks::TestHooks,
 }
 
 impl Runtime {
@@ -89,6 +98,7 @@ impl Runtime {
             names: Arc::new(NameGenerator::new(name_seed)),
             store,
             restoring: std::sync::atomic::AtomicBool::new(false),
+            hooks: Default::default(),
         })
     }
 

@@ -14,6 +14,12 @@ pub(crate) struct MessageCounts {
     pub(crate) unroutable_dropped: u64,
     /// Published messages no queue took, returned to a mandatory publisher.
     pub(crate) unroutable_returned: u64,
+    /// Published messages that found a queue or a delayed exchange.
+    pub(crate) routed: u64,
+    /// Publishes confirmed with `basic.ack`.
+    pub(crate) confirmed: u64,
+    /// Publishes answered with `basic.nack`.
+    pub(crate) nacked: u64,
 }
 
 /// The broker's totals since start.
@@ -22,6 +28,9 @@ pub(crate) struct Stats {
     published: AtomicU64,
     unroutable_dropped: AtomicU64,
     unroutable_returned: AtomicU64,
+    routed: AtomicU64,
+    confirmed: AtomicU64,
+    nacked: AtomicU64,
 }
 
 impl Stats {
@@ -38,6 +47,9 @@ impl Stats {
         add(&self.published, counts.published);
         add(&self.unroutable_dropped, counts.unroutable_dropped);
         add(&self.unroutable_returned, counts.unroutable_returned);
+        add(&self.routed, counts.routed);
+        add(&self.confirmed, counts.confirmed);
+        add(&self.nacked, counts.nacked);
         *counts = MessageCounts::default();
     }
 
@@ -47,6 +59,23 @@ impl Stats {
             published: self.published.load(Ordering::Relaxed),
             unroutable_dropped: self.unroutable_dropped.load(Ordering::Relaxed),
             unroutable_returned: self.unroutable_returned.load(Ordering::Relaxed),
+            routed: self.routed.load(Ordering::Relaxed),
+            confirmed: self.confirmed.load(Ordering::Relaxed),
+            nacked: self.nacked.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Back to zero (a reset between tests).
+    pub(crate) fn clear(&self) {
+        for total in [
+            &self.published,
+            &self.unroutable_dropped,
+            &self.unroutable_returned,
+            &self.routed,
+            &self.confirmed,
+            &self.nacked,
+        ] {
+            total.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -61,7 +90,7 @@ mod tests {
         let mut counts = MessageCounts {
             published: 3,
             unroutable_dropped: 1,
-            unroutable_returned: 0,
+            ..MessageCounts::default()
         };
         stats.flush(&mut counts);
         assert_eq!(counts, MessageCounts::default());
@@ -72,7 +101,7 @@ mod tests {
             MessageCounts {
                 published: 5,
                 unroutable_dropped: 1,
-                unroutable_returned: 0
+                ..MessageCounts::default()
             }
         );
     }

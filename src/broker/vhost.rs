@@ -353,15 +353,39 @@ impl VHost {
             return Ok(queue);
         }
         let name = if d.name.is_empty() {
-            ShortStr::from(self.runtime.names.generate("amq.gen-")?)
+            self.generate_queue_name()?
         } else if d.name.starts_with("amq.") {
             return Err(BrokerError::AccessRefused(format!(
                 "queue name '{}' contains reserved prefix 'amq.*'",
                 d.name
             )));
         } else {
-            d.name
+            d.name.clone()
         };
+        self.declare_named_queue(name, d, connection)
+    }
+
+    /// A name for a server-named queue (`amq.gen-…`).
+    pub(crate) fn generate_queue_name(&self) -> BrokerResult<ShortStr> {
+        Ok(ShortStr::from(self.runtime.names.generate("amq.gen-")?))
+    }
+
+    /// Declares a server-named queue whose name `generate_queue_name` drew (a channel draws
+    /// it first, to check permissions on it).
+    pub(crate) fn declare_generated_queue(
+        &self,
+        d: QueueSpec,
+        connection: ConnectionId,
+    ) -> BrokerResult<Arc<Queue>> {
+        self.declare_named_queue(d.name.clone(), d, connection)
+    }
+
+    fn declare_named_queue(
+        &self,
+        name: ShortStr,
+        d: QueueSpec,
+        connection: ConnectionId,
+    ) -> BrokerResult<Arc<Queue>> {
         let mut queues = self.queues.write();
         if let Some(existing) = queues.get(&name) {
             existing.check_exclusive(connection)?;

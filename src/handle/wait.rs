@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::BrokerHandle;
+use crate::broker::BrokerState;
 
 /// A state of the broker to wait for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +101,7 @@ impl BrokerHandle {
     ) -> Result<(), WaitTimeout> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let (holds, seen) = self.check(&condition);
+            let (holds, seen) = check(&self.state, &condition);
             if holds {
                 return Ok(());
             }
@@ -110,58 +111,51 @@ impl BrokerHandle {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
+}
 
-    /// Whether `condition` holds now, and what was seen.
-    fn check(&self, condition: &Condition) -> (bool, String) {
-        let queue_count =
-            |vhost: &str, queue: &str, pick: fn(&super::QueueInfo) -> usize| match self
-                .queue_info(vhost, queue)
-            {
-                Some(info) => Ok(pick(&info)),
-                None => Err(format!("no queue '{queue}' in vhost '{vhost}'")),
-            };
-        let compare = |seen: Result<usize, String>, count: usize, what: &str| match seen {
-            Ok(n) => (n == count, format!("{n} {what}")),
-            Err(e) => (false, e),
+/// Whether `condition` holds now, and what was seen.
+pub(crate) fn check(state: &BrokerState, condition: &Condition) -> (bool, String) {
+    let queue_count =
+        |vhost: &str, queue: &str, pick: fn(&super::QueueInfo) -> usize| match super::queue_info(
+            state, vhost, queue,
+        ) {
+            Some(info) => Ok(pick(&info)),
+            None => Err(format!("no queue '{queue}' in vhost '{vhost}'")),
         };
-        match condition {
-            Condition::Ready {
-                vhost,
-                queue,
-                count,
-            } => compare(queue_count(vhost, queue, |i| i.messages), *count, "ready"),
-            Condition::Unacked {
-                vhost,
-                queue,
-                count,
-            } => compare(queue_count(vhost, queue, |i| i.unacked), *count, "unacked"),
-            Condition::Consumers {
-                vhost,
-                queue,
-                count,
-            } => compare(
-                queue_count(vhost, queue, |i| i.consumers),
-                *count,
-                "consumers",
-            ),
-            Condition::Idle => {
-                let now = self.state.clock.now_ms();
-                let due = self.state.runtime.next_wake().filter(|&at| at <= now);
-                let busy = self
-                    .state
-                    .outbounds
-                    .lock()
-                    .iter()
-                    .filter_map(|o| o.upgrade())
-                    .filter(|o| o.unwritten().is_some())
-                    .count();
-                let idle = due.is_none() && busy == 0;
-                let seen = match due {
-                    Some(at) => format!("a deadline due at {at} not yet served; {busy} connection(s) with unwritten output"),
-                    None => format!("{busy} connection(s) with unwritten output"),
-                };
-                (idle, seen)
-            }
+    let compare = |seen: Result<usize, String>, count: usize, what: &str| match seen {
+        Ok(n) => (n == count, format!("{n} {what}")),
+        Err(e) => (false, e),
+    };
+    match condition {
+        Condition::Ready {
+            vhost,
+            queue,
+            count,
+        } => compare(queue_count(vhost, queue, |i| i.messages), *count, "ready"),
+        Condition::Unacked {
+            vhost,
+            queue,
+            count,
+        } => compare(queue_count(vhost, queue, |i| i.unacked), *count, "unacked"),
+        Condition::Consumers {
+            vhost,
+            queue,
+            count,
+        } => compare(
+            queue_count(vhost, queue, |i| i.consumers),
+            *count,
+            "consumers",
+        ),
+        Condition::Idle => {
+            let now = state.clock.now_ms();
+            let due = state.runtime.next_wake().filter(|&at| at <= now);
+            let busy = super::clock::unwritten(state).len();
+            let idle = due.is_none() && busy == 0;
+            let seen = match due {
+                Some(at) => format!("a deadline due at {at} not yet served; {busy} connection(s) with unwritten output"),
+                None => format!("{busy} connection(s) with unwritten output"),
+            };
+            (idle, seen)
         }
     }
 }

@@ -1,8 +1,9 @@
-//! HTTP basic auth against the broker's users, and RabbitMQ's user tags.
+//! HTTP basic auth against the broker's users (their stored password hashes), RabbitMQ's user
+//! tags, and the vhost and resource permissions the API's operations are checked against.
 //!
 //! Tags nest as in RabbitMQ: `administrator` can do everything `monitoring` can, which can do
-//! everything `management` can. `policymaker` is accepted as management-level (there are no
-//! policies yet). A user without any of these tags cannot use the API.
+//! everything `management` can. `policymaker` is accepted as management-level (changing
+//! policies takes an administrator here). A user without any of these tags cannot use the API.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use base64::Engine;
 use super::error::{ApiError, ApiResult};
 use super::listener::Peer;
 use super::Api;
-use crate::config::UserConfig;
+use crate::broker::access::{refused_text, Operation, ResourceKind, User};
+use crate::broker::BrokerState;
 
 /// What an endpoint needs: a user with at least this tag.
 pub(crate) const MANAGEMENT: u8 = 1;
@@ -23,7 +25,7 @@ pub(crate) const MONITORING: u8 = 2;
 pub(crate) const ADMINISTRATOR: u8 = 3;
 
 /// The highest level the user's tags grant (0: none, AMQP only).
-fn level(user: &UserConfig) -> u8 {
+fn level(user: &User) -> u8 {
     user.tags
         .iter()
         .map(|tag| match tag.as_str() {
@@ -46,18 +48,50 @@ fn need_text(need: u8) -> &'static str {
 
 /// An authenticated user whose tags allow level `NEED`.
 pub(crate) struct Authed<const NEED: u8> {
-    pub(crate) user: UserConfig,
+    pub(crate) user: Arc<User>,
+    state: Arc<BrokerState>,
 }
 
 impl<const NEED: u8> Authed<NEED> {
     /// Monitoring users and administrators see every vhost; others the ones they may open.
     pub(crate) fn sees(&self, vhost: &str) -> bool {
-        self.sees_everything() || self.user.may_open(vhost)
+        self.sees_everything() || self.may_open(vhost)
     }
 
     /// Monitoring users and administrators see every vhost and connection.
     pub(crate) fn sees_everything(&self) -> bool {
         level(&self.user) >= MONITORING
+    }
+
+    /// Whether the user has permissions in `vhost` (RabbitMQ's vhost access).
+    fn may_open(&self, vhost: &str) -> bool {
+        self.state.access.may_open(&self.user.name, vhost)
+    }
+
+    /// Checks a resource permission as the AMQP side does (configure to declare or delete,
+    /// write to publish or bind to, read to get, purge or bind from). Refused: 401
+    /// `not_authorised` with the AMQP refusal as the reason, as RabbitMQ's management API
+    /// answers an operation its channel was refused.
+    pub(crate) fn permit(
+        &self,
+        vhost: &str,
+        operation: Operation,
+        kind: ResourceKind,
+        name: &str,
+    ) -> ApiResult<()> {
+        let allowed = self
+            .state
+            .access
+            .permission(vhost, &self.user.name)
+            .is_some_and(|p| p.allows(operation, kind, name));
+        if allowed {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!(
+                "ACCESS_REFUSED - {}",
+                refused_text(kind, name, vhost, &self.user.name)
+            )))
+        }
     }
 
     pub(crate) fn is_administrator(&self) -> bool {
@@ -66,7 +100,7 @@ impl<const NEED: u8> Authed<NEED> {
 
     /// Refuses (as RabbitMQ: 401 `not_authorised`) a vhost the user may not open.
     pub(crate) fn check_vhost(&self, vhost: &str) -> ApiResult<()> {
-        if self.user.may_open(vhost) {
+        if self.may_open(vhost) {
             Ok(())
         } else {
             Err(ApiError::forbidden(
@@ -89,7 +123,7 @@ impl<const NEED: u8> FromRequestParts<Arc<Api>> for Authed<NEED> {
         let user = api
             .state
             .user(&name)
-            .filter(|u| u.password == password)
+            .filter(|u| u.check_password(&password))
             .ok_or_else(|| ApiError::unauthenticated("Login failed"))?;
         if user.loopback_only {
             let peer = parts.extensions.get::<ConnectInfo<Peer>>();
@@ -99,10 +133,13 @@ impl<const NEED: u8> FromRequestParts<Arc<Api>> for Authed<NEED> {
                 )));
             }
         }
-        if level(user) < NEED {
+        if level(&user) < NEED {
             return Err(ApiError::forbidden(need_text(NEED)));
         }
-        Ok(Authed { user: user.clone() })
+        Ok(Authed {
+            user,
+            state: Arc::clone(&api.state),
+        })
     }
 }
 
@@ -131,7 +168,7 @@ fn parse_basic(header: &str) -> Option<(String, String)> {
 }
 
 /// The tags a user reports in `whoami` and `users`.
-pub(crate) fn tags(user: &UserConfig) -> Vec<&str> {
+pub(crate) fn tags(user: &User) -> Vec<&str> {
     user.tags.iter().map(String::as_str).collect()
 }
 
@@ -153,7 +190,9 @@ mod tests {
 
     #[test]
     fn tags_nest() {
-        let mut user = UserConfig::guest();
+        let config = crate::config::BrokerConfig::ephemeral();
+        let access = crate::broker::access::Access::from_config(&config).unwrap();
+        let mut user = (*access.user("guest").unwrap()).clone();
         assert_eq!(level(&user), ADMINISTRATOR);
         user.tags = vec!["monitoring".into(), "other".into()];
         assert_eq!(level(&user), MONITORING);

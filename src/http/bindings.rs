@@ -17,6 +17,7 @@ use super::exchanges::broker_name;
 use super::extract::{JsonBody, PathOf};
 use super::fields::{json_to_table, short, table_to_json};
 use super::Api;
+use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::vhost::VHost;
 
 /// RabbitMQ's `properties_key`: the routing key, URL-quoted, then `~` and a hash of the
@@ -250,6 +251,7 @@ pub(crate) async fn create(
     if vhost.exchange(source).is_err() {
         return Err(ApiError::not_found());
     }
+    permit_binding(&user, &vhost.name, source, &to)?;
     let binding = Binding {
         source: short(source, "exchange name")?,
         destination: to,
@@ -263,6 +265,21 @@ pub(crate) async fn create(
         headers.insert(header::LOCATION, location);
     }
     Ok((StatusCode::CREATED, headers))
+}
+
+/// As the AMQP side checks a binding: write on the destination, read on the source.
+fn permit_binding(
+    user: &Authed<MANAGEMENT>,
+    vhost: &str,
+    source: &str,
+    to: &Destination,
+) -> ApiResult<()> {
+    let (kind, name) = match to {
+        Destination::Queue(q) => (ResourceKind::Queue, q),
+        Destination::Exchange(x) => (ResourceKind::Exchange, x),
+    };
+    user.permit(vhost, Operation::Write, kind, name)?;
+    user.permit(vhost, Operation::Read, ResourceKind::Exchange, source)
 }
 
 type OneBindingPath = (String, String, String, String, String);
@@ -294,6 +311,7 @@ pub(crate) async fn delete(
 ) -> ApiResult<StatusCode> {
     let vhost = checked_vhost(&api, &user, &vhost)?;
     let binding = find_one(&vhost, &source, &kind, &to, &props)?;
+    permit_binding(&user, &vhost.name, &binding.source, &binding.destination)?;
     let removed = vhost.unbind(&binding)?;
     for gone in &removed {
         api.state.delayed.purge_exchange(&vhost.name, gone);

@@ -12,8 +12,10 @@ use super::auth::{Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathOf;
 use super::fields::table_to_json;
+use super::sampler::channel_counts;
 use super::{Api, NODE};
 use crate::broker::connections::ConnectionInfo;
+use crate::broker::rates::RateKey;
 
 /// RabbitMQ's default reason when the request names none.
 const DEFAULT_REASON: &str = "Closed via management plugin";
@@ -104,7 +106,7 @@ pub(crate) async fn close(
 
 /// A connection's channels as RabbitMQ lists them (asked of the connection's task, which owns
 /// them; a connection that does not answer in time is left out).
-async fn channels_of(c: &ConnectionInfo) -> Vec<Value> {
+async fn channels_of(api: &Api, c: &ConnectionInfo) -> Vec<Value> {
     let Some(channels) = c.channels().await else {
         return Vec::new();
     };
@@ -129,6 +131,10 @@ async fn channels_of(c: &ConnectionInfo) -> Vec<Value> {
                 "messages_unacknowledged": ch.unacked,
                 "confirm": ch.confirm,
                 "transactional": ch.transactional,
+                "message_stats": api.state.rates.message_stats(
+                    &RateKey::Channel(c.id, ch.number),
+                    &channel_counts(ch),
+                ),
             })
         })
         .collect()
@@ -139,7 +145,7 @@ pub(crate) async fn channels(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
     let mut out = Vec::new();
     for c in api.state.connections.list() {
         if visible(&user, &c) {
-            out.extend(channels_of(&c).await);
+            out.extend(channels_of(&api, &c).await);
         }
     }
     Json(Value::Array(out))
@@ -157,7 +163,7 @@ pub(crate) async fn channels_of_connection(
         .find(&name)
         .filter(|c| visible(&user, c))
         .ok_or_else(ApiError::not_found)?;
-    Ok(Json(Value::Array(channels_of(&c).await)))
+    Ok(Json(Value::Array(channels_of(&api, &c).await)))
 }
 
 /// `GET /api/consumers`.

@@ -3,9 +3,10 @@
 //!
 //! Import declares exchanges, queues and bindings, in that order, as the API's own `PUT` and
 //! `POST` would; an equivalent existing object is left as it is, an inequivalent one fails the
-//! import with RabbitMQ's text. Users, vhosts and permissions come from dwellmq's
-//! configuration: an import may name only vhosts that exist, and its users and permissions
-//! are not applied (a warning says so).
+//! import with RabbitMQ's text. Users (with their `password_hash`) and permissions are
+//! imported and exported as RabbitMQ's; vhosts come from dwellmq's configuration, so an
+//! import may name only vhosts that exist. Topic permissions are not supported (an import
+//! that has some says so in the log).
 
 use super::policies::{policy_json, set as set_policy, PolicyBody};
 use std::sync::Arc;
@@ -21,8 +22,9 @@ use super::error::{ApiError, ApiResult};
 use super::exchanges::{declare_exchange, ExchangeBody};
 use super::extract::{JsonBody, PathOf};
 use super::fields::{json_to_table, short, table_to_json};
-use super::overview::{permission_list, RABBITMQ_API_VERSION};
+use super::overview::RABBITMQ_API_VERSION;
 use super::queues::{declare_queue, QueueBody};
+use super::users::{permission_list, user_json, PermissionBody, UserBody};
 use super::Api;
 use crate::broker::vhost::VHost;
 use crate::broker::BrokerState;
@@ -120,10 +122,10 @@ pub(crate) async fn export(
     }
     let users: Vec<Value> = api
         .state
-        .config
-        .users
+        .access
+        .users()
         .iter()
-        .map(|u| json!({"name": u.name, "tags": u.tags, "limits": {}}))
+        .map(|u| user_json(u))
         .collect();
     let vhosts_objects = vhosts;
     let vhosts: Vec<Value> = vhosts_objects
@@ -173,13 +175,29 @@ pub(crate) async fn export_vhost(
 #[derive(Deserialize, Default)]
 #[serde(default)]
 pub(crate) struct Definitions {
-    users: Vec<Value>,
-    permissions: Vec<Value>,
+    users: Vec<UserDef>,
+    permissions: Vec<PermissionDef>,
+    topic_permissions: Vec<Value>,
     vhosts: Vec<NamedVhost>,
     exchanges: Vec<ExchangeDef>,
     queues: Vec<QueueDef>,
     bindings: Vec<BindingDef>,
     policies: Vec<PolicyDef>,
+}
+
+#[derive(Deserialize)]
+struct UserDef {
+    name: String,
+    #[serde(flatten)]
+    body: UserBody,
+}
+
+#[derive(Deserialize)]
+struct PermissionDef {
+    user: String,
+    vhost: String,
+    #[serde(flatten)]
+    body: PermissionBody,
 }
 
 #[derive(Deserialize)]
@@ -290,13 +308,47 @@ pub(crate) fn import(state: &BrokerState, defs: Definitions, scope: Option<&str>
             Ok((vhost, p.body.into_policy(&p.name)?))
         })
         .collect::<ApiResult<Vec<_>>>()?;
-    if !defs.users.is_empty() || !defs.permissions.is_empty() {
+    // Users and permissions belong to a whole-broker import, as in RabbitMQ.
+    let (users, permissions) = if scope.is_none() {
+        let access = &state.access;
+        let users = defs
+            .users
+            .into_iter()
+            .map(|u| {
+                let previous = access.user(&u.name);
+                u.body.into_user(&u.name, previous.as_deref())
+            })
+            .collect::<ApiResult<Vec<_>>>()?;
+        let permissions = defs
+            .permissions
+            .into_iter()
+            .map(|p| {
+                let known =
+                    users.iter().any(|u| u.name == p.user) || access.user(&p.user).is_some();
+                if !known || state.vhost(&p.vhost).is_none() {
+                    return Err(ApiError::bad_request(format!(
+                        "permissions of user '{}' in vhost '{}': vhost_or_user_not_found",
+                        p.user, p.vhost
+                    )));
+                }
+                Ok((p.vhost, p.user, p.body.into_permission()?))
+            })
+            .collect::<ApiResult<Vec<_>>>()?;
+        (users, permissions)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    if !defs.topic_permissions.is_empty() {
         tracing::warn!(
-            users = defs.users.len(),
-            permissions = defs.permissions.len(),
-            "definitions import: users and permissions are not applied \
-             (dwellmq's users come from its configuration)"
+            count = defs.topic_permissions.len(),
+            "definitions import: topic permissions are not supported and were not applied"
         );
+    }
+    for user in users {
+        state.access.put_user(user);
+    }
+    for (vhost, user, permission) in permissions {
+        state.access.set_permission(&vhost, &user, permission);
     }
     for (vhost, policy) in policies {
         set_policy(&vhost, policy)?;

@@ -60,6 +60,15 @@ impl ApiError {
         )
     }
 
+    /// Any other status, for dwellmq's own endpoints (the test double's).
+    pub(crate) fn status(
+        status: StatusCode,
+        error: &'static str,
+        reason: impl Into<String>,
+    ) -> Self {
+        ApiError::new(status, error, reason)
+    }
+
     /// The readable part of the error.
     pub(crate) fn reason(&self) -> &str {
         &self.reason

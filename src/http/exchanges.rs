@@ -13,7 +13,9 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{lenient_bool, JsonBody, PathOf, QueryOf};
 use super::fields::{json_to_table, short, table_to_json};
 use super::Api;
+use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::exchange::{DeclaredType, Exchange, ExchangeKind};
+use crate::broker::rates::RateKey;
 use crate::broker::vhost::{ExchangeSpec, VHost};
 
 /// The name the API uses for the nameless default exchange.
@@ -37,6 +39,10 @@ pub(crate) fn exchange_json(api: &Api, vhost: &VHost, x: &Exchange) -> Value {
         "auto_delete": x.auto_delete,
         "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
+        "message_stats": api.state.rates.message_stats(
+            &RateKey::Exchange(vhost.name.to_string(), x.name.to_string()),
+            &x.counters.counts(),
+        ),
     });
     if let ExchangeKind::Delayed(_) = x.kind {
         // As the delayed-message plugin reports it.
@@ -137,7 +143,14 @@ pub(crate) async fn declare(
 ) -> ApiResult<StatusCode> {
     let vhost = api.vhost(&vhost)?;
     user.check_vhost(&vhost.name)?;
-    let created = declare_exchange(&vhost, broker_name(&name), body)?;
+    let name = broker_name(&name);
+    user.permit(
+        &vhost.name,
+        Operation::Configure,
+        ResourceKind::Exchange,
+        name,
+    )?;
+    let created = declare_exchange(&vhost, name, body)?;
     Ok(if created {
         StatusCode::CREATED
     } else {
@@ -164,6 +177,12 @@ pub(crate) async fn delete(
     if vhost.exchange(name).is_err() {
         return Err(ApiError::not_found());
     }
+    user.permit(
+        &vhost.name,
+        Operation::Configure,
+        ResourceKind::Exchange,
+        name,
+    )?;
     let removed = vhost.delete_exchange(name, query.if_unused)?;
     // What the AMQP side's `forget_exchanges` does: held messages go with their exchange.
     for gone in &removed {

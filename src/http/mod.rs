@@ -21,6 +21,13 @@ mod page;
 mod policies;
 mod publish_get;
 mod queues;
+mod sampler;
+mod test_clock;
+mod test_faults;
+mod test_inspect;
+mod test_reset;
+mod test_wait;
+mod users;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -85,6 +92,7 @@ pub(crate) async fn serve(
         }
     };
     let api = Arc::new(Api { state, amqp, http });
+    tokio::spawn(sampler::run(Arc::clone(&api), shutdown.clone()));
     let app = router(api).into_make_service_with_connect_info::<listener::Peer>();
     let listener = listener::CappedListener::new(
         listener,
@@ -99,6 +107,41 @@ pub(crate) async fn serve(
     }
 }
 
+/// Serves Prometheus `/metrics`, and nothing else, on a listener of its own (RabbitMQ's
+/// `rabbitmq_prometheus` port) until the broker shuts down.
+pub(crate) async fn serve_metrics(
+    state: Arc<BrokerState>,
+    amqp: Vec<SocketAddr>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let http = match listener.local_addr() {
+        Ok(addr) => addr,
+        Err(error) => {
+            tracing::error!(%error, "metrics listener has no address");
+            return;
+        }
+    };
+    let api = Arc::new(Api { state, amqp, http });
+    let app = Router::new()
+        .route("/metrics", get(metrics::metrics))
+        .fallback(|| async { ApiError::not_found() })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .with_state(api)
+        .into_make_service_with_connect_info::<listener::Peer>();
+    let listener = listener::CappedListener::new(
+        listener,
+        listener::MAX_HTTP_CONNECTIONS,
+        listener::IDLE_TIMEOUT,
+    );
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown_requested(&mut shutdown).await })
+        .await;
+    if let Err(error) = result {
+        tracing::error!(%error, "metrics listener failed");
+    }
+}
+
 /// Every route. Paths with a vhost take it percent-encoded (`%2F` for `/`).
 fn router(api: Arc<Api>) -> Router {
     Router::new()
@@ -107,9 +150,26 @@ fn router(api: Arc<Api>) -> Router {
         .route("/api/whoami", get(overview::whoami))
         .route("/api/vhosts", get(overview::vhosts))
         .route("/api/vhosts/{vhost}", get(overview::vhost))
-        .route("/api/users", get(overview::users))
-        .route("/api/users/{name}", get(overview::user))
-        .route("/api/permissions", get(overview::permissions))
+        .route(
+            "/api/vhosts/{vhost}/permissions",
+            get(users::permissions_of_vhost),
+        )
+        .route("/api/users", get(users::list))
+        .route(
+            "/api/users/{name}",
+            get(users::show).put(users::put).delete(users::delete),
+        )
+        .route(
+            "/api/users/{name}/permissions",
+            get(users::permissions_of_user),
+        )
+        .route("/api/permissions", get(users::permissions))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            get(users::show_permission)
+                .put(users::put_permission)
+                .delete(users::delete_permission),
+        )
         .route("/api/health/checks/alarms", get(overview::alarms))
         .route("/api/aliveness-test/{vhost}", get(publish_get::aliveness))
         .route("/api/connections", get(connections::list))
@@ -201,6 +261,33 @@ fn router(api: Arc<Api>) -> Router {
                 .delete(policies::delete),
         )
         .route("/metrics", get(metrics::metrics))
+        // The test double's endpoints (src/http/test_*.rs).
+        .route("/test/clock", get(test_clock::show))
+        .route("/test/clock/advance", post(test_clock::advance))
+        .route("/test/queues/{vhost}/{name}", get(test_inspect::queue))
+        .route(
+            "/test/exchanges/{vhost}/{name}/held",
+            get(test_inspect::held),
+        )
+        .route("/test/counters", get(test_inspect::show_counters))
+        .route("/test/wait", post(test_wait::wait))
+        .route("/test/reset", post(test_reset::reset_broker))
+        .route(
+            "/test/faults/close-connection",
+            post(test_faults::close_connection),
+        )
+        .route(
+            "/test/faults/close-channel",
+            post(test_faults::close_channel),
+        )
+        .route(
+            "/test/faults/nack-confirms",
+            post(test_faults::nack_confirms),
+        )
+        .route(
+            "/test/faults/delay/{vhost}/{queue}",
+            axum::routing::put(test_faults::set_delay).delete(test_faults::clear_delay),
+        )
         .fallback(|| async { ApiError::not_found() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(MAX_BODY))

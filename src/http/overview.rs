@@ -9,12 +9,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::auth::{self, Authed, ADMINISTRATOR, MANAGEMENT};
+use super::auth::{self, Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathOf;
+use super::sampler::overview_counts;
 use super::{Api, NODE};
+use crate::broker::rates::RateKey;
 use crate::broker::vhost::VHost;
-use crate::config::UserConfig;
 
 /// The management API version dwellmq follows (what `rabbitmq_version` reports, so that tools
 /// which check it pick the matching dialect).
@@ -42,7 +43,6 @@ pub(crate) async fn overview(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
             .sum::<usize>();
         exchanges += vhost.exchanges().len();
     }
-    let totals = api.state.stats.totals();
     let listeners: Vec<Value> = api
         .amqp
         .iter()
@@ -59,7 +59,7 @@ pub(crate) async fn overview(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
         "product_version": env!("CARGO_PKG_VERSION"),
         "cluster_name": NODE,
         "node": NODE,
-        "rates_mode": "none",
+        "rates_mode": "basic",
         "exchange_types": exchange_types,
         "object_totals": {
             "connections": api.state.open_connections.load(Ordering::Relaxed),
@@ -72,12 +72,8 @@ pub(crate) async fn overview(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
             "messages_ready": ready,
             "messages_unacknowledged": unacked,
         },
-        // Totals only: dwellmq keeps no rate samples (`rates_mode` none).
-        "message_stats": {
-            "publish": totals.published,
-            "drop_unroutable": totals.unroutable_dropped,
-            "return_unroutable": totals.unroutable_returned,
-        },
+        // Sampled every 5 s (`rates_mode` basic, RabbitMQ's default).
+        "message_stats": api.state.rates.message_stats(&RateKey::Overview, &overview_counts(&api)),
         "delayed_totals": {
             "messages_delayed": api.state.delayed.len(),
         },
@@ -128,61 +124,6 @@ pub(crate) async fn vhost(
         return Err(ApiError::not_found());
     }
     Ok(Json(vhost_json(&vhost)))
-}
-
-fn user_json(user: &UserConfig) -> Value {
-    // No password hash: dwellmq's users come from its configuration, and a hash of a
-    // configured password would only be something to crack.
-    json!({"name": user.name, "tags": auth::tags(user), "limits": {}})
-}
-
-/// `GET /api/users` (administrators).
-pub(crate) async fn users(
-    _user: Authed<ADMINISTRATOR>,
-    State(api): State<Arc<Api>>,
-) -> Json<Value> {
-    Json(api.state.config.users.iter().map(user_json).collect())
-}
-
-/// `GET /api/users/{name}` (administrators).
-pub(crate) async fn user(
-    _user: Authed<ADMINISTRATOR>,
-    State(api): State<Arc<Api>>,
-    PathOf(name): PathOf<String>,
-) -> ApiResult<Json<Value>> {
-    api.state
-        .user(&name)
-        .map(|u| Json(user_json(u)))
-        .ok_or_else(ApiError::not_found)
-}
-
-/// The permissions RabbitMQ would show for dwellmq's users: full access to each vhost a user
-/// may open (dwellmq has no finer permissions yet).
-pub(crate) fn permission_list(api: &Api) -> Vec<Value> {
-    let vhosts = api.vhosts();
-    api.state
-        .config
-        .users
-        .iter()
-        .flat_map(|u| {
-            vhosts
-                .iter()
-                .filter(|v| u.may_open(&v.name))
-                .map(|v| {
-                    json!({"user": u.name, "vhost": v.name.as_str(),
-                           "configure": ".*", "write": ".*", "read": ".*"})
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// `GET /api/permissions` (administrators).
-pub(crate) async fn permissions(
-    _user: Authed<ADMINISTRATOR>,
-    State(api): State<Arc<Api>>,
-) -> Json<Value> {
-    Json(Value::Array(permission_list(&api)))
 }
 
 /// `GET /api/health/checks/alarms`: 200 while no alarm is in effect, else 503 with the alarms,

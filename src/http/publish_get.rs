@@ -24,6 +24,7 @@ use super::extract::{lenient_count, lenient_opt_count, JsonBody, PathOf};
 use super::fields::{json_to_properties, properties_to_json, short};
 use super::queues::find_queue;
 use super::Api;
+use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::queue::Queue;
 use crate::broker::reply_to::REPLY_PREFIX;
 use crate::broker::stats::MessageCounts;
@@ -102,6 +103,7 @@ pub(crate) fn publish_message(
     let routed = routing.is_routable();
     // A delayed message's route is decided at release (and counted there if none).
     counts.unroutable_dropped = u64::from(!routed && delay_ms == 0);
+    counts.routed = u64::from(routed);
     state.stats.flush(&mut counts);
     if !routing.delayed.is_empty() {
         // As on a channel: the queues are chosen again at release.
@@ -156,6 +158,12 @@ pub(crate) async fn publish(
 ) -> ApiResult<Json<Value>> {
     let vhost = api.vhost(&vhost)?;
     user.check_vhost(&vhost.name)?;
+    user.permit(
+        &vhost.name,
+        Operation::Write,
+        ResourceKind::Exchange,
+        broker_name(&name),
+    )?;
     let payload = match body.payload_encoding.as_str() {
         "string" => Bytes::from(body.payload),
         "base64" => base64::engine::general_purpose::STANDARD
@@ -234,6 +242,7 @@ pub(crate) async fn get(
         }
     };
     let queue = find_queue(&api, &user, &vhost, &name)?;
+    user.permit(&vhost, Operation::Read, ResourceKind::Queue, &name)?;
     let got = get_messages(&queue, body.count.min(MAX_GET), requeue);
     let list: Vec<Value> = got
         .iter()

@@ -15,11 +15,13 @@ use super::exchanges::yes;
 use super::extract::{lenient_bool, JsonBody, PathOf, QueryOf};
 use super::fields::{json_to_table, short, table_to_json};
 use super::{Api, NODE};
+use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::queue::Queue;
+use crate::broker::rates::{RateKey, Rates};
 use crate::broker::vhost::{QueueSpec, VHost};
 use crate::server::channel::notify_cancelled;
 
-pub(crate) fn queue_json(q: &Arc<Queue>) -> Value {
+pub(crate) fn queue_json(rates: &Rates, q: &Arc<Queue>) -> Value {
     let ready = q.message_count();
     let unacked = q.unacked_count();
     json!({
@@ -36,13 +38,17 @@ pub(crate) fn queue_json(q: &Arc<Queue>) -> Value {
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
         "consumers": q.consumer_count(),
+        "message_stats": rates.message_stats(
+            &RateKey::Queue(q.vhost.to_string(), q.name.to_string()),
+            &q.counters.counts(),
+        ),
     })
 }
 
-fn vhost_queues(vhost: &VHost) -> Vec<Value> {
+fn vhost_queues(rates: &Rates, vhost: &VHost) -> Vec<Value> {
     let mut queues = vhost.queues();
     queues.sort_by(|a, b| a.name.cmp(&b.name));
-    queues.iter().map(queue_json).collect()
+    queues.iter().map(|q| queue_json(rates, q)).collect()
 }
 
 /// `GET /api/queues`.
@@ -51,7 +57,7 @@ pub(crate) async fn list_all(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
         .vhosts()
         .iter()
         .filter(|v| user.sees(&v.name))
-        .flat_map(|v| vhost_queues(v))
+        .flat_map(|v| vhost_queues(&api.state.rates, v))
         .collect();
     Json(Value::Array(list))
 }
@@ -64,7 +70,7 @@ pub(crate) async fn list_vhost(
 ) -> ApiResult<Json<Value>> {
     let vhost = api.vhost(&vhost)?;
     user.check_vhost(&vhost.name)?;
-    Ok(Json(Value::Array(vhost_queues(&vhost))))
+    Ok(Json(Value::Array(vhost_queues(&api.state.rates, &vhost))))
 }
 
 /// The vhost and queue a path names, after checking access.
@@ -86,7 +92,7 @@ pub(crate) async fn show(
     PathOf((vhost, name)): PathOf<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let queue = find_queue(&api, &user, &vhost, &name)?;
-    Ok(Json(queue_json(&queue)))
+    Ok(Json(queue_json(&api.state.rates, &queue)))
 }
 
 /// The body of `PUT /api/queues/{vhost}/{name}`.
@@ -133,6 +139,12 @@ pub(crate) async fn declare(
 ) -> ApiResult<StatusCode> {
     let vhost = api.vhost(&vhost)?;
     user.check_vhost(&vhost.name)?;
+    user.permit(
+        &vhost.name,
+        Operation::Configure,
+        ResourceKind::Queue,
+        &name,
+    )?;
     Ok(if declare_queue(&vhost, &name, body)? {
         StatusCode::CREATED
     } else {
@@ -156,6 +168,7 @@ pub(crate) async fn delete(
     QueryOf(query): QueryOf<DeleteQuery>,
 ) -> ApiResult<StatusCode> {
     find_queue(&api, &user, &vhost, &name)?;
+    user.permit(&vhost, Operation::Configure, ResourceKind::Queue, &name)?;
     let vhost = api.vhost(&vhost)?;
     let deleted = vhost.delete_queue(&name, query.if_unused, query.if_empty, None)?;
     notify_cancelled(&deleted.consumers);
@@ -172,6 +185,7 @@ pub(crate) async fn purge(
     PathOf((vhost, name)): PathOf<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let queue = find_queue(&api, &user, &vhost, &name)?;
+    user.permit(&vhost, Operation::Read, ResourceKind::Queue, &name)?;
     queue.purge();
     Ok(StatusCode::NO_CONTENT)
 }

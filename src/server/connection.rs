@@ -1,5 +1,7 @@
 //! One client connection: negotiation, the frame loop, heartbeats, blocking and teardown.
 
+mod forced;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -173,6 +175,7 @@ async fn run<R: AsyncRead + Unpin>(
     );
     let listed = state.connections.register(info);
     let mut operator_close = listed.info.close_requested();
+    let mut forced_closes = listed.info.forced_closes();
     let mut conn = Connection {
         id,
         user: negotiated.user,
@@ -234,6 +237,11 @@ async fn run<R: AsyncRead + Unpin>(
             _ = outbound.writable() => conn.on_writable(),
             Some(reply) = channel_requests.recv() => {
                 let _ = reply.send(conn.channel_summaries());
+            }
+            Some(close) = forced_closes.recv() => {
+                if let Some(fault) = conn.force_close(close) {
+                    break Err(FaultOrExit::Fault(fault));
+                }
             }
             Ok(()) = operator_close.changed() => {
                 let reason = operator_close.borrow().clone().unwrap_or_default();
@@ -368,6 +376,7 @@ impl Connection {
         for slot in self.channels.values_mut() {
             if let ChannelSlot::Open(channel) = slot {
                 channel.flush_confirms(&self.outbound);
+                channel.flush_counters();
             }
         }
         self.state.stats.flush(&mut self.counts);

@@ -138,6 +138,11 @@ impl DeliveryChannel {
         }
     }
 
+    /// Deliveries and gets on this channel so far (each took a delivery tag).
+    pub(crate) fn delivered_count(&self) -> u64 {
+        self.ledger.lock().next_tag - 1
+    }
+
     /// Delivered on this channel and not yet settled (the management API shows it).
     pub(crate) fn unacked_count(&self) -> usize {
         self.ledger.lock().unacked.len()

@@ -121,7 +121,8 @@ pub(crate) async fn negotiate<R: AsyncRead + Unpin>(
         other => return unexpected(outbound, &other),
     };
     let vhost_name = open.virtual_host.as_str();
-    let allowed = state.user(&user).is_some_and(|u| u.may_open(vhost_name));
+    // RabbitMQ's vhost access: the user has permissions there (of any kind).
+    let allowed = state.access.may_open(&user, vhost_name);
     let vhost = match state.vhost(vhost_name) {
         Some(vhost) if allowed => vhost,
         Some(_) => {
@@ -272,7 +273,7 @@ fn authenticate(
         tracing::warn!(user = %name, %peer, "login refused: unknown user");
         return Err(login_refused());
     };
-    if user.password != password {
+    if !user.check_password(&password) {
         tracing::warn!(user = %name, %peer, "login refused: invalid credentials");
         return Err(login_refused());
     }
@@ -374,7 +375,9 @@ mod tests {
 
     #[test]
     fn loopback_only_users_are_refused_from_other_addresses() {
-        let state = BrokerState::new(crate::config::BrokerConfig::ephemeral());
+        let config = crate::config::BrokerConfig::ephemeral();
+        let access = crate::broker::access::Access::from_config(&config).unwrap();
+        let state = BrokerState::new(config, access);
         let remote: SocketAddr = "192.0.2.7:40000".parse().unwrap();
         let local: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         assert_eq!(

@@ -190,6 +190,7 @@ async fn guest_is_refused_from_a_non_loopback_address() {
     config.users.push(UserConfig {
         name: "app".into(),
         password: "secret".into(),
+        password_hash: None,
         vhosts: vec!["*".into()],
         loopback_only: false,
         tags: Vec::new(),

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Drives the `dwellmq` binary's management API with RabbitMQ's own `rabbitmqadmin` (what CI
-runs): declare, list, publish, get, purge, delete, export and import definitions.
+runs): declare, list, publish, get, purge, delete, export and import definitions, users and
+permissions.
 
     python3 tests/rabbitmqadmin/check.py
 
@@ -73,9 +74,9 @@ class Check:
     def json(self, *args: str):
         return json.loads(self.run("-f", "raw_json", *args))
 
-    def api(self, path: str):
+    def api(self, path: str, credentials: str = "guest:guest"):
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
-        token = base64.b64encode(b"guest:guest").decode()
+        token = base64.b64encode(credentials.encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.load(response)
@@ -131,6 +132,8 @@ def scenario(c: Check) -> None:
     c.run("purge", "queue", "name=jobs")
     expect(c.json("list", "queues")[0]["messages"] == 0, "purge empties the queue")
 
+    users_and_permissions(c)
+
     with tempfile.TemporaryDirectory() as tmp:
         exported = Path(tmp) / "defs.json"
         c.run("export", str(exported))
@@ -151,6 +154,25 @@ def scenario(c: Check) -> None:
         after = json.loads(again.read_text())
         for key in ("exchanges", "queues", "bindings"):
             expect(after[key] == before[key], f"import restores the {key}", (before[key], after[key]))
+
+
+def users_and_permissions(c: Check) -> None:
+    c.run("declare", "user", "name=alice", "password=s3cret", "tags=management")
+    c.run("declare", "permission", "vhost=/", "user=alice", "configure=^alice-", "write=.*",
+          "read=.*")
+    users = c.json("list", "users")
+    alice = [u for u in users if u["name"] == "alice"]
+    expect(len(alice) == 1 and alice[0]["tags"] == ["management"]
+           and alice[0]["hashing_algorithm"] == "rabbit_password_hashing_sha256",
+           "declare user, list users", users)
+    permissions = c.json("list", "permissions")
+    expect({"user": "alice", "vhost": "/", "configure": "^alice-", "write": ".*", "read": ".*"}
+           in permissions, "declare permission, list permissions", permissions)
+    whoami = c.api("/api/whoami", "alice:s3cret")
+    expect(whoami["name"] == "alice", "the declared user logs in over HTTP", whoami)
+    c.run("delete", "permission", "vhost=/", "user=alice")
+    c.run("delete", "user", "name=alice")
+    expect("alice" not in names(c.json("list", "users")), "delete user")
 
 
 def main() -> int:

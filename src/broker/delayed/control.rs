@@ -160,7 +160,7 @@ impl DelayedMessages {
             let id = DelayedId { due_ms, seq };
             match inner.scheduler.get(id_of(id))? {
                 Entry::Release(held) => Some((id, held)),
-                Entry::Tick(_) => None,
+                Entry::Tick(_) | Entry::Deliver(_) => None,
             }
         });
         in_wheel
@@ -342,6 +342,11 @@ impl DelayedMessages {
     /// Held messages that found no route when released (dropped), since start.
     pub(crate) fn unroutable(&self) -> u64 {
         self.inner.lock().unroutable
+    }
+
+    /// Counts unroutable releases from zero again (a reset between tests).
+    pub(crate) fn clear_unroutable(&self) {
+        self.inner.lock().unroutable = 0;
     }
 
     /// Messages held by all delayed exchanges.

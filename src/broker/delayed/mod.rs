@@ -49,6 +49,24 @@ enum Entry {
     /// A queue's next deadline (kinds `MessageExpiry`, `QueueExpiry`, `RetryReady`): the queue
     /// works out which when it ticks.
     Tick(Weak<Queue>),
+    /// A message held back from its queue by an injected fault (the test double's delayed
+    /// deliveries): it enters the queue when due, unless the queue is gone by then.
+    Deliver(DelayedDelivery),
+}
+
+/// One message a delivery-delay fault holds.
+pub(crate) struct DelayedDelivery {
+    queue: Weak<Queue>,
+    message: Arc<Message>,
+    /// The fault's count of waiting messages.
+    pending: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for DelayedDelivery {
+    fn drop(&mut self) {
+        self.pending
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Per delayed exchange: counts, and the due order of its messages in the far tier.
@@ -243,6 +261,24 @@ impl DelayedMessages {
         wake
     }
 
+    /// Holds `message` back from `queue` until `due_ms` (a delivery-delay fault). Returns true
+    /// when the timer thread must wake sooner than it planned.
+    pub(crate) fn hold_for_queue(
+        &self,
+        queue: &Arc<Queue>,
+        message: Arc<Message>,
+        due_ms: u64,
+        pending: &Arc<std::sync::atomic::AtomicUsize>,
+    ) -> bool {
+        pending.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let entry = Entry::Deliver(DelayedDelivery {
+            queue: Arc::downgrade(queue),
+            message,
+            pending: Arc::clone(pending),
+        });
+        self.inner.lock().scheduler.schedule(due_ms, entry).1
+    }
+
     /// When the timer thread must next act.
     pub(crate) fn next_wake(&self) -> Option<u64> {
         self.inner.lock().scheduler.next_wake()
@@ -286,6 +322,12 @@ impl DelayedMessages {
                             queue.tick();
                             ticked.push(queue);
                         }
+                    }
+                    continue;
+                }
+                Entry::Deliver(delivery) => {
+                    if let Some(queue) = delivery.queue.upgrade() {
+                        queue.publish(Arc::clone(&delivery.message));
                     }
                     continue;
                 }

@@ -8,6 +8,7 @@ use dwellmq_codec::{Method, ShortStr};
 use dwellmq_core::{arguments, BrokerError, BrokerResult};
 
 use super::{Channel, ConnContext};
+use crate::broker::access::{Operation, ResourceKind};
 use dwellmq_core::queue::ConsumerCredit;
 
 use crate::broker::consumer::{next_consumer_id, notify_cancelled, Consumer, DeliverySink};
@@ -73,7 +74,9 @@ impl Channel {
         if m.queue == REPLY_QUEUE {
             return self.consume_replies(cx, tag, m.no_ack, m.no_wait);
         }
-        let queue = self.queue_for(cx, &m.queue)?;
+        let name = self.queue_name(&m.queue)?;
+        self.permit(cx, Operation::Read, ResourceKind::Queue, &name)?;
+        let queue = self.queue_for(cx, &name)?;
         let priority =
             arguments::parse_consumer_priority(&queue.name, &cx.vhost.name, &m.arguments)?;
         let sink: Arc<dyn DeliverySink> = Arc::clone(&self.delivery) as _;
@@ -195,7 +198,9 @@ impl Channel {
 
     /// `basic.get`.
     pub(super) fn basic_get(&mut self, cx: &mut ConnContext<'_>, m: BasicGet) -> BrokerResult<()> {
-        let queue = self.queue_for(cx, &m.queue)?;
+        let name = self.queue_name(&m.queue)?;
+        self.permit(cx, Operation::Read, ResourceKind::Queue, &name)?;
+        let queue = self.queue_for(cx, &name)?;
         match queue.get(m.no_ack) {
             Some((entry, remaining)) => {
                 let remaining = u32::try_from(remaining).unwrap_or(u32::MAX);

@@ -6,6 +6,7 @@ use dwellmq_codec::ContentHeader;
 use dwellmq_core::{Body, BrokerError, BrokerResult};
 
 use super::{unexpected_frame, Channel, ConnContext};
+use crate::broker::access::{Operation, ResourceKind};
 
 /// A `basic.publish` waiting for its content header and body.
 pub(super) struct PendingPublish {
@@ -75,12 +76,15 @@ impl Channel {
     /// `basic.publish`: the content header and body frames follow.
     pub(super) fn basic_publish(
         &mut self,
-        _cx: &mut ConnContext<'_>,
+        cx: &mut ConnContext<'_>,
         m: BasicPublish,
     ) -> BrokerResult<()> {
         if m.immediate {
             return Err(BrokerError::NotImplemented("immediate=true".into()));
         }
+        // Write on the exchange (the default one as `amq.default`); a repeated exchange is a
+        // cache hit, no pattern match.
+        self.permit(cx, Operation::Write, ResourceKind::Exchange, &m.exchange)?;
         self.pending = Some(PendingPublish {
             method: m,
             header: None,

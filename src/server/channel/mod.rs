@@ -24,9 +24,11 @@ use publish::PublishMode;
 use settle::{Return, Settlement};
 
 use super::delivery::{DeliveryChannel, Unacked};
+use crate::broker::access::{AccessCache, Operation, ResourceKind};
 use crate::broker::connections::ChannelSummary;
 use crate::broker::consumer::Consumer;
 use crate::broker::queue::{ConnectionId, Queue};
+use crate::broker::rates::ChannelCounters;
 use crate::broker::stats::MessageCounts;
 use crate::broker::vhost::{Routing, VHost};
 use crate::broker::BrokerState;
@@ -71,6 +73,10 @@ pub(crate) struct Channel {
     reply_consumer: Option<(ShortStr, ShortStr)>,
     routing: Routing,
     settle_scratch: Vec<Unacked>,
+    /// Recent permission decisions for this connection's user and vhost.
+    access: AccessCache,
+    /// Message counters for the management API's rates.
+    counters: ChannelCounters,
 }
 
 fn unexpected_frame(text: String) -> BrokerError {
@@ -89,6 +95,8 @@ impl Channel {
             reply_consumer: None,
             routing: Routing::default(),
             settle_scratch: Vec::new(),
+            access: AccessCache::default(),
+            counters: ChannelCounters::default(),
         }
     }
 
@@ -102,11 +110,37 @@ impl Channel {
             unacked: self.delivery.unacked_count(),
             confirm: matches!(self.mode, PublishMode::Confirm { .. }),
             transactional: matches!(self.mode, PublishMode::Transactional { .. }),
+            publish: self.counters.publish,
+            confirm_count: self.counters.confirm,
+            ack: self.counters.ack.get(),
+            deliver_get: self.delivery.delivered_count(),
         }
+    }
+
+    /// Adds what this channel counted to the exchanges' counters (once per batch of frames).
+    pub(crate) fn flush_counters(&mut self) {
+        self.counters.flush();
     }
 
     pub(super) fn id(&self) -> u16 {
         self.delivery.id
+    }
+
+    /// Checks that the user may do `operation` on the named queue or exchange (RabbitMQ's
+    /// `check_*_permitted`); refused: 403, closing the channel.
+    pub(super) fn permit(
+        &mut self,
+        cx: &ConnContext<'_>,
+        operation: Operation,
+        kind: ResourceKind,
+        name: &ShortStr,
+    ) -> BrokerResult<()> {
+        let who = crate::broker::access::Principal {
+            access: &cx.state.access,
+            user: cx.user,
+            vhost: &cx.vhost.name,
+        };
+        self.access.check(&who, operation, kind, name)
     }
 
     pub(super) fn reply(&self, cx: &ConnContext<'_>, method: Method) {
@@ -177,6 +211,7 @@ impl Channel {
         if let PublishMode::Confirm { confirms, .. } = &self.mode {
             confirms.close();
         }
+        self.counters.flush();
         let mut unacked = std::mem::take(&mut self.settle_scratch);
         self.delivery.close(&mut unacked);
         self.return_to_queues(&mut unacked, Return::Requeue(ReturnCause::ConsumerGone));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use dwellmq_codec::methods::*;
 use dwellmq_codec::{reply_code, FieldValue, Method, ShortStr};
 use dwellmq_core::queue::PublishOutcome;
-use dwellmq_core::routing::{extra_routing_keys, BCC};
+use dwellmq_core::routing::{bcc_keys, extra_routing_keys, BCC};
 use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
 
 use super::confirms::Confirms;
@@ -173,12 +173,13 @@ impl Channel {
         let bcc = properties.headers.as_mut().and_then(|h| h.remove(BCC));
         let body = pending.body.into_body();
         let charge = cx.state.memory.charge_message(body.len());
-        let message = Message::new(
+        let message = Message::with_bcc(
             pending.method.exchange.clone(),
             pending.method.routing_key.clone(),
             properties,
             body,
             Some(Box::new(charge)),
+            bcc.as_ref().map(bcc_keys).unwrap_or_default(),
         );
         let publication = Publication {
             exchange: pending.method.exchange,
@@ -208,6 +209,7 @@ impl Channel {
         };
         cx.counts.published += 1;
         if publication.exchange.is_empty() && publication.routing_key.starts_with(REPLY_PREFIX) {
+            self.counters.publish += 1;
             // A direct reply: straight to the requester's reply consumer, no queue.
             let delivered = cx
                 .state
@@ -218,6 +220,11 @@ impl Channel {
                 self.return_unroutable(cx, &publication);
             } else if !delivered {
                 cx.counts.unroutable_dropped += 1;
+            } else {
+                cx.counts.routed += 1;
+            }
+            if confirm_tag.is_some() {
+                cx.counts.confirmed += 1;
             }
             self.confirm(confirm_tag);
             return;
@@ -226,16 +233,21 @@ impl Channel {
         // message unroutable, as in RabbitMQ.
         // Taken out for the call, so that the channel can be borrowed meanwhile.
         let mut routing = std::mem::take(&mut self.routing);
-        match cx.vhost.exchange(&publication.exchange) {
-            Ok(exchange) => cx.vhost.route(
-                &exchange,
+        let exchange = cx.vhost.exchange(&publication.exchange).ok();
+        match &exchange {
+            Some(exchange) => cx.vhost.route(
+                exchange,
                 &publication.routing_key,
                 &publication.extra_keys,
                 publication.message.properties.headers.as_ref(),
                 publication.delay_ms > 0,
                 &mut routing,
             ),
-            Err(_) => routing.clear(),
+            None => routing.clear(),
+        }
+        match &exchange {
+            Some(exchange) => self.counters.published(exchange, routing.is_routable()),
+            None => self.counters.publish += 1,
         }
         if !routing.is_routable() && publication.mandatory {
             // Returned now and not held (Better than the plugin, which returns every delayed
@@ -273,8 +285,29 @@ impl Channel {
         } else if !routing.is_routable() && !publication.mandatory {
             cx.counts.unroutable_dropped += 1;
         }
+        if routing.is_routable() {
+            cx.counts.routed += 1;
+        }
         let mut rejected = false;
         for queue in routing.queues.drain(..) {
+            if let Some(delay) = cx
+                .state
+                .runtime
+                .hooks
+                .delivery_delay(&queue.vhost, &queue.name)
+            {
+                // An injected fault: the message enters the queue later, in broker time.
+                let due_ms = cx.state.clock.now_ms().saturating_add(delay.delay_ms);
+                let message = Arc::clone(&publication.message);
+                if cx
+                    .state
+                    .delayed
+                    .hold_for_queue(&queue, message, due_ms, &delay.pending)
+                {
+                    cx.state.timer.wake();
+                }
+                continue;
+            }
             // `x-overflow` = reject-publish: the other queues still take it; the publisher
             // hears a nack.
             let outcome = queue.publish_confirmed(
@@ -284,12 +317,19 @@ impl Channel {
             rejected |= outcome == PublishOutcome::Rejected;
         }
         self.routing = routing;
+        // An injected fault nacks confirms whatever became of the message.
+        let nack = confirm_tag.is_some() && (rejected || cx.state.runtime.hooks.take_nack());
+        if nack {
+            cx.counts.nacked += 1;
+        } else if confirm_tag.is_some() {
+            cx.counts.confirmed += 1;
+        }
         if let Some((ticket, tag)) = ticket {
             if ticket.is_used() {
                 if let PublishMode::Confirm { confirms, .. } = &self.mode {
                     confirms.wait_for(tag);
                 }
-                if rejected {
+                if nack {
                     ticket.fail();
                 }
                 // The publisher's own count: the outcome may be reported from now on.
@@ -299,7 +339,7 @@ impl Channel {
             }
             ticket.complete(true);
         }
-        if rejected {
+        if nack {
             self.nack(cx.outbound, confirm_tag);
         } else {
             self.confirm(confirm_tag);
@@ -330,6 +370,7 @@ impl Channel {
     fn confirm(&mut self, confirm_tag: Option<u64>) {
         if let (Some(tag), PublishMode::Confirm { acked_to, .. }) = (confirm_tag, &mut self.mode) {
             *acked_to = tag;
+            self.counters.confirm += 1;
         }
     }
 

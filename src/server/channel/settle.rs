@@ -93,7 +93,10 @@ impl Channel {
             let queue = Arc::clone(&first.queue);
             let entries = &rest[..run];
             match how {
-                Return::Ack => queue.ack(entries.iter().map(|u| &u.entry)),
+                Return::Ack => {
+                    self.counters.acked(entries.len() as u64);
+                    queue.ack(entries.iter().map(|u| &u.entry))
+                }
                 Return::Requeue(cause) => {
                     queue.requeue(entries.iter().map(|u| u.entry.clone()), cause)
                 }

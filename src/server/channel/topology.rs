@@ -8,6 +8,7 @@ use dwellmq_core::routing::{Binding, Destination, RoutingKind};
 use dwellmq_core::{BrokerError, BrokerResult};
 
 use super::{Channel, ConnContext};
+use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::consumer::notify_cancelled;
 use crate::broker::exchange::DeclaredType;
 use crate::broker::queue::Queue;
@@ -45,6 +46,28 @@ impl Channel {
         } else {
             DeclaredType::parse(&m.kind)?
         };
+        // As rabbit_channel: configure on the exchange (the default exchange is refused by
+        // the declare itself, with its own text); when it is new and names an alternate
+        // exchange, read on it and write on the alternate. A passive declare needs nothing.
+        if !m.passive && !m.exchange.is_empty() {
+            self.permit(
+                cx,
+                Operation::Configure,
+                ResourceKind::Exchange,
+                &m.exchange,
+            )?;
+            let alternate = m
+                .arguments
+                .get("alternate-exchange")
+                .and_then(|v| v.as_str());
+            if let Some(alternate) = alternate {
+                if cx.vhost.exchange(&m.exchange).is_err() {
+                    let alternate = ShortStr::from(alternate);
+                    self.permit(cx, Operation::Read, ResourceKind::Exchange, &m.exchange)?;
+                    self.permit(cx, Operation::Write, ResourceKind::Exchange, &alternate)?;
+                }
+            }
+        }
         cx.vhost.declare_exchange(ExchangeSpec {
             name: m.exchange,
             kind,
@@ -66,6 +89,14 @@ impl Channel {
         cx: &mut ConnContext<'_>,
         m: ExchangeDelete,
     ) -> BrokerResult<()> {
+        if !m.exchange.is_empty() && !m.exchange.starts_with("amq.") {
+            self.permit(
+                cx,
+                Operation::Configure,
+                ResourceKind::Exchange,
+                &m.exchange,
+            )?;
+        }
         let removed = cx.vhost.delete_exchange(&m.exchange, m.if_unused)?;
         cx.forget_exchanges(&removed);
         if !m.no_wait {
@@ -80,6 +111,7 @@ impl Channel {
         cx: &mut ConnContext<'_>,
         m: ExchangeBind,
     ) -> BrokerResult<()> {
+        self.permit_binding(cx, ResourceKind::Exchange, &m.destination, &m.source)?;
         cx.vhost.bind(Binding {
             source: m.source,
             destination: Destination::Exchange(m.destination),
@@ -98,6 +130,7 @@ impl Channel {
         cx: &mut ConnContext<'_>,
         m: ExchangeUnbind,
     ) -> BrokerResult<()> {
+        self.permit_binding(cx, ResourceKind::Exchange, &m.destination, &m.source)?;
         let removed = cx.vhost.unbind(&Binding {
             source: m.source,
             destination: Destination::Exchange(m.destination),
@@ -137,17 +170,20 @@ impl Channel {
             return Ok(());
         }
         let exclusive = m.exclusive;
-        let queue = cx.vhost.declare_queue(
-            QueueSpec {
-                name: m.queue,
-                passive: m.passive,
-                durable: m.durable,
-                exclusive,
-                auto_delete: m.auto_delete,
-                arguments: m.arguments,
-            },
-            cx.id,
-        )?;
+        let spec = QueueSpec {
+            name: m.queue,
+            passive: m.passive,
+            durable: m.durable,
+            exclusive,
+            auto_delete: m.auto_delete,
+            arguments: m.arguments,
+        };
+        let queue = if spec.passive {
+            // A passive declare needs no permission, as in RabbitMQ.
+            cx.vhost.declare_queue(spec, cx.id)?
+        } else {
+            self.declare_permitted_queue(cx, spec)?
+        };
         if exclusive && !cx.exclusive_queues.iter().any(|q| Arc::ptr_eq(q, &queue)) {
             cx.exclusive_queues.push(Arc::clone(&queue));
         }
@@ -171,7 +207,9 @@ impl Channel {
         cx: &mut ConnContext<'_>,
         m: QueueBind,
     ) -> BrokerResult<()> {
-        let queue = self.queue_for(cx, &m.queue)?;
+        let name = self.queue_name(&m.queue)?;
+        self.permit_binding(cx, ResourceKind::Queue, &name, &m.exchange)?;
+        let queue = self.queue_for(cx, &name)?;
         let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &queue.name);
         cx.vhost.bind(Binding {
             source: m.exchange,
@@ -194,6 +232,7 @@ impl Channel {
         // A missing queue is not an error (RabbitMQ answers unbind-ok); another connection's
         // exclusive queue is.
         let name = self.queue_name(&m.queue)?;
+        self.permit_binding(cx, ResourceKind::Queue, &name, &m.exchange)?;
         if let Ok(queue) = cx.vhost.queue(&name) {
             queue.check_exclusive(cx.id)?;
         }
@@ -215,7 +254,9 @@ impl Channel {
         cx: &mut ConnContext<'_>,
         m: QueuePurge,
     ) -> BrokerResult<()> {
-        let queue = self.queue_for(cx, &m.queue)?;
+        let name = self.queue_name(&m.queue)?;
+        self.permit(cx, Operation::Read, ResourceKind::Queue, &name)?;
+        let queue = self.queue_for(cx, &name)?;
         let message_count = queue.purge() as u32;
         if !m.no_wait {
             self.reply(cx, Method::QueuePurgeOk(QueuePurgeOk { message_count }));
@@ -230,6 +271,7 @@ impl Channel {
         m: QueueDelete,
     ) -> BrokerResult<()> {
         let name = self.queue_name(&m.queue)?;
+        self.permit(cx, Operation::Configure, ResourceKind::Queue, &name)?;
         let deleted = cx
             .vhost
             .delete_queue(&name, m.if_unused, m.if_empty, Some(cx.id))?;
@@ -245,6 +287,56 @@ impl Channel {
             );
         }
         Ok(())
+    }
+}
+
+impl Channel {
+    /// A non-passive `queue.declare`, checked as rabbit_channel checks it: configure on the
+    /// queue's name (a server-named queue's name is drawn first, and checked too); when the
+    /// queue is new and names a dead-letter exchange, read on the queue and write on that
+    /// exchange.
+    fn declare_permitted_queue(
+        &mut self,
+        cx: &ConnContext<'_>,
+        mut spec: QueueSpec,
+    ) -> BrokerResult<Arc<Queue>> {
+        let generated = spec.name.is_empty();
+        if generated {
+            spec.name = cx.vhost.generate_queue_name()?;
+        } else if spec.name.starts_with("amq.") {
+            // The reserved-name refusal comes first, as in RabbitMQ.
+            return cx.vhost.declare_queue(spec, cx.id);
+        }
+        self.permit(cx, Operation::Configure, ResourceKind::Queue, &spec.name)?;
+        let dead_letter_exchange = spec
+            .arguments
+            .get("x-dead-letter-exchange")
+            .and_then(|v| v.as_str());
+        if let Some(exchange) = dead_letter_exchange {
+            if cx.vhost.queue(&spec.name).is_err() {
+                let exchange = ShortStr::from(exchange);
+                self.permit(cx, Operation::Read, ResourceKind::Queue, &spec.name)?;
+                self.permit(cx, Operation::Write, ResourceKind::Exchange, &exchange)?;
+            }
+        }
+        if generated {
+            cx.vhost.declare_generated_queue(spec, cx.id)
+        } else {
+            cx.vhost.declare_queue(spec, cx.id)
+        }
+    }
+
+    /// A binding or unbinding, as rabbit_channel's `binding_action`: write on the destination
+    /// (queue or exchange), read on the source exchange.
+    fn permit_binding(
+        &mut self,
+        cx: &ConnContext<'_>,
+        destination_kind: ResourceKind,
+        destination: &ShortStr,
+        source: &ShortStr,
+    ) -> BrokerResult<()> {
+        self.permit(cx, Operation::Write, destination_kind, destination)?;
+        self.permit(cx, Operation::Read, ResourceKind::Exchange, source)
     }
 }
 

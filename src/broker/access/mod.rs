@@ -1,0 +1,329 @@
+//! RabbitMQ's access model: users (password hash, tags, loopback-only), and per user and
+//! vhost the configure / write / read patterns that every channel operation is checked
+//! against (`cache.rs` keeps those checks cheap).
+//!
+//! The store changes at runtime (the HTTP API, definitions import); every change bumps a
+//! generation number, which is how channels learn that what they cached is stale.
+
+mod cache;
+pub(crate) mod password;
+pub(crate) mod permission;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+pub(crate) use cache::{AccessCache, Principal};
+use password::{HashingAlgorithm, PasswordError, PasswordHash};
+pub(crate) use permission::{Operation, Permission, ResourceKind};
+
+use crate::config::{BrokerConfig, UserConfig};
+
+/// A user.
+#[derive(Debug, Clone)]
+pub(crate) struct User {
+    pub(crate) name: String,
+    pub(crate) password: PasswordHash,
+    /// RabbitMQ's tags (`administrator`, `monitoring`, `management`, `policymaker`, or any
+    /// other word, which RabbitMQ keeps and ignores).
+    pub(crate) tags: Vec<String>,
+    /// Only connections from a loopback address may log in as this user (RabbitMQ's
+    /// `loopback_users`, which holds `guest` by default).
+    pub(crate) loopback_only: bool,
+}
+
+impl User {
+    /// Whether `password` is this user's.
+    pub(crate) fn check_password(&self, password: &str) -> bool {
+        self.password.verify(password)
+    }
+}
+
+/// Why the configured users or permissions cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AccessError {
+    #[error("user '{user}': {error}")]
+    Password { user: String, error: PasswordError },
+    #[error("permissions of user '{user}' in vhost '{vhost}': {error}")]
+    Pattern {
+        user: String,
+        vhost: String,
+        error: permission::PatternError,
+    },
+    #[error("permissions name user '{0}', who is not configured")]
+    NoSuchUser(String),
+    #[error("permissions name vhost '{0}', which is not configured")]
+    NoSuchVhost(String),
+}
+
+#[derive(Default)]
+struct Tables {
+    users: BTreeMap<String, Arc<User>>,
+    /// By (vhost, user): the order RabbitMQ lists them in.
+    permissions: BTreeMap<(String, String), Arc<Permission>>,
+}
+
+/// Users and permissions.
+#[derive(Default)]
+pub(crate) struct Access {
+    tables: RwLock<Tables>,
+    /// Bumped on every change.
+    generation: AtomicU64,
+}
+
+impl Access {
+    /// The users and permissions `config` names. A user's `vhosts` list grants `.*` in those
+    /// vhosts (`*`: all of `vhosts`) unless a permission entry names the same user and vhost.
+    pub(crate) fn from_config(config: &BrokerConfig) -> Result<Self, AccessError> {
+        let mut tables = Tables::default();
+        for u in &config.users {
+            tables
+                .users
+                .insert(u.name.clone(), Arc::new(user_from_config(u)?));
+        }
+        let all_vhosts: Vec<&str> = std::iter::once("/")
+            .chain(config.vhosts.iter().map(String::as_str))
+            .collect();
+        for u in &config.users {
+            for v in &u.vhosts {
+                let names: Vec<&str> = if v == "*" {
+                    all_vhosts.clone()
+                } else {
+                    vec![v]
+                };
+                for vhost in names {
+                    tables.permissions.insert(
+                        (vhost.to_string(), u.name.clone()),
+                        Arc::new(Permission::full()),
+                    );
+                }
+            }
+        }
+        for p in &config.permissions {
+            if !tables.users.contains_key(&p.user) {
+                return Err(AccessError::NoSuchUser(p.user.clone()));
+            }
+            if !all_vhosts.contains(&p.vhost.as_str()) {
+                return Err(AccessError::NoSuchVhost(p.vhost.clone()));
+            }
+            let permission = Permission::new(&p.configure, &p.write, &p.read).map_err(|error| {
+                AccessError::Pattern {
+                    user: p.user.clone(),
+                    vhost: p.vhost.clone(),
+                    error,
+                }
+            })?;
+            tables
+                .permissions
+                .insert((p.vhost.clone(), p.user.clone()), Arc::new(permission));
+        }
+        if !tables.users.contains_key("guest") {
+            tracing::info!(
+                "the configuration defines users without 'guest': there is no guest user \
+                 (list it among the users to keep it)"
+            );
+        }
+        Ok(Access {
+            tables: RwLock::new(tables),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    /// The generation: changes whenever users or permissions do.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn user(&self, name: &str) -> Option<Arc<User>> {
+        self.tables.read().users.get(name).cloned()
+    }
+
+    /// Every user, by name.
+    pub(crate) fn users(&self) -> Vec<Arc<User>> {
+        self.tables.read().users.values().cloned().collect()
+    }
+
+    /// Adds or replaces a user; true if it is new.
+    pub(crate) fn put_user(&self, user: User) -> bool {
+        let created = self
+            .tables
+            .write()
+            .users
+            .insert(user.name.clone(), Arc::new(user))
+            .is_none();
+        self.changed();
+        created
+    }
+
+    /// Removes a user and its permissions; false if there was none.
+    pub(crate) fn delete_user(&self, name: &str) -> bool {
+        let mut tables = self.tables.write();
+        let existed = tables.users.remove(name).is_some();
+        tables.permissions.retain(|(_, user), _| user != name);
+        drop(tables);
+        self.changed();
+        existed
+    }
+
+    /// The user's permissions in `vhost`.
+    pub(crate) fn permission(&self, vhost: &str, user: &str) -> Option<Arc<Permission>> {
+        self.tables
+            .read()
+            .permissions
+            .get(&(vhost.to_string(), user.to_string()))
+            .cloned()
+    }
+
+    /// Every (vhost, user, permission), by vhost then user.
+    pub(crate) fn permissions(&self) -> Vec<(String, String, Arc<Permission>)> {
+        self.tables
+            .read()
+            .permissions
+            .iter()
+            .map(|((v, u), p)| (v.clone(), u.clone(), Arc::clone(p)))
+            .collect()
+    }
+
+    /// Sets a user's permissions in a vhost; true if the user had none there.
+    pub(crate) fn set_permission(&self, vhost: &str, user: &str, permission: Permission) -> bool {
+        let created = self
+            .tables
+            .write()
+            .permissions
+            .insert((vhost.to_string(), user.to_string()), Arc::new(permission))
+            .is_none();
+        self.changed();
+        created
+    }
+
+    /// Removes a user's permissions in a vhost; false if there were none.
+    pub(crate) fn clear_permission(&self, vhost: &str, user: &str) -> bool {
+        let existed = self
+            .tables
+            .write()
+            .permissions
+            .remove(&(vhost.to_string(), user.to_string()))
+            .is_some();
+        self.changed();
+        existed
+    }
+
+    /// RabbitMQ's vhost access: a user may open a vhost in which it has permissions (of any
+    /// kind, even all empty).
+    pub(crate) fn may_open(&self, user: &str, vhost: &str) -> bool {
+        self.permission(vhost, user).is_some()
+    }
+}
+
+/// The user a [`UserConfig`] describes, its password hashed.
+fn user_from_config(u: &UserConfig) -> Result<User, AccessError> {
+    let password = match &u.password_hash {
+        Some(hash) => PasswordHash::decode(HashingAlgorithm::Sha256, hash),
+        None => PasswordHash::new(HashingAlgorithm::Sha256, &u.password),
+    }
+    .map_err(|error| AccessError::Password {
+        user: u.name.clone(),
+        error,
+    })?;
+    Ok(User {
+        name: u.name.clone(),
+        password,
+        tags: u.tags.clone(),
+        loopback_only: u.loopback_only,
+    })
+}
+
+/// RabbitMQ's text for a refused operation (403, closing the channel).
+pub(crate) fn refused_text(kind: ResourceKind, name: &str, vhost: &str, user: &str) -> String {
+    let name = if kind == ResourceKind::Exchange && name.is_empty() {
+        "amq.default"
+    } else {
+        name
+    };
+    format!(
+        "access to {} '{name}' in vhost '{vhost}' refused for user '{user}'",
+        kind.name()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PermissionConfig;
+
+    #[test]
+    fn vhost_lists_are_full_permissions_unless_an_entry_says_otherwise() {
+        let mut config = BrokerConfig::ephemeral();
+        config.vhosts = vec!["/".into(), "staging".into()];
+        config.users.push(UserConfig {
+            name: "app".into(),
+            password: "pw".into(),
+            vhosts: vec!["*".into()],
+            ..UserConfig::default()
+        });
+        config.permissions.push(PermissionConfig {
+            user: "app".into(),
+            vhost: "staging".into(),
+            configure: "".into(),
+            write: "^out$".into(),
+            read: "".into(),
+        });
+        let access = Access::from_config(&config).unwrap();
+        assert!(access.may_open("app", "/") && access.may_open("app", "staging"));
+        let staging = access.permission("staging", "app").unwrap();
+        assert!(staging.allows(Operation::Write, ResourceKind::Exchange, "out"));
+        assert!(!staging.allows(Operation::Configure, ResourceKind::Queue, "q"));
+        assert!(access.user("app").unwrap().check_password("pw"));
+        assert!(!access.user("app").unwrap().check_password("pW"));
+
+        let generation = access.generation();
+        access.delete_user("app");
+        assert!(access.generation() > generation);
+        assert!(!access.may_open("app", "/"));
+    }
+
+    #[test]
+    fn permissions_for_unknown_users_or_bad_patterns_are_refused() {
+        let mut config = BrokerConfig::ephemeral();
+        config
+            .permissions
+            .push(PermissionConfig::full("nobody", "/"));
+        assert!(matches!(
+            Access::from_config(&config),
+            Err(AccessError::NoSuchUser(_))
+        ));
+        let mut config = BrokerConfig::ephemeral();
+        config.permissions.push(PermissionConfig {
+            read: "[".into(),
+            ..PermissionConfig::full("guest", "/")
+        });
+        let err = Access::from_config(&config).err().unwrap().to_string();
+        assert!(err.contains("read pattern '['"), "{err}");
+        let mut config = BrokerConfig::ephemeral();
+        config
+            .permissions
+            .push(PermissionConfig::full("guest", "staging"));
+        assert!(matches!(
+            Access::from_config(&config),
+            Err(AccessError::NoSuchVhost(_))
+        ));
+    }
+
+    #[test]
+    fn refusals_read_as_rabbitmqs() {
+        assert_eq!(
+            refused_text(ResourceKind::Queue, "foo", "/", "alice"),
+            "access to queue 'foo' in vhost '/' refused for user 'alice'"
+        );
+        assert_eq!(
+            refused_text(ResourceKind::Exchange, "", "/", "alice"),
+            "access to exchange 'amq.default' in vhost '/' refused for user 'alice'"
+        );
+    }
+}

@@ -1,0 +1,52 @@
+//! A look at the messages of a queue without taking them (the test double's peek).
+
+use dwellmq_codec::BasicProperties;
+
+use super::BrokerHandle;
+
+/// A ready message, as [`BrokerHandle::peek_messages`] shows it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct PeekedMessage {
+    /// The exchange it was published to.
+    pub exchange: String,
+    /// Its routing key.
+    pub routing_key: String,
+    /// Its properties, headers included (`x-death` for a dead-lettered message).
+    pub properties: BasicProperties,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// Whether it was delivered before.
+    pub redelivered: bool,
+    /// When it expires (ms since 1970), if it has a TTL.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl BrokerHandle {
+    /// Up to `limit` ready messages of a queue from its head, left in place; empty if the
+    /// queue does not exist.
+    pub fn peek_messages(&self, vhost: &str, queue: &str, limit: usize) -> Vec<PeekedMessage> {
+        let Some(queue) = self.state.vhost(vhost).and_then(|v| v.queue(queue).ok()) else {
+            return Vec::new();
+        };
+        queue
+            .peek(limit)
+            .into_iter()
+            .map(|entry| {
+                let m = &entry.message;
+                let mut body = Vec::with_capacity(m.body_len());
+                for chunk in m.body.chunks() {
+                    body.extend_from_slice(chunk);
+                }
+                PeekedMessage {
+                    exchange: m.exchange.to_string(),
+                    routing_key: m.routing_key.to_string(),
+                    properties: m.properties.clone(),
+                    body,
+                    redelivered: entry.redelivered,
+                    expires_at_ms: entry.expires_at,
+                }
+            })
+            .collect()
+    }
+}
