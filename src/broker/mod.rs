@@ -40,7 +40,8 @@ pub(crate) struct BrokerState {
     pub(crate) config: BrokerConfig,
     /// Users and permissions (changed at runtime over HTTP).
     pub(crate) access: access::Access,
-    vhosts: HashMap<String, Arc<VHost>>,
+    /// The configured vhosts and those added at runtime (HTTP, definitions, the store).
+    vhosts: parking_lot::RwLock<HashMap<String, Arc<VHost>>>,
     pub(crate) memory: Arc<MemoryMonitor>,
     pub(crate) clock: SharedClock,
     pub(crate) manual_clock: Option<Arc<ManualClock>>,
@@ -112,7 +113,7 @@ impl BrokerState {
             memory,
             config,
             access,
-            vhosts,
+            vhosts: parking_lot::RwLock::new(vhosts),
             clock,
             manual_clock,
             next_connection_id: AtomicU64::new(1),
@@ -125,7 +126,30 @@ impl BrokerState {
     }
 
     pub(crate) fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
-        self.vhosts.get(name).cloned()
+        self.vhosts.read().get(name).cloned()
+    }
+
+    /// Every vhost, sorted by name.
+    pub(crate) fn all_vhosts(&self) -> Vec<Arc<VHost>> {
+        let mut all: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// Adds a vhost (as RabbitMQ's `PUT /api/vhosts/{name}` or a definitions import does),
+    /// written to the store when there is one; false if it existed already.
+    pub(crate) fn add_vhost(&self, name: &str) -> bool {
+        let mut vhosts = self.vhosts.write();
+        if vhosts.contains_key(name) {
+            return false;
+        }
+        vhosts.insert(
+            name.to_string(),
+            VHost::shared(name.into(), Arc::clone(&self.runtime)),
+        );
+        drop(vhosts);
+        persist::vhost_added(&self.runtime, name);
+        true
     }
 
     pub(crate) fn user(&self, name: &str) -> Option<Arc<access::User>> {

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use dwellmq_codec::{FieldTable, FieldValue};
 use dwellmq_core::policy::{Policy, PolicyValue};
 use dwellmq_core::routing::{Binding, Destination};
-use dwellmq_store::{BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Store};
+use dwellmq_store::{
+    BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Store, VhostDef,
+};
 use parking_lot::Mutex;
 
 use super::exchange::Exchange;
@@ -58,6 +60,18 @@ fn write(store: &Store, ops: Vec<Op>) {
             tracing::error!(error = %e, "writing a durable definition failed");
         }
     });
+}
+
+/// A vhost was added at runtime (configured ones are not written: the config brings them).
+pub(crate) fn vhost_added(runtime: &Runtime, name: &str) {
+    let Some(store) = store(runtime) else { return };
+    write(
+        store,
+        vec![Op::PutVhost(VhostDef {
+            name: name.into(),
+            metadata: Vec::new(),
+        })],
+    );
 }
 
 /// A durable exchange was created.

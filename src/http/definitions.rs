@@ -4,9 +4,9 @@
 //! Import declares exchanges, queues and bindings, in that order, as the API's own `PUT` and
 //! `POST` would; an equivalent existing object is left as it is, an inequivalent one fails the
 //! import with RabbitMQ's text. Users (with their `password_hash`) and permissions are
-//! imported and exported as RabbitMQ's; vhosts come from dwellmq's configuration, so an
-//! import may name only vhosts that exist. Topic permissions are not supported (an import
-//! that has some says so in the log).
+//! imported and exported as RabbitMQ's; the file's vhosts are created first, and an object
+//! naming a vhost that neither exists nor is in the file fails the import before anything
+//! changes. Topic permissions are not supported (an import that has some says so in the log).
 
 use super::policies::{policy_json, set as set_policy, PolicyBody};
 use std::sync::Arc;
@@ -269,20 +269,29 @@ pub(crate) fn import(state: &BrokerState, defs: Definitions, scope: Option<&str>
         let name = scope.or(named.as_deref()).ok_or_else(|| {
             ApiError::bad_request("every exchange, queue and binding must name its vhost")
         })?;
-        state.vhost(name).ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "vhost '{name}' does not exist; dwellmq's vhosts come from its configuration"
-            ))
-        })
+        state
+            .vhost(name)
+            .ok_or_else(|| ApiError::bad_request(format!("vhost '{name}' does not exist")))
     };
-    // Everything is checked before anything is declared, so that a file naming an unknown
-    // vhost changes nothing.
-    for v in &defs.vhosts {
-        if state.vhost(&v.name).is_none() {
+    // The file's vhosts are created first, as RabbitMQ does; an object naming a vhost that
+    // neither exists nor is in the file is refused before anything is created.
+    let named = defs
+        .exchanges
+        .iter()
+        .map(|x| &x.vhost)
+        .chain(defs.queues.iter().map(|q| &q.vhost))
+        .chain(defs.bindings.iter().map(|b| &b.vhost))
+        .chain(defs.policies.iter().map(|p| &p.vhost));
+    for name in named.filter_map(|n| scope.or(n.as_deref())) {
+        if state.vhost(name).is_none() && !defs.vhosts.iter().any(|v| v.name == name) {
             return Err(ApiError::bad_request(format!(
-                "vhost '{}' does not exist; dwellmq's vhosts come from its configuration",
-                v.name
+                "vhost '{name}' does not exist and the file does not define it"
             )));
+        }
+    }
+    if scope.is_none() {
+        for v in &defs.vhosts {
+            state.add_vhost(&v.name);
         }
     }
     let exchanges = defs

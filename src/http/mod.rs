@@ -67,13 +67,7 @@ impl Api {
 
     /// Every vhost, sorted by name.
     pub(crate) fn vhosts(&self) -> Vec<Arc<VHost>> {
-        let mut all: Vec<Arc<VHost>> = std::iter::once("/")
-            .chain(self.state.config.vhosts.iter().map(String::as_str))
-            .filter_map(|n| self.state.vhost(n))
-            .collect();
-        all.sort_by(|a, b| a.name.cmp(&b.name));
-        all.dedup_by(|a, b| a.name == b.name);
-        all
+        self.state.all_vhosts()
     }
 }
 
@@ -149,7 +143,10 @@ fn router(api: Arc<Api>) -> Router {
         .route("/api/overview", get(overview::overview))
         .route("/api/whoami", get(overview::whoami))
         .route("/api/vhosts", get(overview::vhosts))
-        .route("/api/vhosts/{vhost}", get(overview::vhost))
+        .route(
+            "/api/vhosts/{vhost}",
+            get(overview::vhost).put(overview::put_vhost),
+        )
         .route(
             "/api/vhosts/{vhost}/permissions",
             get(users::permissions_of_vhost),

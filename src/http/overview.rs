@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::auth::{self, Authed, MANAGEMENT};
+use super::auth::{self, Authed, ADMINISTRATOR, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathOf;
 use super::sampler::overview_counts;
@@ -124,6 +124,22 @@ pub(crate) async fn vhost(
         return Err(ApiError::not_found());
     }
     Ok(Json(vhost_json(&vhost)))
+}
+
+/// `PUT /api/vhosts/{vhost}`: creates it (201), or leaves an existing one (204), as RabbitMQ.
+pub(crate) async fn put_vhost(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+    PathOf(name): PathOf<String>,
+) -> ApiResult<StatusCode> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(ApiError::bad_request("a vhost name is 1 to 255 octets"));
+    }
+    Ok(if api.state.add_vhost(&name) {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    })
 }
 
 /// `GET /api/health/checks/alarms`: 200 while no alarm is in effect, else 503 with the alarms,

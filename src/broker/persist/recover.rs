@@ -81,6 +81,10 @@ fn restore_from(state: &BrokerState, store: &Store) -> Result<(Restored, Vec<Op>
     // Before anything is scheduled (queues restored below arm ticks): new deadlines are
     // numbered above every held message's id.
     state.delayed.reserve_below(recovery.next_delayed_seq);
+    // Vhosts added at runtime first: what follows lives in them.
+    for v in &definitions.vhosts {
+        state.add_vhost(&v.name);
+    }
     for p in &definitions.policies {
         match restore_policy(state, p) {
             Ok(()) => restored.policies += 1,
