@@ -358,6 +358,19 @@ impl BrokerHandle {
         self.state.memory.used()
     }
 
+    /// Octets buffered for output to clients and not yet taken by their sockets, over every
+    /// open connection (each is charged to [`BrokerHandle::memory_used`] too). Bounded per
+    /// connection: a connection over its bound stops reading its client until it drains.
+    pub fn buffered_output(&self) -> usize {
+        self.state
+            .outbounds
+            .lock()
+            .iter()
+            .filter_map(|o| o.upgrade())
+            .map(|o| o.buffered())
+            .sum()
+    }
+
     /// The memory watermark in octets, as resolved at start from
     /// [`Limits::memory_high_watermark`](crate::Limits::memory_high_watermark).
     pub fn memory_high_watermark(&self) -> u64 {

@@ -55,6 +55,8 @@ struct Connection {
     has_published: bool,
     sent_blocked: bool,
     counts: MessageCounts,
+    /// `process` left complete frames in the buffer (the output was over its bound).
+    stopped_early: bool,
 }
 
 /// What the frame loop should do next.
@@ -79,7 +81,7 @@ pub(crate) async fn serve<R, W>(
     let id = state.next_connection_id();
     let span = tracing::info_span!("conn", id, %peer);
     async move {
-        let outbound = Arc::new(Outbound::new());
+        let outbound = Arc::new(Outbound::new(Arc::clone(&state.memory)));
         let writer_task = tokio::spawn(run_writer(Arc::clone(&outbound), writer));
         {
             let mut outbounds = state.outbounds.lock();
@@ -126,12 +128,34 @@ pub(crate) async fn serve<R, W>(
             Err(_) => tracing::warn!("handshake timed out"),
         }
         outbound.close();
-        let _ = writer_task.await;
+        finish_writing(&outbound, writer_task).await;
         drain_until_peer_closes(&mut reader, &mut buf, &mut shutdown).await;
         tracing::debug!("connection closed");
     }
     .instrument(span)
     .await
+}
+
+/// Lets the writer send what is queued (the last `close` or `close-ok` among it) while the
+/// client keeps reading; a client that reads nothing for [`CLOSE_OK_TIMEOUT`] gets the rest
+/// dropped, or it would hold its connection, its buffer and the broker's shutdown forever.
+async fn finish_writing(outbound: &Outbound, mut writer_task: tokio::task::JoinHandle<()>) {
+    loop {
+        let written = outbound.written_total();
+        match tokio::time::timeout(CLOSE_OK_TIMEOUT, &mut writer_task).await {
+            Ok(_) => return,
+            Err(_) if outbound.written_total() == written => {
+                tracing::warn!(
+                    buffered = outbound.buffered(),
+                    "client stopped reading; dropping its unwritten output"
+                );
+                writer_task.abort();
+                outbound.abandon();
+                return;
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 fn send_connection_close(outbound: &Outbound, fault: &Fault) {
@@ -187,6 +211,7 @@ async fn run<R: AsyncRead + Unpin>(
         has_published: false,
         sent_blocked: false,
         counts: MessageCounts::default(),
+        stopped_early: false,
     };
     let heartbeat = Duration::from_secs(u64::from(negotiated.heartbeat_secs));
     let mut ticker = tokio::time::interval(if heartbeat.is_zero() {
@@ -196,25 +221,40 @@ async fn run<R: AsyncRead + Unpin>(
     });
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_read = Instant::now();
+    let mut last_written = outbound.written_total();
     let mut memory_alarm = state.memory.subscribe();
 
+    // Frames the client pipelined behind `connection.open` may already be in `buf`: they are
+    // handled now, not when (if ever) more bytes arrive.
+    let mut unprocessed = !buf.is_empty();
     let outcome: Result<(), FaultOrExit> = loop {
         let blocked = *memory_alarm.borrow() && conn.has_published;
         conn.update_blocked(blocked);
+        // The connection's own output is over its bound: nothing more is read (every request
+        // read could add a reply) until the client has read enough of it.
+        let paused = outbound.read_paused();
         if blocked {
             // Nothing is read while blocked, so the client's heartbeats cannot be seen:
             // heartbeat monitoring pauses (as in RabbitMQ) instead of killing the connection.
             last_read = Instant::now();
         }
+        if unprocessed && !blocked && !paused {
+            match conn.handle_input(buf, &listed.info) {
+                Ok(Flow::Continue) => {
+                    unprocessed = conn.stopped_early;
+                    continue;
+                }
+                Ok(Flow::Closed) => break Ok(()),
+                Err(fault) => break Err(FaultOrExit::Fault(fault)),
+            }
+        }
         tokio::select! {
-            read = reader.read_buf(buf), if !blocked => match read {
+            read = reader.read_buf(buf), if !blocked && !paused => match read {
                 Ok(0) | Err(_) => break Err(FaultOrExit::Exit),
                 Ok(_) => {
                     last_read = Instant::now();
-                    let processed = conn.process(buf);
-                    listed.info.channels.store(conn.channels.len(), Ordering::Relaxed);
-                    match processed {
-                        Ok(Flow::Continue) => {}
+                    match conn.handle_input(buf, &listed.info) {
+                        Ok(Flow::Continue) => unprocessed = conn.stopped_early,
                         Ok(Flow::Closed) => break Ok(()),
                         Err(fault) => break Err(FaultOrExit::Fault(fault)),
                     }
@@ -224,6 +264,13 @@ async fn run<R: AsyncRead + Unpin>(
                 }
             },
             _ = ticker.tick(), if !heartbeat.is_zero() => {
+                // While paused on its output, a client that reads it is alive even though
+                // its heartbeats wait unread; one that reads nothing for two intervals is not.
+                let written = outbound.written_total();
+                if paused && written != last_written {
+                    last_read = Instant::now();
+                }
+                last_written = written;
                 if last_read.elapsed() > heartbeat * 2 {
                     tracing::warn!(timeout = ?heartbeat, "missed heartbeats from client, closing");
                     break Err(FaultOrExit::Exit);
@@ -353,9 +400,23 @@ impl Connection {
         )
     }
 
-    /// Handles every complete frame in `buf`, then sends the confirms they produced.
+    /// [`Connection::process`], then updates what the management API shows.
+    fn handle_input(&mut self, buf: &mut BytesMut, info: &ConnectionInfo) -> Result<Flow, Fault> {
+        let processed = self.process(buf);
+        info.channels.store(self.channels.len(), Ordering::Relaxed);
+        processed
+    }
+
+    /// Handles the complete frames in `buf`, then sends the confirms they produced. Stops
+    /// early (setting `stopped_early`, the rest stays in `buf`) once the output is over its
+    /// bound, so that one large read cannot add more than a frame's worth of replies past it.
     fn process(&mut self, buf: &mut BytesMut) -> Result<Flow, Fault> {
+        self.stopped_early = false;
         let result = loop {
+            if self.outbound.read_paused() {
+                self.stopped_early = true;
+                break Ok(Flow::Continue);
+            }
             match decode_frame(buf, self.frame_max) {
                 Ok(Some(frame)) => match self.on_frame(frame) {
                     Ok(Flow::Continue) => {}
