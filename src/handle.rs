@@ -350,7 +350,8 @@ impl BrokerHandle {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Octets counted as held for messages (what the memory watermark compares): bodies plus
+    /// Octets counted as held (what the memory watermark compares): output buffered for clients
+    /// ([`BrokerHandle::buffered_output`]), and for messages bodies plus
     /// [`MESSAGE_MEMORY_OVERHEAD`](crate::MESSAGE_MEMORY_OVERHEAD) per message queued or
     /// unacknowledged, [`HELD_MESSAGE_MEMORY_OVERHEAD`](crate::HELD_MESSAGE_MEMORY_OVERHEAD) per
     /// small message a delayed exchange holds packed.
