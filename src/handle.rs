@@ -359,6 +359,11 @@ impl BrokerHandle {
         self.state.memory.used()
     }
 
+    /// The shared state (fuzzing checks the accounting through it).
+    pub(crate) fn state(&self) -> &Arc<BrokerState> {
+        &self.state
+    }
+
     /// Octets buffered for output to clients and not yet taken by their sockets, over every
     /// open connection (each is charged to [`BrokerHandle::memory_used`] too). Bounded per
     /// connection: a connection over its bound stops reading its client until it drains.

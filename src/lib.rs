@@ -13,6 +13,8 @@
 
 mod broker;
 mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handle;
 mod http;
 mod server;
