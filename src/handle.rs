@@ -46,6 +46,9 @@ pub enum StartError {
     /// The definitions file could not be read or applied.
     #[error("cannot import definitions: {0}")]
     Definitions(String),
+    /// The TLS settings could not be used.
+    #[error(transparent)]
+    Tls(#[from] crate::server::tls::TlsError),
     /// No configured address could be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -101,6 +104,21 @@ impl Broker {
             None => None,
         };
         let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
+        // TLS: the certificates are read and checked before anything is served.
+        let mut tls_listeners = Vec::new();
+        if let Some(tls) = &config.tls {
+            let acceptor = crate::server::tls::acceptor(tls)?;
+            for &addr in &tls.listen {
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?;
+                tls_listeners.push((listener, acceptor.clone()));
+            }
+        }
+        let tls_addrs: Vec<SocketAddr> = tls_listeners
+            .iter()
+            .filter_map(|(l, _)| l.local_addr().ok())
+            .collect();
         let definitions = config.definitions.clone();
         let policies = config.policies.clone();
         let state = BrokerState::new(config);
@@ -122,6 +140,14 @@ impl Broker {
             .into_iter()
             .map(|l| tokio::spawn(accept_loop(Arc::clone(&state), l, shutdown_rx.clone())))
             .collect();
+        for (listener, acceptor) in tls_listeners {
+            tasks.push(tokio::spawn(crate::server::tls::accept_loop(
+                Arc::clone(&state),
+                listener,
+                acceptor,
+                shutdown_rx.clone(),
+            )));
+        }
         if let Some(listener) = http_listener {
             let serve = crate::http::serve(
                 Arc::clone(&state),
@@ -147,12 +173,16 @@ impl Broker {
         for addr in &addrs {
             tracing::info!(%addr, "listening");
         }
+        for addr in &tls_addrs {
+            tracing::info!(%addr, "listening (TLS)");
+        }
         if let Some(addr) = http_addr {
             tracing::info!(%addr, "HTTP API listening");
         }
         Ok(BrokerHandle {
             state,
             addrs,
+            tls_addrs,
             http_addr,
             shutdown,
             tasks,
@@ -170,6 +200,7 @@ const IN_MEMORY_BUFFER: usize = 256 * 1024;
 pub struct BrokerHandle {
     state: Arc<BrokerState>,
     addrs: Vec<SocketAddr>,
+    tls_addrs: Vec<SocketAddr>,
     http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -247,6 +278,16 @@ impl BrokerHandle {
     /// Every address the broker listens on.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// Where AMQP over TLS is served (`BrokerConfig::tls`), if it is.
+    pub fn tls_local_addr(&self) -> Option<SocketAddr> {
+        self.tls_addrs.first().copied()
+    }
+
+    /// `amqps://host:port` for the first TLS address, if TLS is served.
+    pub fn amqps_url(&self) -> Option<String> {
+        self.tls_local_addr().map(|addr| format!("amqps://{addr}"))
     }
 
     /// Where the HTTP management API listens, if it is on (`BrokerConfig::http`).

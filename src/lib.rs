@@ -23,7 +23,7 @@ pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 pub use broker::memory::{HELD_MESSAGE_MEMORY_OVERHEAD, MESSAGE_MEMORY_OVERHEAD};
 pub use config::{
     ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, Policy, PolicyConfig,
-    PolicyDefinition, PolicyError, PolicyValue, UserConfig,
+    PolicyDefinition, PolicyError, PolicyValue, TlsConfig, TlsVerify, UserConfig,
 };
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;
@@ -31,3 +31,4 @@ pub use handle::{
     Broker, BrokerHandle, Condition, DeathReason, QueueInfo, RetryingMessageInfo, SettleTimeout,
     StartError, UnwrittenOutput, WaitTimeout, SETTLE_TIMEOUT,
 };
+pub use server::tls::TlsError;

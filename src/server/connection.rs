@@ -70,10 +70,26 @@ enum Flow {
 /// in-memory stream's), until it closes.
 pub(crate) async fn serve<R, W>(
     state: Arc<BrokerState>,
+    reader: R,
+    writer: W,
+    ends: (SocketAddr, SocketAddr),
+    shutdown: watch::Receiver<bool>,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_with_identity(state, reader, writer, ends, shutdown, None).await
+}
+
+/// [`serve`] for a connection whose peer proved an identity before AMQP began (the common
+/// name of a verified TLS client certificate): the EXTERNAL mechanism is offered, for it.
+pub(crate) async fn serve_with_identity<R, W>(
+    state: Arc<BrokerState>,
     mut reader: R,
     writer: W,
     (peer, local): (SocketAddr, SocketAddr),
     shutdown: watch::Receiver<bool>,
+    identity: Option<String>,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -97,7 +113,7 @@ pub(crate) async fn serve<R, W>(
         let negotiated = tokio::select! {
             negotiated = tokio::time::timeout(
                 state.config.limits.handshake_timeout,
-                negotiate(&state, &mut reader, &mut buf, &outbound, peer),
+                negotiate(&state, &mut reader, &mut buf, &outbound, peer, identity.as_deref()),
             ) => negotiated,
             _ = shutdown_requested(&mut shutdown) => {
                 tracing::debug!("broker shutting down during the handshake");
