@@ -667,6 +667,41 @@ mod tests {
     }
 
     #[test]
+    fn tls_from_the_file_and_the_flag() {
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(
+            &mut config,
+            &mut level,
+            "[tls]\ncertfile = 'c.pem'\nkeyfile = 'k.pem'\ncacertfile = 'ca.pem'\n\
+             verify = 'verify_peer'\nfail_if_no_peer_cert = true",
+        )
+        .unwrap();
+        let tls = config.tls.unwrap();
+        assert_eq!(tls.listen, vec!["127.0.0.1:5671".parse().unwrap()]);
+        assert_eq!(tls.certfile, PathBuf::from("c.pem"));
+        assert_eq!(tls.cacertfile, Some(PathBuf::from("ca.pem")));
+        assert_eq!(tls.verify, TlsVerify::VerifyPeer);
+        assert!(tls.fail_if_no_peer_cert);
+        for (bad, says) in [
+            ("[tls]\nkeyfile = 'k'", "certfile"),
+            (
+                "[tls]\ncertfile = 'c'\nkeyfile = 'k'\nverify = 'maybe'",
+                "verify_peer",
+            ),
+            (
+                "[tls]\ncertfile = 'c'\nkeyfile = 'k'\nciphers = 1",
+                "unknown setting tls.ciphers",
+            ),
+        ] {
+            let error = apply_file(&mut BrokerConfig::default(), &mut level, bad).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        }
+        let error = run(&["--tls-listen", "0.0.0.0:5671"], &[]).unwrap_err();
+        assert!(error.contains("[tls]"), "{error}");
+    }
+
+    #[test]
     fn http_and_tags_from_the_file() {
         let mut config = BrokerConfig::default();
         let mut level = String::new();
