@@ -59,6 +59,11 @@ impl Script<'_> {
         self.byte().unwrap_or(0)
     }
 
+    /// True for one value of the next byte in `n` (0 when the input is used up: true).
+    fn one_in(&mut self, n: u8) -> bool {
+        self.b().is_multiple_of(n)
+    }
+
     fn flag(&mut self) -> bool {
         self.b() & 1 == 1
     }
@@ -165,11 +170,11 @@ fn step(s: &mut Script<'_>, out: &mut BytesMut, frame_max: u32) -> Option<Step> 
         3 => Method::ChannelCloseOk,
         4 => Method::QueueDeclare(QueueDeclare {
             queue: s.pick(&QUEUES).into(),
-            passive: s.b() % 8 == 0,
+            passive: s.one_in(8),
             durable: s.flag(),
             exclusive: s.flag(),
             auto_delete: s.flag(),
-            no_wait: s.b() % 8 == 0,
+            no_wait: s.one_in(8),
             arguments: queue_arguments(s),
         }),
         5 => {
@@ -187,11 +192,11 @@ fn step(s: &mut Script<'_>, out: &mut BytesMut, frame_max: u32) -> Option<Step> 
             Method::ExchangeDeclare(ExchangeDeclare {
                 exchange: exchange.into(),
                 kind: kind.into(),
-                passive: s.b() % 8 == 0,
+                passive: s.one_in(8),
                 durable: s.flag(),
                 auto_delete: s.flag(),
-                internal: s.b() % 8 == 0,
-                no_wait: s.b() % 8 == 0,
+                internal: s.one_in(8),
+                no_wait: s.one_in(8),
                 arguments,
             })
         }
@@ -212,7 +217,7 @@ fn step(s: &mut Script<'_>, out: &mut BytesMut, frame_max: u32) -> Option<Step> 
                 exchange: s.pick(&EXCHANGES).into(),
                 routing_key: s.pick(&KEYS).into(),
                 mandatory: s.flag(),
-                immediate: s.b() % 16 == 0,
+                immediate: s.one_in(16),
             });
             let properties = properties(s);
             let len = usize::from(s.b()) * usize::from(s.b() % 4 + 1);
@@ -243,7 +248,7 @@ fn step(s: &mut Script<'_>, out: &mut BytesMut, frame_max: u32) -> Option<Step> 
             queue: s.pick(&QUEUES).into(),
             consumer_tag: s.pick(&["", "c0", "c1"]).into(),
             no_ack: s.flag(),
-            exclusive: s.b() % 8 == 0,
+            exclusive: s.one_in(8),
             ..Default::default()
         }),
         12 => Method::BasicCancel(BasicCancel {
@@ -324,7 +329,7 @@ fn step(s: &mut Script<'_>, out: &mut BytesMut, frame_max: u32) -> Option<Step> 
             return Some(Step::Frames);
         }
         22 => {
-            if s.b() % 4 != 0 {
+            if !s.one_in(4) {
                 return Some(Step::Frames);
             }
             encode_method(

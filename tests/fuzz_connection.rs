@@ -188,7 +188,7 @@ fn pseudo_random_scripts_run_clean() {
                 let at = (rng.next() as usize) % bytes.len();
                 bytes[at] = rng.next() as u8;
             }
-            if rng.next() % 3 == 0 {
+            if rng.next().is_multiple_of(3) {
                 let extra = (rng.next() % 64) as usize;
                 bytes.extend(rng.bytes(extra));
             }
