@@ -355,6 +355,10 @@ fn abort_on_panic() {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             previous(info);
+            // Straight to the process's stderr: a test harness's output capture would lose
+            // the message with the abort.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "fuzzing: panic: {info}");
             std::process::abort();
         }));
     });
