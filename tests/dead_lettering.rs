@@ -587,3 +587,135 @@ async fn a_dead_letter_exchange_that_is_delayed_holds_the_message_for_its_x_dela
     let released = get_one(&ch, "retried").await;
     assert_eq!(x_death(&released.delivery.properties).len(), 1);
 }
+
+/// A retry loop through a delayed exchange: the work queue dead-letters into `x-delayed-message`
+/// exchange that routes back to it. The message is held packed while it waits; its history must
+/// survive that, so the second rejection counts 2, as RabbitMQ with the plugin counts.
+#[tokio::test]
+async fn the_history_survives_a_wait_in_a_delayed_exchange() {
+    let t = start_manual().await;
+    let ch = t.channel().await;
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-delayed-type".into(),
+        AMQPValue::LongString("direct".into()),
+    );
+    ch.exchange_declare(
+        "retry".into(),
+        ExchangeKind::Custom("x-delayed-message".into()),
+        ExchangeDeclareOptions::default(),
+        args,
+    )
+    .await
+    .unwrap();
+    queue_with(&ch, "work", dlx_args("retry", None, &[])).await;
+    ch.queue_bind(
+        "work".into(),
+        "retry".into(),
+        "work".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let mut headers = FieldTable::default();
+    headers.insert("x-delay".into(), AMQPValue::LongInt(5000));
+    publish(
+        &ch,
+        "",
+        "work",
+        "m",
+        BasicProperties::default().with_headers(headers),
+    )
+    .await;
+
+    for attempt in 1..=3u64 {
+        let msg = ch
+            .basic_get("work".into(), BasicGetOptions { no_ack: false })
+            .await
+            .unwrap()
+            .expect("back in work");
+        if attempt > 1 {
+            assert_eq!(
+                x_death(&msg.delivery.properties),
+                [format!(
+                    "count={} reason=rejected queue=work time=T{T0_S} exchange= routing-keys=[work]",
+                    attempt - 1
+                )],
+                "attempt {attempt}"
+            );
+            assert_eq!(
+                header(&msg.delivery.properties, "x-first-death-queue").as_deref(),
+                Some("work")
+            );
+        }
+        msg.delivery
+            .reject(BasicRejectOptions { requeue: false })
+            .await
+            .unwrap();
+        sync(&ch).await;
+        // Held (or, once `x-delay` is negated, routed at once): either way back in `work`.
+        t.broker.advance(Duration::from_millis(5000));
+    }
+}
+
+/// `BCC` keys are removed at publish, yet the dead letter is routed by them too (without a
+/// dead-letter routing key), as RabbitMQ routes it; `x-death` does not record them.
+#[tokio::test]
+async fn without_a_dead_letter_routing_key_bcc_keys_route_but_are_not_recorded() {
+    let t = start_manual().await;
+    let ch = t.channel().await;
+    ch.exchange_declare(
+        "dlx".into(),
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    for (queue, key) in [("by-key", "work"), ("by-bcc", "hidden")] {
+        declare_queue(&ch, queue).await;
+        ch.queue_bind(
+            queue.into(),
+            "dlx".into(),
+            key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    queue_with(
+        &ch,
+        "work",
+        dlx_args("dlx", None, &[("x-message-ttl", AMQPValue::LongInt(10))]),
+    )
+    .await;
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "BCC".into(),
+        AMQPValue::FieldArray(vec![AMQPValue::LongString("hidden".into())].into()),
+    );
+    publish(
+        &ch,
+        "",
+        "work",
+        "m",
+        BasicProperties::default().with_headers(headers),
+    )
+    .await;
+    t.broker.advance(Duration::from_millis(10));
+    for queue in ["by-key", "by-bcc"] {
+        let dead = get_one(&ch, queue).await;
+        let props = &dead.delivery.properties;
+        assert_eq!(header(props, "BCC"), None, "{queue}");
+        assert_eq!(
+            x_death(props),
+            [format!(
+                "count=1 reason=expired queue=work time=T{T0_S} exchange= routing-keys=[work]"
+            )],
+            "{queue}"
+        );
+    }
+    assert!(get(&ch, "by-bcc").await.is_none(), "one copy only");
+}

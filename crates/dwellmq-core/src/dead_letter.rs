@@ -74,6 +74,7 @@ pub fn dead_letter(
     own_keys.extend(keys_in(Some(&headers), "CC"));
     let mut routing_keys = own_keys.clone();
     routing_keys.extend(keys_in(Some(&headers), "BCC"));
+    routing_keys.extend(message.bcc.iter().cloned());
 
     let original_expiration = properties.expiration.take();
     let first_death = message.deaths.is_empty();
@@ -138,6 +139,59 @@ pub fn is_cycle(deaths: &[Death], queue: &str) -> bool {
         }
     }
     false
+}
+
+/// Reads back the history the broker wrote into an `x-death` header, for a message that was
+/// stored packed (held by a delayed exchange, or on disk) and so lost its structured
+/// [`Message::deaths`]. Only call it for a message whose `x-death` the broker wrote; an entry
+/// that does not parse is skipped.
+pub fn history_from_headers(headers: &FieldTable) -> Vec<Death> {
+    let Some(FieldValue::Array(entries)) = headers.get("x-death") else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter_map(|entry| match entry {
+            FieldValue::Table(table) => death_from_table(table),
+            _ => None,
+        })
+        .collect()
+}
+
+fn death_from_table(table: &FieldTable) -> Option<Death> {
+    let text = |field: &str| match table.get(field) {
+        Some(FieldValue::LongStr(s)) => ShortStr::from_utf8(s.clone()),
+        _ => None,
+    };
+    let count = match table.get("count")? {
+        FieldValue::I64(n) => u64::try_from(*n).ok()?,
+        FieldValue::I32(n) => u64::try_from(*n).ok()?,
+        FieldValue::U32(n) => u64::from(*n),
+        _ => return None,
+    };
+    let time_s = match table.get("time")? {
+        FieldValue::Timestamp(t) => *t,
+        _ => return None,
+    };
+    let routing_keys = match table.get("routing-keys") {
+        Some(FieldValue::Array(keys)) => keys
+            .iter()
+            .filter_map(|k| match k {
+                FieldValue::LongStr(s) => ShortStr::from_utf8(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Some(Death {
+        queue: text("queue")?,
+        reason: DeathReason::from_name(text("reason")?.as_bytes())?,
+        count,
+        time_s,
+        exchange: text("exchange")?,
+        routing_keys,
+        original_expiration: text("original-expiration"),
+    })
 }
 
 fn long_str(s: &ShortStr) -> FieldValue {

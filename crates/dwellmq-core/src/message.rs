@@ -33,6 +33,9 @@ pub struct Message {
     /// from). Empty for a message a client published: an `x-death` header it sent is not
     /// history.
     pub deaths: Vec<Death>,
+    /// The keys of the `BCC` header it was published with: the header is removed before anyone
+    /// sees the message, but dead-lettering routes by these keys too, as RabbitMQ does.
+    pub bcc: Box<[ShortStr]>,
 }
 
 impl Message {
@@ -44,6 +47,25 @@ impl Message {
         body: Body,
         guard: Option<MessageGuard>,
     ) -> Arc<Message> {
+        Message::with_bcc(
+            exchange,
+            routing_key,
+            properties,
+            body,
+            guard,
+            Box::default(),
+        )
+    }
+
+    /// A published message whose `BCC` header (already removed from `properties`) named `bcc`.
+    pub fn with_bcc(
+        exchange: ShortStr,
+        routing_key: ShortStr,
+        properties: BasicProperties,
+        body: Body,
+        guard: Option<MessageGuard>,
+        bcc: Box<[ShortStr]>,
+    ) -> Arc<Message> {
         let mut encoded = BytesMut::with_capacity(32);
         properties.encode(&mut encoded);
         Arc::new(Message {
@@ -54,11 +76,13 @@ impl Message {
             body,
             guard,
             deaths: Vec::new(),
+            bcc,
         })
     }
 
-    /// A dead-lettered message: `properties` already carry the `x-death` headers written from
-    /// `deaths`.
+    /// A message with the broker's dead-letter history (`deaths`, possibly empty): a
+    /// dead-lettered one, or one rebuilt on its way out of a delayed exchange. `properties`
+    /// already carry the `x-death` headers written from `deaths`.
     pub fn dead_lettered(
         exchange: ShortStr,
         routing_key: ShortStr,
@@ -77,6 +101,7 @@ impl Message {
             body,
             guard,
             deaths,
+            bcc: Box::default(),
         })
     }
 

@@ -8,11 +8,16 @@
 //! Layout (big-endian lengths):
 //!
 //! ```text
-//! u16 exchange length, exchange
+//! u16 exchange length (its top bit: HISTORY_FLAG), exchange
 //! u16 routing key length, routing key
 //! u32 properties length, properties (flags word first, as in a content header)
 //! body: the rest
 //! ```
+//!
+//! Exchange names are at most 255 octets, so the top bit of the exchange length is free: set,
+//! it says that the `x-death` header in the properties is the broker's own dead-letter history
+//! (see [`Message::deaths`]), to be read back on unpacking. A client-published `x-death` is
+//! never history, so a message without the bit unpacks with none.
 
 use std::sync::Arc;
 
@@ -20,6 +25,7 @@ use bytes::{BufMut, Bytes};
 use dwellmq_codec::{BasicProperties, ShortStr};
 
 use crate::body::Body;
+use crate::dead_letter::history_from_headers;
 use crate::message::{Message, MessageGuard};
 
 /// A message in one contiguous buffer; see the module documentation for the layout.
@@ -38,13 +44,22 @@ struct Layout {
     properties: std::ops::Range<usize>,
 }
 
+/// Set in the exchange length field when the properties' `x-death` is the broker's history.
+const HISTORY_FLAG: u16 = 0x8000;
+
+/// Longest name or key a packed message holds: what fits beside `HISTORY_FLAG`.
+const MAX_NAME: usize = (HISTORY_FLAG - 1) as usize;
+
 fn layout(bytes: &[u8]) -> Option<Layout> {
     let mut at = 0;
     let mut part = |width: usize| {
         let len_bytes = bytes.get(at..at + width)?;
-        let len = len_bytes
+        let mut len = len_bytes
             .iter()
             .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
+        if at == 0 {
+            len &= usize::from(!HISTORY_FLAG);
+        }
         let range = at + width..at + width + len;
         bytes.get(range.clone())?;
         at = range.end;
@@ -60,12 +75,12 @@ fn layout(bytes: &[u8]) -> Option<Layout> {
 impl PackedMessage {
     /// Copies `message` into one buffer of exactly its size.
     pub fn pack(message: &Message) -> PackedMessage {
-        let exchange = clamp_u16(message.exchange.as_bytes());
-        let routing_key = clamp_u16(message.routing_key.as_bytes());
+        let exchange = clamp_name(message.exchange.as_bytes());
+        let routing_key = clamp_name(message.routing_key.as_bytes());
         let properties = &message.properties_encoded;
         let header = 2 + exchange.len() + 2 + routing_key.len() + 4 + properties.len();
         let mut out = Vec::with_capacity(header + message.body_len());
-        out.put_u16(exchange.len() as u16);
+        out.put_u16(Self::exchange_field(message));
         out.put_slice(exchange);
         out.put_u16(routing_key.len() as u16);
         out.put_slice(routing_key);
@@ -77,6 +92,24 @@ impl PackedMessage {
         PackedMessage {
             bytes: out.into_boxed_slice(),
         }
+    }
+
+    /// The first field of `message`'s packed form: its exchange's length, with
+    /// its top bit set when it carries the broker's dead-letter history. Public so that a store
+    /// writing the layout itself writes the same field.
+    pub fn exchange_field(message: &Message) -> u16 {
+        let len = clamp_name(message.exchange.as_bytes()).len() as u16;
+        if message.deaths.is_empty() {
+            len
+        } else {
+            len | HISTORY_FLAG
+        }
+    }
+
+    /// The part of an exchange name or routing key that the layout keeps (all of any name
+    /// from the wire).
+    pub fn clamp_name(bytes: &[u8]) -> &[u8] {
+        clamp_name(bytes)
     }
 
     /// Accepts a packed buffer read back from elsewhere (a store); `None` if it is malformed.
@@ -132,25 +165,31 @@ impl PackedMessage {
     /// the buffer is corrupt (only possible for one read back from a store).
     pub fn unpack(self, guard: Option<MessageGuard>) -> Option<Arc<Message>> {
         let layout = self.layout();
+        let has_history = self.bytes.first().is_some_and(|b| b & 0x80 != 0);
         let bytes = Bytes::from(self.bytes);
         let properties_encoded = bytes.slice(layout.properties.clone());
+        let properties = BasicProperties::decode(&properties_encoded).ok()?;
+        let deaths = match (&properties.headers, has_history) {
+            (Some(headers), true) => history_from_headers(headers),
+            _ => Vec::new(),
+        };
         Some(Arc::new(Message {
             exchange: ShortStr::from_utf8(bytes.slice(layout.exchange))?,
             routing_key: ShortStr::from_utf8(bytes.slice(layout.routing_key))?,
-            properties: BasicProperties::decode(&properties_encoded).ok()?,
+            properties,
             properties_encoded,
             body: Body::Single(bytes.slice(layout.properties.end..)),
             guard,
-            // Not packed: a dead-lettered message held by a delayed exchange keeps its
-            // `x-death` header, but a later death starts a new history.
-            deaths: Vec::new(),
+            deaths,
+            // A held message keeps its `BCC` header until release (see the delayed holder).
+            bcc: Box::default(),
         }))
     }
 }
 
 /// Names and keys from the wire are at most 255 octets; a longer locally built one is cut.
-fn clamp_u16(bytes: &[u8]) -> &[u8] {
-    &bytes[..bytes.len().min(usize::from(u16::MAX))]
+fn clamp_name(bytes: &[u8]) -> &[u8] {
+    &bytes[..bytes.len().min(MAX_NAME)]
 }
 
 #[cfg(test)]
@@ -233,6 +272,64 @@ mod tests {
         bytes[2] = 0xFF; // first octet of the exchange name: not UTF-8
         let corrupt = PackedMessage::from_boxed(bytes.into()).expect("layout is intact");
         assert!(corrupt.unpack(None).is_none());
+    }
+
+    fn dead(message: &Message, queue: &str) -> Arc<Message> {
+        let target = crate::queue::DeadLetterTarget {
+            exchange: "retry".into(),
+            routing_key: None,
+        };
+        crate::dead_letter::dead_letter(
+            message,
+            &queue.into(),
+            crate::queue::DeathReason::Rejected,
+            &target,
+            7_000,
+            None,
+        )
+        .message
+    }
+
+    #[test]
+    fn the_brokers_dead_letter_history_survives_packing() {
+        let original = sample(Body::Single(Bytes::from_static(b"x")));
+        let twice = dead(&dead(&original, "work"), "other");
+        assert_eq!(twice.deaths.len(), 2);
+        let back = PackedMessage::pack(&twice).unpack(None).expect("valid");
+        assert_eq!(back.deaths, twice.deaths);
+        assert_eq!(back.exchange, "retry");
+        // A later death continues the history instead of starting a new one.
+        let again = dead(&back, "work");
+        assert_eq!(again.deaths[0].count, 2);
+        assert_eq!(again.deaths[0].queue, "work");
+    }
+
+    #[test]
+    fn a_client_published_x_death_is_not_read_as_history() {
+        let mut headers = FieldTable::new();
+        let mut entry = FieldTable::new();
+        entry.insert("count", FieldValue::I64(9));
+        entry.insert(
+            "reason",
+            FieldValue::LongStr(Bytes::from_static(b"rejected")),
+        );
+        entry.insert("queue", FieldValue::LongStr(Bytes::from_static(b"work")));
+        entry.insert("time", FieldValue::Timestamp(1));
+        entry.insert("exchange", FieldValue::LongStr(Bytes::new()));
+        headers.insert("x-death", FieldValue::Array(vec![FieldValue::Table(entry)]));
+        let original = Message::new(
+            "".into(),
+            "work".into(),
+            BasicProperties {
+                headers: Some(headers),
+                ..Default::default()
+            },
+            Body::Single(Bytes::from_static(b"x")),
+            None,
+        );
+        let back = PackedMessage::pack(&original).unpack(None).expect("valid");
+        assert!(back.deaths.is_empty());
+        assert_eq!(PackedMessage::exchange_field(&original), 0);
     }
 }
 

@@ -153,9 +153,9 @@ impl Payload {
         match self {
             Payload::Packed(p) => p.len(),
             Payload::Message(m) => {
-                2 + clamp16(m.exchange.as_bytes()).len()
+                2 + PackedMessage::clamp_name(m.exchange.as_bytes()).len()
                     + 2
-                    + clamp16(m.routing_key.as_bytes()).len()
+                    + PackedMessage::clamp_name(m.routing_key.as_bytes()).len()
                     + 4
                     + m.properties_encoded.len()
                     + m.body_len()
@@ -173,10 +173,10 @@ impl Payload {
                     out[at..at + bytes.len()].copy_from_slice(bytes);
                     at += bytes.len();
                 };
-                let exchange = clamp16(m.exchange.as_bytes());
-                put(&(exchange.len() as u16).to_be_bytes());
-                put(exchange);
-                let key = clamp16(m.routing_key.as_bytes());
+                // The length field also carries the history flag.
+                put(&PackedMessage::exchange_field(m).to_be_bytes());
+                put(PackedMessage::clamp_name(m.exchange.as_bytes()));
+                let key = PackedMessage::clamp_name(m.routing_key.as_bytes());
                 put(&(key.len() as u16).to_be_bytes());
                 put(key);
                 put(&(m.properties_encoded.len() as u32).to_be_bytes());
@@ -187,10 +187,6 @@ impl Payload {
             }
         }
     }
-}
-
-fn clamp16(bytes: &[u8]) -> &[u8] {
-    &bytes[..bytes.len().min(usize::from(u16::MAX))]
 }
 
 /// A persistent message read back from a queue.

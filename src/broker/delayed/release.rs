@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use dwellmq_codec::ShortStr;
 use dwellmq_core::arguments::{parse_x_delay, released_x_delay};
-use dwellmq_core::routing::{extra_routing_keys, BCC};
+use dwellmq_core::routing::{bcc_keys, extra_routing_keys, BCC};
 use dwellmq_core::{Message, MessageGuard};
 
 use crate::broker::memory::MemoryMonitor;
@@ -31,26 +31,43 @@ pub(super) fn release_form(
     if delay <= 0 && !has_bcc {
         return message;
     }
-    let (exchange, routing_key, mut properties, body, guard) = match Arc::try_unwrap(message) {
-        Ok(m) => (m.exchange, m.routing_key, m.properties, m.body, m.guard),
-        Err(shared) => {
-            // Still shared (a large message also delivered at once, or held by two delayed
-            // exchanges): the copy charges its own body.
-            let charge: MessageGuard = Box::new(memory.charge_message(shared.body_len()));
-            (
-                shared.exchange.clone(),
-                shared.routing_key.clone(),
-                shared.properties.clone(),
-                shared.body.clone(),
-                Some(charge),
-            )
-        }
-    };
+    let (exchange, routing_key, mut properties, body, guard, deaths) =
+        match Arc::try_unwrap(message) {
+            Ok(m) => (
+                m.exchange,
+                m.routing_key,
+                m.properties,
+                m.body,
+                m.guard,
+                m.deaths,
+            ),
+            Err(shared) => {
+                // Still shared (a large message also delivered at once, or held by two delayed
+                // exchanges): the copy charges its own body.
+                let charge: MessageGuard = Box::new(memory.charge_message(shared.body_len()));
+                (
+                    shared.exchange.clone(),
+                    shared.routing_key.clone(),
+                    shared.properties.clone(),
+                    shared.body.clone(),
+                    Some(charge),
+                    shared.deaths.clone(),
+                )
+            }
+        };
+    let mut bcc = None;
     if let Some(headers) = properties.headers.as_mut() {
         if delay > 0 {
             headers.insert("x-delay", released_x_delay(delay));
         }
-        headers.remove(BCC);
+        bcc = headers.remove(BCC);
     }
-    Message::new(exchange, routing_key, properties, body, guard)
+    // The dead-letter history goes along: a later death continues it.
+    let mut released =
+        Message::dead_lettered(exchange, routing_key, properties, body, guard, deaths);
+    if let (Some(bcc), Some(fresh)) = (bcc, Arc::get_mut(&mut released)) {
+        // Removed from the header now, kept for dead-lettering as at a plain publish.
+        fresh.bcc = bcc_keys(&bcc);
+    }
+    released
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use dwellmq_codec::methods::*;
 use dwellmq_codec::{reply_code, FieldValue, Method, ShortStr};
 use dwellmq_core::queue::PublishOutcome;
-use dwellmq_core::routing::{extra_routing_keys, BCC};
+use dwellmq_core::routing::{bcc_keys, extra_routing_keys, BCC};
 use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
 
 use super::settle::Settlement;
@@ -168,12 +168,13 @@ impl Channel {
         let bcc = properties.headers.as_mut().and_then(|h| h.remove(BCC));
         let body = pending.body.into_body();
         let charge = cx.state.memory.charge_message(body.len());
-        let message = Message::new(
+        let message = Message::with_bcc(
             pending.method.exchange.clone(),
             pending.method.routing_key.clone(),
             properties,
             body,
             Some(Box::new(charge)),
+            bcc.as_ref().map(bcc_keys).unwrap_or_default(),
         );
         let publication = Publication {
             exchange: pending.method.exchange,

@@ -14,4 +14,4 @@ mod topic;
 pub use binding::{Binding, Destination, RoutingKind};
 pub use binding_set::BindingSet;
 pub use headers::validate_headers_binding_args;
-pub use sender_selected::{extra_routing_keys, BCC, CC};
+pub use sender_selected::{bcc_keys, extra_routing_keys, BCC, CC};

@@ -56,6 +56,21 @@ pub fn extra_routing_keys(headers: Option<&FieldTable>) -> Result<Vec<ShortStr>,
     Ok(keys)
 }
 
+/// The keys of a `BCC` header's value (an array; anything else has none), kept beside the
+/// message once the header is removed: dead-lettering routes by them too.
+pub fn bcc_keys(value: &FieldValue) -> Box<[ShortStr]> {
+    match value {
+        FieldValue::Array(values) => values
+            .iter()
+            .filter_map(|v| match v {
+                FieldValue::LongStr(key) => ShortStr::from_utf8(key.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Box::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
