@@ -234,6 +234,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_common_name_is_read_from_the_subject() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "dwellmq");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "alice");
+        let cert = params.self_signed(&key).unwrap();
+        assert_eq!(common_name(cert.der()), Some("alice".to_string()));
+
+        let mut no_cn = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        no_cn.distinguished_name = rcgen::DistinguishedName::new();
+        let cert = no_cn.self_signed(&key).unwrap();
+        assert_eq!(common_name(cert.der()), None);
+    }
+
+    #[test]
     fn der_garbage_has_no_common_name() {
         assert_eq!(common_name(&[]), None);
         assert_eq!(common_name(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
