@@ -286,3 +286,48 @@ async fn buffered_output_is_released_when_a_never_reading_client_goes_away() {
     })
     .await;
 }
+
+/// Paused on its output, a connection cannot see the client's heartbeats (they wait unread
+/// behind its requests): a client that reads nothing for two heartbeat intervals is dropped
+/// then, and what was buffered for it is released.
+#[tokio::test(start_paused = true)]
+async fn a_paused_client_that_reads_nothing_is_dropped_after_two_heartbeat_intervals() {
+    let broker = broker().await;
+    let name = "q".repeat(255);
+    {
+        let mut setup = RawClient::open_in_memory(&broker, Tune::default()).await;
+        setup.send_method(1, &Method::ChannelOpen).await;
+        setup.recv_method().await;
+        setup.send_method(1, &queue_declare(&name, false)).await;
+        setup.recv_method().await;
+    }
+    let heartbeat = Tune {
+        heartbeat: Some(1),
+        ..Tune::default()
+    };
+    let mut client = RawClient::open_in_memory(&broker, heartbeat).await;
+    client.send_method(1, &Method::ChannelOpen).await;
+    assert_eq!(client.recv_method().await, (1, Method::ChannelOpenOk));
+    let (_reader, writer) = tokio::io::split(client.stream);
+    let mut requests = BytesMut::new();
+    for _ in 0..60_000 {
+        encode_method(&mut requests, 1, &queue_declare(&name, true));
+    }
+    let writing = write_in_background(writer, requests);
+    eventually("the broker stops reading the client", || {
+        broker.buffered_output() > READ_PAUSE_BYTES / 2
+    })
+    .await;
+    // Two intervals without progress, then up to 3 s for the writer to give up on it: in
+    // virtual time.
+    let started = tokio::time::Instant::now();
+    while broker.buffered_output() > 0 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the silent client is dropped and its output released"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(started.elapsed() >= std::time::Duration::from_secs(2));
+    writing.abort();
+}
