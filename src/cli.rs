@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use dwellmq::{
     ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, PermissionConfig,
-    Policy, PolicyConfig, PolicyDefinition, PolicyValue, UserConfig,
+    Policy, PolicyConfig, PolicyDefinition, PolicyValue, TlsConfig, TlsVerify, UserConfig,
 };
 
 /// The `--help` text, with the built-in defaults of [`Limits`].
@@ -68,6 +68,8 @@ OPTIONS:
   --config FILE      TOML configuration file, see CONFIG FILE below      env: DWELLMQ_CONFIG
   --log-level LEVEL  error|warn|info|debug|trace or a tracing filter (default: info)
                                                                           env: DWELLMQ_LOG
+  --tls-listen ADDR  serve AMQP over TLS on ADDR too, repeatable (RabbitMQ's 5671; the
+                     certificates come from the config file's [tls] table)
   --http ADDR|off    HTTP management API and /metrics (default 127.0.0.1:15672)
                                                                          env: DWELLMQ_HTTP
   --metrics ADDR|off  also serve Prometheus /metrics alone on ADDR (RabbitMQ's port is 15692;
@@ -100,6 +102,10 @@ CONFIG FILE (TOML; the environment and flags override it):
               regular expressions (unanchored; \"\" allows nothing).
   [[policies]] name, pattern, vhost (default \"/\"), apply_to (default \"all\"), priority
               (default 0), definition = {{ message-ttl = 60000, ... }} (RabbitMQ's keys)
+  [tls]       certfile, keyfile (PEM), listen (default [\"127.0.0.1:5671\"]), cacertfile,
+              verify = \"verify_none\" (default) or \"verify_peer\" (ask for a client
+              certificate, checked against cacertfile), fail_if_no_peer_cert (default false).
+              A verified client certificate's CN may log in with the EXTERNAL mechanism.
   [limits]
 {limits}
               memory_high_watermark: memory held for messages (bodies plus an estimated
@@ -157,6 +163,7 @@ struct Flags {
     /// `--manual-clock`, with its START if given (`Some("")` without).
     manual_clock: Option<String>,
     name_seed: Option<String>,
+    tls_listen: Vec<String>,
 }
 
 /// Parses `args` (without the program name) with `env` as the environment lookup.
@@ -201,6 +208,7 @@ pub(crate) fn parse(
                 });
             }
             "--name-seed" => flags.name_seed = Some(value("--name-seed")?),
+            "--tls-listen" => flags.tls_listen.push(value("--tls-listen")?),
             other => return Err(format!("unknown option '{other}' (see --help)")),
         }
     }
@@ -268,6 +276,13 @@ pub(crate) fn parse(
             seed.parse()
                 .map_err(|_| format!("invalid --name-seed '{seed}' (a number)"))?,
         );
+    }
+    if !flags.tls_listen.is_empty() {
+        let tls = config
+            .tls
+            .as_mut()
+            .ok_or("--tls-listen needs certfile and keyfile in the config file's [tls] table")?;
+        tls.listen = parse_addrs(flags.tls_listen.iter().map(String::as_str))?;
     }
     Ok(Command::Run(Box::new(Settings { config, log_level })))
 }
@@ -395,6 +410,7 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                     .ok_or("policies must be an array of tables")?;
                 config.policies = policies.iter().map(policy).collect::<Result<_, _>>()?;
             }
+            "tls" => config.tls = Some(tls(value)?),
             "limits" => {
                 let limits = value.as_table().ok_or("limits must be a table")?;
                 for (name, v) in limits {
@@ -555,6 +571,52 @@ fn permission(value: &toml::Value) -> Result<PermissionConfig, String> {
         write: required("write")?,
         read: required("read")?,
     })
+}
+
+/// The `[tls]` table, with RabbitMQ's `ssl_options` names.
+fn tls(value: &toml::Value) -> Result<TlsConfig, String> {
+    let table = value.as_table().ok_or("tls must be a table")?;
+    let path = |key: &str| -> Result<Option<PathBuf>, String> {
+        table
+            .get(key)
+            .map(|v| string(v, &format!("tls.{key}")).map(PathBuf::from))
+            .transpose()
+    };
+    let certfile = path("certfile")?.ok_or("tls.certfile is required")?;
+    let keyfile = path("keyfile")?.ok_or("tls.keyfile is required")?;
+    let mut config = TlsConfig::new(SocketAddr::from(([127, 0, 0, 1], 5671)), certfile, keyfile);
+    for (key, v) in table {
+        match key.as_str() {
+            "certfile" | "keyfile" => {}
+            "cacertfile" => config.cacertfile = path("cacertfile")?,
+            "listen" => {
+                let list = string_list(v, "tls.listen")?;
+                config.listen = parse_addrs(list.iter().map(String::as_str))?;
+            }
+            "verify" => {
+                config.verify = match string(v, "tls.verify")?.as_str() {
+                    "verify_none" => TlsVerify::VerifyNone,
+                    "verify_peer" => TlsVerify::VerifyPeer,
+                    other => {
+                        return Err(format!(
+                            "tls.verify must be verify_none or verify_peer, not '{other}'"
+                        ))
+                    }
+                }
+            }
+            "fail_if_no_peer_cert" => {
+                config.fail_if_no_peer_cert = v
+                    .as_bool()
+                    .ok_or("tls.fail_if_no_peer_cert must be true or false")?;
+            }
+            other => {
+                return Err(format!(
+                    "unknown setting tls.{other} (known: listen, certfile, keyfile, cacertfile, verify, fail_if_no_peer_cert)"
+                ))
+            }
+        }
+    }
+    Ok(config)
 }
 
 /// One `[[policies]]` table.
@@ -782,6 +844,41 @@ mod tests {
         assert!(help.contains("(default: info)"), "{help}");
         assert!(help.contains("SIGTERM"), "{help}");
         assert!(help.contains("replaces the default guest"), "{help}");
+    }
+
+    #[test]
+    fn tls_from_the_file_and_the_flag() {
+        let mut config = BrokerConfig::default();
+        let mut level = String::new();
+        apply_file(
+            &mut config,
+            &mut level,
+            "[tls]\ncertfile = 'c.pem'\nkeyfile = 'k.pem'\ncacertfile = 'ca.pem'\n\
+             verify = 'verify_peer'\nfail_if_no_peer_cert = true",
+        )
+        .unwrap();
+        let tls = config.tls.unwrap();
+        assert_eq!(tls.listen, vec!["127.0.0.1:5671".parse().unwrap()]);
+        assert_eq!(tls.certfile, PathBuf::from("c.pem"));
+        assert_eq!(tls.cacertfile, Some(PathBuf::from("ca.pem")));
+        assert_eq!(tls.verify, TlsVerify::VerifyPeer);
+        assert!(tls.fail_if_no_peer_cert);
+        for (bad, says) in [
+            ("[tls]\nkeyfile = 'k'", "certfile"),
+            (
+                "[tls]\ncertfile = 'c'\nkeyfile = 'k'\nverify = 'maybe'",
+                "verify_peer",
+            ),
+            (
+                "[tls]\ncertfile = 'c'\nkeyfile = 'k'\nciphers = 1",
+                "unknown setting tls.ciphers",
+            ),
+        ] {
+            let error = apply_file(&mut BrokerConfig::default(), &mut level, bad).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        }
+        let error = run(&["--tls-listen", "0.0.0.0:5671"], &[]).unwrap_err();
+        assert!(error.contains("[tls]"), "{error}");
     }
 
     #[test]

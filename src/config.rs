@@ -267,6 +267,55 @@ pub struct BrokerConfig {
     /// fsyncs or growth while these switches say so (`data_dir` must be set).
     #[doc(hidden)]
     pub store_faults: Option<std::sync::Arc<dwellmq_store::faults::Faults>>,
+    /// AMQP over TLS (RabbitMQ's port 5671), in addition to the plain listeners; `None` (the
+    /// default) serves no TLS.
+    pub tls: Option<TlsConfig>,
+}
+
+/// Whether TLS clients must present a certificate, in RabbitMQ's terms (`ssl_options.verify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsVerify {
+    /// Client certificates are not asked for (`verify_none`).
+    #[default]
+    VerifyNone,
+    /// Client certificates are asked for and verified against `cacertfile` (`verify_peer`);
+    /// a client without one is refused only with `fail_if_no_peer_cert`.
+    VerifyPeer,
+}
+
+/// The TLS listener's settings (RabbitMQ's `listeners.ssl` and `ssl_options`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsConfig {
+    /// Addresses to serve AMQP over TLS on; port 0 picks a free port.
+    pub listen: Vec<SocketAddr>,
+    /// The server's certificate chain (PEM), leaf first.
+    pub certfile: PathBuf,
+    /// The server's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub keyfile: PathBuf,
+    /// The certificate authorities client certificates are verified against (PEM).
+    pub cacertfile: Option<PathBuf>,
+    /// Whether to ask for and verify client certificates.
+    pub verify: TlsVerify,
+    /// With `verify_peer`: refuse clients that present no certificate.
+    pub fail_if_no_peer_cert: bool,
+}
+
+impl TlsConfig {
+    /// TLS on `listen` with this certificate and key, client certificates not asked for.
+    pub fn new(
+        listen: SocketAddr,
+        certfile: impl Into<PathBuf>,
+        keyfile: impl Into<PathBuf>,
+    ) -> Self {
+        TlsConfig {
+            listen: vec![listen],
+            certfile: certfile.into(),
+            keyfile: keyfile.into(),
+            cacertfile: None,
+            verify: TlsVerify::VerifyNone,
+            fail_if_no_peer_cert: false,
+        }
+    }
 }
 
 impl Default for BrokerConfig {
@@ -290,6 +339,7 @@ impl Default for BrokerConfig {
             definitions: None,
             name_seed: None,
             store_faults: None,
+            tls: None,
         }
     }
 }

@@ -69,6 +69,9 @@ pub enum StartError {
     /// The definitions file could not be read or applied.
     #[error("cannot import definitions: {0}")]
     Definitions(String),
+    /// The TLS settings could not be used.
+    #[error(transparent)]
+    Tls(#[from] crate::server::tls::TlsError),
     /// No configured address could be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -133,6 +136,21 @@ impl Broker {
             None => None,
         };
         let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
+        // TLS: the certificates are read and checked before anything is served.
+        let mut tls_listeners = Vec::new();
+        if let Some(tls) = &config.tls {
+            let acceptor = crate::server::tls::acceptor(tls)?;
+            for &addr in &tls.listen {
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?;
+                tls_listeners.push((listener, acceptor.clone()));
+            }
+        }
+        let tls_addrs: Vec<SocketAddr> = tls_listeners
+            .iter()
+            .filter_map(|(l, _)| l.local_addr().ok())
+            .collect();
         let definitions = config.definitions.clone();
         let policies = config.policies.clone();
         let access = crate::broker::access::Access::from_config(&config)
@@ -174,6 +192,14 @@ impl Broker {
             .into_iter()
             .map(|l| tokio::spawn(accept_loop(Arc::clone(&state), l, shutdown_rx.clone())))
             .collect();
+        for (listener, acceptor) in tls_listeners {
+            tasks.push(tokio::spawn(crate::server::tls::accept_loop(
+                Arc::clone(&state),
+                listener,
+                acceptor,
+                shutdown_rx.clone(),
+            )));
+        }
         if let Some(listener) = http_listener {
             let serve = crate::http::serve(
                 Arc::clone(&state),
@@ -208,6 +234,9 @@ impl Broker {
         for addr in &addrs {
             tracing::info!(%addr, "listening");
         }
+        for addr in &tls_addrs {
+            tracing::info!(%addr, "listening (TLS)");
+        }
         if let Some(addr) = http_addr {
             tracing::info!(%addr, "HTTP API listening");
         }
@@ -217,6 +246,7 @@ impl Broker {
         Ok(BrokerHandle {
             state,
             addrs,
+            tls_addrs,
             http_addr,
             metrics_addr,
             shutdown,
@@ -235,6 +265,7 @@ const IN_MEMORY_BUFFER: usize = 256 * 1024;
 pub struct BrokerHandle {
     state: Arc<BrokerState>,
     addrs: Vec<SocketAddr>,
+    tls_addrs: Vec<SocketAddr>,
     http_addr: Option<SocketAddr>,
     metrics_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
@@ -318,6 +349,16 @@ impl BrokerHandle {
     /// Where Prometheus metrics listen on their own, if configured (`BrokerConfig::metrics`).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Where AMQP over TLS is served (`BrokerConfig::tls`), if it is.
+    pub fn tls_local_addr(&self) -> Option<SocketAddr> {
+        self.tls_addrs.first().copied()
+    }
+
+    /// `amqps://host:port` for the first TLS address, if TLS is served.
+    pub fn amqps_url(&self) -> Option<String> {
+        self.tls_local_addr().map(|addr| format!("amqps://{addr}"))
     }
 
     /// Where the HTTP management API listens, if it is on (`BrokerConfig::http`).
@@ -412,12 +453,31 @@ impl BrokerHandle {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Octets counted as held for messages (what the memory watermark compares): bodies plus
+    /// Octets counted as held (what the memory watermark compares): output buffered for clients
+    /// ([`BrokerHandle::buffered_output`]), and for messages bodies plus
     /// [`MESSAGE_MEMORY_OVERHEAD`](crate::MESSAGE_MEMORY_OVERHEAD) per message queued or
     /// unacknowledged, [`HELD_MESSAGE_MEMORY_OVERHEAD`](crate::HELD_MESSAGE_MEMORY_OVERHEAD) per
     /// small message a delayed exchange holds packed.
     pub fn memory_used(&self) -> i64 {
         self.state.memory.used()
+    }
+
+    /// The shared state (fuzzing checks the accounting through it).
+    pub(crate) fn state(&self) -> &Arc<BrokerState> {
+        &self.state
+    }
+
+    /// Octets buffered for output to clients and not yet taken by their sockets, over every
+    /// open connection (each is charged to [`BrokerHandle::memory_used`] too). Bounded per
+    /// connection: a connection over its bound stops reading its client until it drains.
+    pub fn buffered_output(&self) -> usize {
+        self.state
+            .outbounds
+            .lock()
+            .iter()
+            .filter_map(|o| o.upgrade())
+            .map(|o| o.buffered())
+            .sum()
     }
 
     /// The memory watermark in octets, as resolved at start from

@@ -13,6 +13,8 @@
 
 mod broker;
 mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handle;
 mod http;
 mod rfc3339;
@@ -22,7 +24,8 @@ pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 pub use broker::memory::{HELD_MESSAGE_MEMORY_OVERHEAD, MESSAGE_MEMORY_OVERHEAD};
 pub use config::{
     ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, PermissionConfig,
-    Policy, PolicyConfig, PolicyDefinition, PolicyError, PolicyValue, UserConfig,
+    Policy, PolicyConfig, PolicyDefinition, PolicyError, PolicyValue, TlsConfig, TlsVerify,
+    UserConfig,
 };
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;
@@ -33,3 +36,4 @@ pub use handle::{
     ResetError, RetryingMessageInfo, SettleTimeout, StartError, UnwrittenOutput, WaitTimeout,
     DEATH_REASONS, SETTLE_TIMEOUT,
 };
+pub use server::tls::TlsError;

@@ -764,9 +764,11 @@ async fn held_messages_count_toward_memory_until_released_cancelled_or_purged() 
     // one is kept as published.
     let packed = dwellmq::HELD_MESSAGE_MEMORY_OVERHEAD as i64;
     let queued = dwellmq::MESSAGE_MEMORY_OVERHEAD as i64;
+    t.broker.settle().await.unwrap();
     assert_eq!(t.broker.memory_used(), 43_000 + 3 * packed + queued);
     let held = t.broker.delayed_messages("/", "delayed", 10);
     assert!(t.broker.cancel_delayed(held[3].id));
+    t.broker.settle().await.unwrap();
     assert_eq!(t.broker.memory_used(), 42_000 + 2 * packed + queued);
 
     let mut consumer = consume_no_ack(&ch, "out").await;
@@ -778,12 +780,14 @@ async fn held_messages_count_toward_memory_until_released_cancelled_or_purged() 
     bodies.sort_by_key(String::len);
     assert_eq!(bodies, [small.clone(), large]);
     sync(&ch).await;
+    t.broker.settle().await.unwrap();
     assert_eq!(
         t.broker.memory_used(),
         1000 + packed,
         "only the message due at 200 is left"
     );
     assert_eq!(t.broker.purge_delayed("/", "delayed"), 1);
+    t.broker.settle().await.unwrap();
     assert_eq!(t.broker.memory_used(), 0);
 }
 

@@ -2,8 +2,9 @@
 //!
 //! What is counted is what messages hold, where that is cheap to know exactly or to estimate
 //! well: each body, plus [`MESSAGE_MEMORY_OVERHEAD`] per message (queued, unacknowledged, or
-//! held by a delayed exchange). Not counted: connections, channels, queues and exchanges
-//! themselves, and output waiting for a slow client (bounded per connection).
+//! held by a delayed exchange), and output buffered for a client until its socket takes it
+//! (bounded per connection besides). Not counted: connections, channels, queues and exchanges
+//! themselves.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;

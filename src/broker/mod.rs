@@ -69,6 +69,8 @@ pub(crate) struct BrokerState {
 pub(crate) trait IdleProbe: Send + Sync {
     /// What is still waiting to be written, or `None` when nothing is.
     fn unwritten(&self) -> Option<crate::handle::UnwrittenOutput>;
+    /// Octets buffered for output and not yet taken by the socket.
+    fn buffered(&self) -> usize;
 }
 
 impl BrokerState {

@@ -57,6 +57,8 @@ struct Connection {
     has_published: bool,
     sent_blocked: bool,
     counts: MessageCounts,
+    /// `process` left complete frames in the buffer (the output was over its bound).
+    stopped_early: bool,
 }
 
 /// What the frame loop should do next.
@@ -70,10 +72,26 @@ enum Flow {
 /// in-memory stream's), until it closes.
 pub(crate) async fn serve<R, W>(
     state: Arc<BrokerState>,
+    reader: R,
+    writer: W,
+    ends: (SocketAddr, SocketAddr),
+    shutdown: watch::Receiver<bool>,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_with_identity(state, reader, writer, ends, shutdown, None).await
+}
+
+/// [`serve`] for a connection whose peer proved an identity before AMQP began (the common
+/// name of a verified TLS client certificate): the EXTERNAL mechanism is offered, for it.
+pub(crate) async fn serve_with_identity<R, W>(
+    state: Arc<BrokerState>,
     mut reader: R,
     writer: W,
     (peer, local): (SocketAddr, SocketAddr),
     shutdown: watch::Receiver<bool>,
+    identity: Option<String>,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -81,7 +99,7 @@ pub(crate) async fn serve<R, W>(
     let id = state.next_connection_id();
     let span = tracing::info_span!("conn", id, %peer);
     async move {
-        let outbound = Arc::new(Outbound::new());
+        let outbound = Arc::new(Outbound::new(Arc::clone(&state.memory)));
         let writer_task = tokio::spawn(run_writer(Arc::clone(&outbound), writer));
         {
             let mut outbounds = state.outbounds.lock();
@@ -97,7 +115,7 @@ pub(crate) async fn serve<R, W>(
         let negotiated = tokio::select! {
             negotiated = tokio::time::timeout(
                 state.config.limits.handshake_timeout,
-                negotiate(&state, &mut reader, &mut buf, &outbound, peer),
+                negotiate(&state, &mut reader, &mut buf, &outbound, peer, identity.as_deref()),
             ) => negotiated,
             _ = shutdown_requested(&mut shutdown) => {
                 tracing::debug!("broker shutting down during the handshake");
@@ -128,12 +146,34 @@ pub(crate) async fn serve<R, W>(
             Err(_) => tracing::warn!("handshake timed out"),
         }
         outbound.close();
-        let _ = writer_task.await;
+        finish_writing(&outbound, writer_task).await;
         drain_until_peer_closes(&mut reader, &mut buf, &mut shutdown).await;
         tracing::debug!("connection closed");
     }
     .instrument(span)
     .await
+}
+
+/// Lets the writer send what is queued (the last `close` or `close-ok` among it) while the
+/// client keeps reading; a client that reads nothing for [`CLOSE_OK_TIMEOUT`] gets the rest
+/// dropped, or it would hold its connection, its buffer and the broker's shutdown forever.
+async fn finish_writing(outbound: &Outbound, mut writer_task: tokio::task::JoinHandle<()>) {
+    loop {
+        let written = outbound.written_total();
+        match tokio::time::timeout(CLOSE_OK_TIMEOUT, &mut writer_task).await {
+            Ok(_) => return,
+            Err(_) if outbound.written_total() == written => {
+                tracing::warn!(
+                    buffered = outbound.buffered(),
+                    "client stopped reading; dropping its unwritten output"
+                );
+                writer_task.abort();
+                outbound.abandon();
+                return;
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 fn send_connection_close(outbound: &Outbound, fault: &Fault) {
@@ -190,6 +230,7 @@ async fn run<R: AsyncRead + Unpin>(
         has_published: false,
         sent_blocked: false,
         counts: MessageCounts::default(),
+        stopped_early: false,
     };
     let heartbeat = Duration::from_secs(u64::from(negotiated.heartbeat_secs));
     let mut ticker = tokio::time::interval(if heartbeat.is_zero() {
@@ -199,25 +240,40 @@ async fn run<R: AsyncRead + Unpin>(
     });
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_read = Instant::now();
+    let mut last_written = outbound.written_total();
     let mut memory_alarm = state.memory.subscribe();
 
+    // Frames the client pipelined behind `connection.open` may already be in `buf`: they are
+    // handled now, not when (if ever) more bytes arrive.
+    let mut unprocessed = !buf.is_empty();
     let outcome: Result<(), FaultOrExit> = loop {
         let blocked = *memory_alarm.borrow() && conn.has_published;
         conn.update_blocked(blocked);
+        // The connection's own output is over its bound: nothing more is read (every request
+        // read could add a reply) until the client has read enough of it.
+        let paused = outbound.read_paused();
         if blocked {
             // Nothing is read while blocked, so the client's heartbeats cannot be seen:
             // heartbeat monitoring pauses (as in RabbitMQ) instead of killing the connection.
             last_read = Instant::now();
         }
+        if unprocessed && !blocked && !paused {
+            match conn.handle_input(buf, &listed.info) {
+                Ok(Flow::Continue) => {
+                    unprocessed = conn.stopped_early;
+                    continue;
+                }
+                Ok(Flow::Closed) => break Ok(()),
+                Err(fault) => break Err(FaultOrExit::Fault(fault)),
+            }
+        }
         tokio::select! {
-            read = reader.read_buf(buf), if !blocked => match read {
+            read = reader.read_buf(buf), if !blocked && !paused => match read {
                 Ok(0) | Err(_) => break Err(FaultOrExit::Exit),
                 Ok(_) => {
                     last_read = Instant::now();
-                    let processed = conn.process(buf);
-                    listed.info.channels.store(conn.channels.len(), Ordering::Relaxed);
-                    match processed {
-                        Ok(Flow::Continue) => {}
+                    match conn.handle_input(buf, &listed.info) {
+                        Ok(Flow::Continue) => unprocessed = conn.stopped_early,
                         Ok(Flow::Closed) => break Ok(()),
                         Err(fault) => break Err(FaultOrExit::Fault(fault)),
                     }
@@ -227,6 +283,13 @@ async fn run<R: AsyncRead + Unpin>(
                 }
             },
             _ = ticker.tick(), if !heartbeat.is_zero() => {
+                // While paused on its output, a client that reads it is alive even though
+                // its heartbeats wait unread; one that reads nothing for two intervals is not.
+                let written = outbound.written_total();
+                if paused && written != last_written {
+                    last_read = Instant::now();
+                }
+                last_written = written;
                 if last_read.elapsed() > heartbeat * 2 {
                     tracing::warn!(timeout = ?heartbeat, "missed heartbeats from client, closing");
                     break Err(FaultOrExit::Exit);
@@ -361,9 +424,23 @@ impl Connection {
         )
     }
 
-    /// Handles every complete frame in `buf`, then sends the confirms they produced.
+    /// [`Connection::process`], then updates what the management API shows.
+    fn handle_input(&mut self, buf: &mut BytesMut, info: &ConnectionInfo) -> Result<Flow, Fault> {
+        let processed = self.process(buf);
+        info.channels.store(self.channels.len(), Ordering::Relaxed);
+        processed
+    }
+
+    /// Handles the complete frames in `buf`, then sends the confirms they produced. Stops
+    /// early (setting `stopped_early`, the rest stays in `buf`) once the output is over its
+    /// bound, so that one large read cannot add more than a frame's worth of replies past it.
     fn process(&mut self, buf: &mut BytesMut) -> Result<Flow, Fault> {
+        self.stopped_early = false;
         let result = loop {
+            if self.outbound.read_paused() {
+                self.stopped_early = true;
+                break Ok(Flow::Continue);
+            }
             match decode_frame(buf, self.frame_max) {
                 Ok(Some(frame)) => match self.on_frame(frame) {
                     Ok(Flow::Continue) => {}

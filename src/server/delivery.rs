@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use dwellmq_codec::methods::{BasicCancel, BasicDeliver, BasicGetOk};
 use dwellmq_codec::{Method, ShortStr};
-use dwellmq_core::queue::{redelivery_properties, ChannelCredit};
+use dwellmq_core::queue::{delivery_reservation, redelivery_properties, ChannelCredit};
 use dwellmq_core::{Message, QueueEntry};
 use parking_lot::Mutex;
 
@@ -186,10 +186,18 @@ impl DeliverySink for DeliveryChannel {
         consumer: &Arc<Consumer>,
         entry: QueueEntry,
     ) -> Result<(), QueueEntry> {
+        // The queue reserved this delivery against the output bound when it decided it; from
+        // here on the outbound buffer counts it (or it goes back to the queue).
+        let congestion = &self.credit.congestion;
+        congestion.unreserve(delivery_reservation(entry.message.body.len()));
         let mut ledger = self.ledger.lock();
         // Checked under the ledger lock: once `close` has taken the ledger, nothing more may
         // enter it, or that message would never be requeued.
         if self.credit.closed.load(Ordering::Relaxed) {
+            // Nothing is buffered for it, so no write will come to lift a stop it caused.
+            if congestion.relieve() {
+                self.outbound.wake_queues();
+            }
             return Err(entry);
         }
         let tag = ledger.next_tag;

@@ -50,6 +50,7 @@ pub(crate) async fn negotiate<R: AsyncRead + Unpin>(
     buf: &mut BytesMut,
     outbound: &Outbound,
     peer: SocketAddr,
+    external: Option<&str>,
 ) -> Result<Option<Negotiated>, FaultOrExit> {
     let header = loop {
         if let Some(header) = decode_protocol_header(buf) {
@@ -73,14 +74,22 @@ pub(crate) async fn negotiate<R: AsyncRead + Unpin>(
     let limits = &state.config.limits;
     // Before tuning, frames are held to what the server will offer.
     let offered_frame_max = effective_frame_max(limits.frame_max, limits);
-    outbound.send_method(0, &Method::ConnectionStart(server_start()));
+    let mut start = server_start();
+    if external.is_some() {
+        // As rabbitmq_auth_mechanism_ssl: offered only to a peer with a verified certificate.
+        start.mechanisms = Bytes::from_static(b"PLAIN AMQPLAIN EXTERNAL");
+    }
+    outbound.send_method(0, &Method::ConnectionStart(start));
 
     let start_ok = match read_frame(reader, buf, offered_frame_max).await? {
         Method::ConnectionStartOk(m) => m,
         other => return unexpected(outbound, &other),
     };
     let capabilities = client_capabilities(&start_ok.client_properties);
-    let user = authenticate(state, &start_ok.mechanism, &start_ok.response, peer)?;
+    let user = match (start_ok.mechanism.as_str(), external) {
+        ("EXTERNAL", Some(name)) => authenticate_external(state, name)?,
+        _ => authenticate(state, &start_ok.mechanism, &start_ok.response, peer)?,
+    };
 
     outbound.send_method(
         0,
@@ -284,6 +293,23 @@ fn authenticate(
         )));
     }
     Ok(name)
+}
+
+/// EXTERNAL: the user named by the client certificate's common name, which must exist; no
+/// password (the certificate was the proof).
+fn authenticate_external(state: &BrokerState, name: &str) -> Result<String, FaultOrExit> {
+    if state.user(name).is_none() {
+        tracing::warn!(user = %name, "login refused: unknown user (EXTERNAL)");
+        return Err(Fault::new(
+            BrokerError::AccessRefused(format!(
+                "Login was refused using authentication mechanism EXTERNAL. User '{name}' does not exist"
+            )),
+            10,
+            11,
+        )
+        .into());
+    }
+    Ok(name.to_string())
 }
 
 /// PLAIN: `[authzid] NUL authcid NUL password`.

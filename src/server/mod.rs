@@ -6,6 +6,7 @@ pub(crate) mod delivery;
 pub(crate) mod frames;
 pub(crate) mod handshake;
 pub(crate) mod outbound;
+pub(crate) mod tls;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;

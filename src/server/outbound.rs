@@ -1,7 +1,14 @@
 //! A connection's outbound byte stream: frames are appended by whoever produces them (the
 //! connection task, or a queue delivering to one of its consumers) and a single writer task
 //! drains everything accumulated with as few syscalls as possible.
+//!
+//! Every octet buffered here, from the moment it is appended until the socket takes it, is
+//! charged to the memory monitor, and the buffer bounds itself: above [`CONGESTED_BYTES`]
+//! queues stop delivering to the connection, and above [`READ_PAUSE_BYTES`] the connection
+//! stops reading its client (whose requests would only add replies) until the buffer is back
+//! under half that. A client that pipelines requests and never reads holds a bounded amount.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -14,12 +21,19 @@ use dwellmq_core::{Body, Message};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use crate::broker::memory::MemoryMonitor;
+
 /// Buffers per `writev` call (Linux's IOV_MAX).
 const MAX_IOVECS: usize = 1024;
 
-/// Above this many queued bytes the connection counts as congested: queues stop delivering to
-/// its consumers until the writer has caught up.
-const CONGESTED_BYTES: usize = 4 << 20;
+/// Above this many buffered bytes the connection counts as congested: queues stop delivering to
+/// its consumers until the writer has brought it back to half of it.
+pub(crate) const CONGESTED_BYTES: usize = 4 << 20;
+
+/// Above this many buffered bytes the connection stops reading its client until the writer has
+/// brought it back to half of it. Above the congestion bound, so that deliveries stop first:
+/// what still arrives past it is replies to requests already read, and one message at most.
+pub(crate) const READ_PAUSE_BYTES: usize = 8 << 20;
 
 #[derive(Default)]
 struct Pending {
@@ -30,6 +44,15 @@ struct Pending {
     closed: bool,
     /// The writer holds a batch it has not finished writing.
     writing: bool,
+    /// Octets appended and not yet taken by the socket (queued here or in the writer's
+    /// batch): what is charged to the memory monitor.
+    buffered: usize,
+}
+
+impl Pending {
+    fn queued(&self) -> usize {
+        self.segment_bytes + self.tail.len()
+    }
 }
 
 /// The shared outbound buffer of one connection.
@@ -41,6 +64,14 @@ pub(crate) struct Outbound {
     writable: Notify,
     /// Read by queues before they deliver to this connection's consumers.
     congested: Arc<Congestion>,
+    /// Charged with every buffered octet.
+    memory: Arc<MemoryMonitor>,
+    /// Reading is paused until the buffer is back under half of [`READ_PAUSE_BYTES`]. Set and
+    /// cleared under the `pending` lock; an atomic so that the read loop checks it cheaply
+    /// between frames.
+    read_paused: AtomicBool,
+    /// Octets the socket has taken since the connection opened.
+    written: AtomicU64,
 }
 
 /// Appends frames to a locked outbound buffer.
@@ -109,12 +140,15 @@ impl FrameSink<'_> {
 }
 
 impl Outbound {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(memory: Arc<MemoryMonitor>) -> Self {
         Outbound {
             pending: Mutex::new(Pending::default()),
             data: Notify::new(),
             writable: Notify::new(),
-            congested: Arc::new(Congestion::default()),
+            congested: Arc::new(Congestion::with_cap(CONGESTED_BYTES)),
+            memory,
+            read_paused: AtomicBool::new(false),
+            written: AtomicU64::new(0),
         }
     }
 
@@ -126,11 +160,16 @@ impl Outbound {
             return None;
         }
         let was_empty = pending.tail.is_empty() && pending.segments.is_empty();
+        let before = pending.queued();
         let result = f(&mut FrameSink {
             pending: &mut pending,
         });
-        if pending.segment_bytes + pending.tail.len() > CONGESTED_BYTES {
-            self.congested.set(true);
+        let added = pending.queued().saturating_sub(before);
+        pending.buffered += added;
+        self.memory.charge_bytes(added);
+        self.congested.set_buffered(pending.buffered);
+        if pending.buffered > READ_PAUSE_BYTES {
+            self.read_paused.store(true, Ordering::Release);
         }
         drop(pending);
         if was_empty {
@@ -155,9 +194,68 @@ impl Outbound {
         self.data.notify_one();
     }
 
-    /// Waits until a congested buffer has drained.
+    /// Waits until a congested buffer has drained, or a paused connection may read again.
     pub(crate) async fn writable(&self) {
         self.writable.notified().await
+    }
+
+    /// Asks the connection task to let queues deliver again (what they had decided to deliver
+    /// is now buffered, see `Congestion::unreserve`).
+    pub(crate) fn wake_queues(&self) {
+        self.writable.notify_one();
+    }
+
+    /// Whether the connection must stop reading its client: its output is over
+    /// [`READ_PAUSE_BYTES`] and has not yet drained to half of it.
+    pub(crate) fn read_paused(&self) -> bool {
+        self.read_paused.load(Ordering::Acquire)
+    }
+
+    /// Octets the socket has taken so far (progress of a client that reads).
+    pub(crate) fn written_total(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// Octets appended and not yet taken by the socket.
+    pub(crate) fn buffered(&self) -> usize {
+        self.pending.lock().buffered
+    }
+
+    /// The socket took `written` octets: gives them back to the memory monitor, and lifts the
+    /// congestion and the read pause once the buffer is back under half their bounds.
+    fn wrote(&self, written: usize) {
+        let mut pending = self.pending.lock();
+        let written = written.min(pending.buffered);
+        pending.buffered -= written;
+        self.memory.release_bytes(written);
+        self.written.fetch_add(written as u64, Ordering::Relaxed);
+        self.congested.set_buffered(pending.buffered);
+        let mut wake = self.congested.relieve();
+        if pending.buffered <= READ_PAUSE_BYTES / 2 && self.read_paused.load(Ordering::Acquire) {
+            self.read_paused.store(false, Ordering::Release);
+            wake = true;
+        }
+        drop(pending);
+        if wake {
+            self.writable.notify_one();
+        }
+    }
+
+    /// The writer is gone: nothing buffered will be written, so its charge is given back (and
+    /// a connection paused on it may go on to see that its peer is gone).
+    pub(crate) fn abandon(&self) {
+        let mut pending = self.pending.lock();
+        pending.closed = true;
+        let left = std::mem::take(&mut pending.buffered);
+        pending.segments.clear();
+        pending.segment_bytes = 0;
+        pending.tail.clear();
+        self.read_paused.store(false, Ordering::Release);
+        self.memory.release_bytes(left);
+        self.congested.set_buffered(0);
+        drop(pending);
+        self.congested.set(false);
+        self.writable.notify_one();
     }
 
     /// Takes everything queued (segments then tail). Empty with `closed == true` means stop.
@@ -173,10 +271,18 @@ impl Outbound {
     }
 }
 
+impl Drop for Outbound {
+    /// Whatever is still charged (the writer never ran) goes back with the buffer.
+    fn drop(&mut self) {
+        let left = std::mem::take(&mut self.pending.get_mut().buffered);
+        self.memory.release_bytes(left);
+    }
+}
+
 impl crate::broker::IdleProbe for Outbound {
     fn unwritten(&self) -> Option<crate::handle::UnwrittenOutput> {
         let pending = self.pending.lock();
-        let queued_bytes = pending.segment_bytes + pending.tail.len();
+        let queued_bytes = pending.queued();
         if pending.closed || (queued_bytes == 0 && !pending.writing) {
             return None;
         }
@@ -184,6 +290,10 @@ impl crate::broker::IdleProbe for Outbound {
             queued_bytes,
             writing: pending.writing,
         })
+    }
+
+    fn buffered(&self) -> usize {
+        Outbound::buffered(self)
     }
 }
 
@@ -204,18 +314,23 @@ where
             outbound.data.notified().await;
             continue;
         }
-        if write_all_vectored(&mut socket, &mut batch).await.is_err() {
-            outbound.close();
+        if write_all_vectored(&mut socket, &mut batch, |n| outbound.wrote(n))
+            .await
+            .is_err()
+        {
             break;
         }
-        if outbound.congested.set(false) {
-            outbound.writable.notify_one();
-        }
     }
+    outbound.abandon();
     let _ = socket.shutdown().await;
 }
 
-async fn write_all_vectored<W>(socket: &mut W, batch: &mut Vec<Bytes>) -> std::io::Result<()>
+/// Writes the whole batch, telling `progress` how many octets each write took.
+async fn write_all_vectored<W>(
+    socket: &mut W,
+    batch: &mut Vec<Bytes>,
+    progress: impl Fn(usize),
+) -> std::io::Result<()>
 where
     W: tokio::io::AsyncWrite + Unpin,
 {
@@ -233,6 +348,7 @@ where
         if written == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
+        progress(written);
         while written > 0 {
             let head = &mut batch[first];
             if written >= head.len() {

@@ -372,6 +372,11 @@ async fn purge_held(broker: &BrokerHandle) {
 /// What the broker counts per message beyond its body.
 const OVERHEAD: i64 = dwellmq::MESSAGE_MEMORY_OVERHEAD as i64;
 
+/// Output waiting for a client is counted too: room for a few small replies, well under one
+/// message's overhead.
+const REPLY_ROOM: u64 = 256;
+const _: () = assert!(REPLY_ROOM < dwellmq::MESSAGE_MEMORY_OVERHEAD as u64);
+
 // The memory tests run in memory on the paused clock too, for the heartbeat one's sake.
 
 #[tokio::test(start_paused = true)]
@@ -383,6 +388,7 @@ async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
     .await;
     let mut publisher = RawClient::open_in_memory(&broker, Tune::default()).await;
     publish_until_blocked(&mut publisher).await;
+    broker.settle().await.unwrap();
     assert_eq!(broker.memory_used(), 1200 + 2 * OVERHEAD);
 
     // Sent while blocked: the server does not read it until it unblocks.
@@ -396,6 +402,7 @@ async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
         Method::QueueDeclareOk(ok) => assert_eq!(ok.message_count, 1),
         other => panic!("expected queue.declare-ok, got {other:?}"),
     }
+    broker.settle().await.unwrap();
     assert_eq!(broker.memory_used(), 5 + OVERHEAD);
     publisher.close().await;
     broker.shutdown().await;
@@ -429,6 +436,7 @@ async fn a_client_without_the_connection_blocked_capability_is_blocked_without_n
         publisher.declare_queue(1, "held", true).await.message_count,
         2
     );
+    broker.settle().await.unwrap();
     assert_eq!(broker.memory_used(), 1200 + 2 * OVERHEAD);
 
     // Sent while blocked: not read until memory is freed (the purge finds two messages).
@@ -449,7 +457,8 @@ async fn a_client_without_the_connection_blocked_capability_is_blocked_without_n
 /// publisher learns why it is blocked.
 #[tokio::test]
 async fn empty_messages_count_toward_the_watermark_and_the_block_says_why() {
-    let watermark = 10 * dwellmq::MESSAGE_MEMORY_OVERHEAD as u64;
+    // Ten messages, plus room for the replies buffered on their way out (they count too).
+    let watermark = 10 * dwellmq::MESSAGE_MEMORY_OVERHEAD as u64 + REPLY_ROOM;
     let broker = broker_with(Limits {
         memory_high_watermark: MemoryWatermark::Absolute(watermark),
         ..Limits::default()
@@ -465,7 +474,7 @@ async fn empty_messages_count_toward_the_watermark_and_the_block_says_why() {
             .message_count,
         0
     );
-    // Ten fill it exactly (not over); the declare's reply proves none blocked the connection.
+    // Ten fill it (not over); the declare's reply proves none blocked the connection.
     for _ in 0..10 {
         publisher.publish(1, "", "held", b"").await;
     }
@@ -473,6 +482,7 @@ async fn empty_messages_count_toward_the_watermark_and_the_block_says_why() {
         publisher.declare_queue(1, "held", true).await.message_count,
         10
     );
+    broker.settle().await.unwrap();
     assert_eq!(broker.memory_used(), 10 * OVERHEAD);
     // The eleventh crosses it.
     publisher.publish(1, "", "held", b"").await;
@@ -482,6 +492,7 @@ async fn empty_messages_count_toward_the_watermark_and_the_block_says_why() {
             reason: "low on memory".into()
         })
     );
+    broker.settle().await.unwrap();
     assert_eq!(broker.memory_used(), 11 * OVERHEAD);
 
     // Consuming one brings usage back to the watermark: the publisher is unblocked.

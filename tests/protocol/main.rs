@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod backpressure;
 mod channels;
 mod framing;
 mod lifecycle;

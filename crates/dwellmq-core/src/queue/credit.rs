@@ -5,22 +5,104 @@
 //! queue reads and the shell writes. Reading shared data is not calling out: the queue still
 //! decides alone and says what to do through effects.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// The octets a delivery is counted for while in transit: its body plus an estimate of its
+/// method and header frames (so that a backlog of empty messages is bounded too).
+pub const fn delivery_reservation(body_len: usize) -> usize {
+    body_len.saturating_add(128)
+}
+
 /// Whether a connection's output is backed up: queues stop delivering to it until it drains.
-#[derive(Debug, Default)]
-pub struct Congestion(AtomicBool);
+///
+/// What counts is the octets the shell has buffered for the connection plus those a queue has
+/// decided to deliver and the shell has not yet buffered ([`Congestion::reserve`] /
+/// [`Congestion::unreserve`]): a queue decides a whole batch under its lock before the shell
+/// writes any of it, so the buffer alone would let one batch (a whole backlog, for a consumer
+/// without prefetch) past the cap. Once over the cap, deliveries stay stopped until the
+/// shell's writer has brought it back to half ([`Congestion::relieve`]), which wakes them.
+#[derive(Debug)]
+pub struct Congestion {
+    stopped: AtomicBool,
+    in_transit: AtomicUsize,
+    buffered: AtomicUsize,
+    cap: usize,
+}
+
+impl Default for Congestion {
+    /// Without a cap (tests of the queue alone).
+    fn default() -> Self {
+        Congestion::with_cap(usize::MAX)
+    }
+}
 
 impl Congestion {
-    /// Whether deliveries should wait.
-    pub fn is_congested(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+    /// Deliveries stop above `cap` octets.
+    pub fn with_cap(cap: usize) -> Self {
+        Congestion {
+            stopped: AtomicBool::new(false),
+            in_transit: AtomicUsize::new(0),
+            buffered: AtomicUsize::new(0),
+            cap,
+        }
     }
 
-    /// Sets the flag; returns the previous value.
+    fn load(&self) -> usize {
+        self.in_transit
+            .load(Ordering::SeqCst)
+            .saturating_add(self.buffered.load(Ordering::SeqCst))
+    }
+
+    /// Whether deliveries should wait.
+    pub fn is_congested(&self) -> bool {
+        if self.stopped.load(Ordering::SeqCst) {
+            return true;
+        }
+        if self.load() <= self.cap {
+            return false;
+        }
+        self.stopped.store(true, Ordering::SeqCst);
+        // The writer may have drained everything between the read above and the store (and
+        // then not seen the flag to clear it): read again, after the store.
+        if self.load() <= self.cap {
+            self.stopped.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Stops deliveries (`true`) until the next [`Congestion::relieve`], or lifts the stop.
+    /// Returns the previous value.
     pub fn set(&self, congested: bool) -> bool {
-        self.0.swap(congested, Ordering::AcqRel)
+        self.stopped.swap(congested, Ordering::SeqCst)
+    }
+
+    /// The shell's buffer for the connection now holds `bytes` octets.
+    pub fn set_buffered(&self, bytes: usize) {
+        self.buffered.store(bytes, Ordering::SeqCst);
+    }
+
+    /// Lifts the stop once back under half the cap; `true` when it did (the caller then wakes
+    /// the queues that stopped).
+    pub fn relieve(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+            && self.load() <= self.cap / 2
+            && self.stopped.swap(false, Ordering::SeqCst)
+    }
+
+    /// A queue decided to deliver a message counted as `bytes` octets to this connection.
+    pub fn reserve(&self, bytes: usize) {
+        self.in_transit.fetch_add(bytes, Ordering::SeqCst);
+    }
+
+    /// The shell buffered (or refused) a delivery reserved with [`Congestion::reserve`].
+    pub fn unreserve(&self, bytes: usize) {
+        let _ = self
+            .in_transit
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_sub(bytes))
+            });
     }
 }
 

@@ -18,7 +18,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use credit::{ChannelCredit, Congestion, ConsumerCredit};
+pub use credit::{delivery_reservation, ChannelCredit, Congestion, ConsumerCredit};
 pub use effects::{DeathReason, Effect, Effects};
 pub use settings::{DeadLetterTarget, ExpiryMode, QueueSettings};
 
@@ -733,6 +733,12 @@ impl<C: Clone> QueueState<C> {
             };
             let slot = &self.consumers[index].slot;
             slot.credit.took();
+            // Counted against the connection's output bound until the shell has buffered it
+            // (see `Congestion`): a backlog is not decided in one go past that bound.
+            slot.credit
+                .channel
+                .congestion
+                .reserve(credit::delivery_reservation(entry.message.body.len()));
             if slot.credit.no_ack {
                 self.forget(&entry, fx);
             } else {
