@@ -5,6 +5,7 @@ mod counters;
 mod faults;
 mod inspect;
 mod reset;
+mod restart;
 mod wait;
 
 use std::net::SocketAddr;

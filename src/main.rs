@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let broker = match dwellmq::Broker::start(settings.config).await {
+        let mut broker = match dwellmq::Broker::start(settings.config).await {
             Ok(broker) => broker,
             Err(e) => {
                 eprintln!("dwellmq: {e}");
@@ -64,7 +64,19 @@ fn main() -> ExitCode {
         if let Some(addr) = broker.http_addr() {
             println!("http://{addr}");
         }
-        wait_for_signal().await;
+        // A test may ask for a restart on the same data (`POST /test/restart`).
+        loop {
+            tokio::select! {
+                () = wait_for_signal() => break,
+                () = broker.restart_requested() => match broker.restart().await {
+                    Ok(restarted) => broker = restarted,
+                    Err(e) => {
+                        eprintln!("dwellmq: restart failed: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+            }
+        }
         tracing::info!("shutting down");
         broker.shutdown().await;
         ExitCode::SUCCESS

@@ -630,3 +630,51 @@ async fn confirms_after_a_commit_in_progress_wait_for_it_in_order() {
     drop(raw);
     broker.shutdown().await;
 }
+
+/// The test double's store faults: the next write fails as a failed commit would (the
+/// publisher gets `basic.nack`, nothing reaches the disk), and `restart` brings the broker back
+/// on the same data and address with exactly what was written.
+#[tokio::test]
+async fn an_injected_write_failure_nacks_and_a_restart_keeps_only_what_was_written() {
+    let dir = DataDir::new("write-fault");
+    let broker = start_on(&dir).await;
+    let addr = broker.local_addr();
+    let (connection, ch) = channel(&broker).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    declare(&ch, "jobs", true, FieldTable::default()).await;
+
+    broker.fail_next_writes(1);
+    assert_eq!(broker.writes_to_fail(), 1);
+    assert!(
+        !publish_confirmed(&ch, "jobs", "lost", true).await,
+        "the failed write is nacked"
+    );
+    assert!(publish_confirmed(&ch, "jobs", "kept", true).await);
+    assert_eq!(broker.writes_to_fail(), 0);
+    drop(connection);
+
+    let broker = broker.restart().await.expect("restarts");
+    assert_eq!(broker.restarts(), 1);
+    assert_eq!(broker.local_addr(), addr, "same address");
+    let (_connection, ch) = channel(&broker).await;
+    let got = ch
+        .basic_get(
+            "jobs".into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+        .expect("the written message is back");
+    assert_eq!(got.delivery.data, b"kept");
+    assert!(ch
+        .basic_get(
+            "jobs".into(),
+            lapin::options::BasicGetOptions { no_ack: true }
+        )
+        .await
+        .unwrap()
+        .is_none());
+    broker.shutdown().await;
+}

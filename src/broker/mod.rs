@@ -63,6 +63,11 @@ pub(crate) struct BrokerState {
     pub(crate) connections: connections::Connections,
     /// Outbound buffers of open connections (for `BrokerHandle::settle`).
     pub(crate) outbounds: parking_lot::Mutex<Vec<std::sync::Weak<dyn IdleProbe>>>,
+    /// A test asked (over HTTP) for a restart on the same data; the binary's main loop
+    /// carries it out (a broker cannot restart itself from inside one of its requests).
+    pub(crate) restart: tokio::sync::Notify,
+    /// How many restarts led to this broker (the test double's `GET /test/restart`).
+    pub(crate) restarts: AtomicU64,
 }
 
 /// Whether a connection has written everything queued for it (`BrokerHandle::settle`).
@@ -124,6 +129,8 @@ impl BrokerState {
             connections: connections::Connections::default(),
             stats: stats::Stats::default(),
             rates: rates::Rates::default(),
+            restart: tokio::sync::Notify::new(),
+            restarts: AtomicU64::new(0),
         })
     }
 

@@ -259,6 +259,10 @@ impl Queue {
         let (Some(&queue), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
             return;
         };
+        if self.runtime.delayed.write_faults.take() {
+            super::delayed::fail_injected(ticket);
+            return;
+        }
         let op = dwellmq_store::Op::Persist {
             queue,
             seq,

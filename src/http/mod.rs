@@ -270,6 +270,11 @@ fn router(api: Arc<Api>) -> Router {
         .route("/test/wait", post(test_wait::wait))
         .route("/test/reset", post(test_reset::reset_broker))
         .route(
+            "/test/restart",
+            get(test_faults::restarts).post(test_faults::restart),
+        )
+        .route("/test/faults/fail-writes", post(test_faults::fail_writes))
+        .route(
             "/test/faults/close-connection",
             post(test_faults::close_connection),
         )

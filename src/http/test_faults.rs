@@ -124,3 +124,47 @@ pub(crate) async fn clear_delay(
     delay_deliveries(&api.state, &vhost, &queue, 0).map_err(fault_error)?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FailWritesBody {
+    count: u64,
+}
+
+/// `POST /test/faults/fail-writes` `{"count": N}`: the next N message writes to the store fail
+/// (their publishers get `basic.nack`); 0 clears it.
+pub(crate) async fn fail_writes(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+    JsonBody(body): JsonBody<FailWritesBody>,
+) -> Json<Value> {
+    api.state.delayed.write_faults.set(body.count);
+    Json(json!({ "pending": api.state.delayed.write_faults.pending() }))
+}
+
+/// `POST /test/restart`: asks the binary to restart the broker on the same data directory and
+/// addresses (202). The HTTP listener goes down with the broker: poll `GET /test/restart` until
+/// `restarts` reaches the `restarts_after` this answers.
+pub(crate) async fn restart(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+) -> (StatusCode, Json<Value>) {
+    let after = api
+        .state
+        .restarts
+        .load(std::sync::atomic::Ordering::Relaxed)
+        + 1;
+    api.state.restart.notify_one();
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({ "restarts_after": after })),
+    )
+}
+
+/// `GET /test/restart`: how many restarts led to the broker answering.
+pub(crate) async fn restarts(
+    _user: Authed<ADMINISTRATOR>,
+    State(api): State<Arc<Api>>,
+) -> Json<Value> {
+    Json(json!({ "restarts": api.state.restarts.load(std::sync::atomic::Ordering::Relaxed) }))
+}

@@ -5,7 +5,7 @@ import json
 import pika
 import pytest
 
-from dwellmq_testing import DwellmqError, DwellmqTimeout
+from dwellmq_testing import Dwellmq, DwellmqError, DwellmqTimeout
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -134,3 +134,24 @@ def test_a_channel_closed_by_the_broker(dwellmq):
     other = connection.channel()
     other.queue_declare("jobs", passive=True)
     connection.close()
+
+
+def test_a_failed_write_is_nacked_and_a_restart_keeps_what_was_written(tmp_path):
+    with Dwellmq.start(data_dir=str(tmp_path / "data")) as broker:
+        connection, ch = channel(broker)
+        ch.queue_declare("jobs", durable=True)
+        broker.fail_next_writes(1)
+        persistent = pika.BasicProperties(delivery_mode=2)
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("", "jobs", b"lost", persistent)
+        ch.basic_publish("", "jobs", b"kept", persistent)
+        connection.close()
+        broker.advance(hours=1)
+        now = broker.now_ms
+        broker.restart()
+        assert broker.now_ms == now, "the clock goes on from where it was"
+        connection, ch = channel(broker)
+        method, _, body = ch.basic_get("jobs", auto_ack=True)
+        assert body == b"kept"
+        assert ch.basic_get("jobs", auto_ack=True) == (None, None, None)
+        connection.close()

@@ -107,6 +107,45 @@ pub(crate) struct DelayedMessages {
     /// The durable store: messages held by durable exchanges are written there (set once,
     /// at start, when the broker has a data directory).
     store: std::sync::OnceLock<Arc<dwellmq_store::Store>>,
+    /// A test's injected fault: this many more message writes fail (see [`WriteFaults`]).
+    pub(crate) write_faults: WriteFaults,
+}
+
+/// The test double's "fail the next N writes": each message write to the store (a queue's
+/// persist or a delayed exchange's hold) takes one and fails as a failed commit would, without
+/// reaching the store: its publisher gets `basic.nack`. One relaxed load while none is set.
+#[derive(Debug, Default)]
+pub(crate) struct WriteFaults(std::sync::atomic::AtomicU64);
+
+impl WriteFaults {
+    /// The next `n` message writes fail; 0 clears it.
+    pub(crate) fn set(&self, n: u64) {
+        self.0.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Writes still to fail.
+    pub(crate) fn pending(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether this write must fail (and counts it as taken).
+    pub(crate) fn take(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.0.load(Relaxed) != 0
+            && self
+                .0
+                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+    }
+}
+
+/// Answers a write that an injected fault failed: the publish is nacked, as for a failed commit.
+pub(crate) fn fail_injected(ticket: Option<&Arc<crate::broker::persist::PublishTicket>>) {
+    tracing::warn!("a message write failed (injected by a test)");
+    if let Some(ticket) = ticket {
+        ticket.add();
+        ticket.complete(false);
+    }
 }
 
 fn key_of(vhost: &ShortStr, exchange: &ShortStr) -> ExchangeKey {
@@ -132,6 +171,7 @@ impl DelayedMessages {
             scratch: Mutex::new(ReleaseScratch::default()),
             lateness: lateness::Lateness::default(),
             store: std::sync::OnceLock::new(),
+            write_faults: WriteFaults::default(),
         }
     }
 
@@ -226,6 +266,12 @@ impl DelayedMessages {
         };
         if inner.scheduler.is_far(id) {
             index.beyond.insert((id.due_ms, id.seq));
+        }
+        if let (Some(_), Some(_)) = (store, &original) {
+            if self.write_faults.take() {
+                fail_injected(ticket);
+                return wake;
+            }
         }
         if let (Some(store), Some(original)) = (store, original) {
             // Under the lock: the hold reaches the writer before any release of it can.

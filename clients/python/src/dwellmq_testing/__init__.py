@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -75,19 +76,21 @@ class Dwellmq:
         manual_clock: Optional[str] = "",
         name_seed: Optional[int] = 1,
         definitions: Optional[str] = None,
+        data_dir: Optional[str] = None,
         extra_args: Iterable[str] = (),
     ) -> "Dwellmq":
         """Starts the binary. `manual_clock` is the clock's start (ms since 1970 or RFC 3339;
         "" for now; None for the system clock); `name_seed` makes server-generated names
         reproducible (None: random); `definitions` is a RabbitMQ definitions file to declare
-        at start and at every `reset()`."""
+        at start and at every `reset()`; `data_dir` keeps durable state there (for
+        `restart()` and `fail_next_writes()`) instead of in memory."""
         command = [
             find_binary(binary),
             "--listen", "127.0.0.1:0",
             "--http", "127.0.0.1:0",
-            "--in-memory",
             "--log-level", "warn",
         ]
+        command += ["--data-dir", str(data_dir)] if data_dir is not None else ["--in-memory"]
         if manual_clock is not None:
             command += ["--manual-clock=" + manual_clock] if manual_clock else ["--manual-clock"]
         if name_seed is not None:
@@ -250,3 +253,22 @@ class Dwellmq:
     def delay_deliveries(self, queue: str, ms: int, vhost: str = "/") -> None:
         """Messages routed to `queue` enter it `ms` of broker time later (0 removes the fault)."""
         self.request("PUT", f"/test/faults/delay/{self._path(vhost, queue)}", {"ms": ms})
+
+    def fail_next_writes(self, count: int) -> None:
+        """The next `count` message writes to the store fail (their publishers get basic.nack).
+
+        Only meaningful with a data directory (`dwellmq_options` with `--data-dir`)."""
+        self.request("POST", "/test/faults/fail-writes", {"count": count})
+
+    def restart(self, attempts: int = 1000) -> None:
+        """Restarts the broker on the same data directory, addresses and clock time, and returns
+        once the new broker answers. Clients must reconnect."""
+        after = self.request("POST", "/test/restart")["restarts_after"]
+        for _ in range(attempts):
+            try:
+                if self.request("GET", "/test/restart", timeout=1.0)["restarts"] >= after:
+                    return
+            except (OSError, DwellmqError):
+                pass  # the listener is down while the broker restarts
+            time.sleep(0.01)
+        raise DwellmqError(503, "the broker did not come back after a restart")
