@@ -199,13 +199,16 @@ impl Queue {
         ticket: Option<&Arc<PublishTicket>>,
     ) {
         let mut forgets = Vec::new();
+        // Added once after the loop, under the same lock: one atomic add per batch of
+        // deliveries, not per message.
+        let mut delivered = 0;
         for effect in effects.drain() {
             match effect {
                 Effect::Deliver { consumer, entry } => {
                     let redelivered = entry.redelivered;
                     match consumer.sink.deliver(self, &consumer, entry) {
                         Ok(()) => {
-                            QueueCounters::add(&self.counters.deliver, 1);
+                            delivered += 1;
                             if redelivered {
                                 QueueCounters::add(&self.counters.redeliver, 1);
                                 self.runtime
@@ -243,6 +246,9 @@ impl Queue {
                     }
                 }
             }
+        }
+        if delivered > 0 {
+            QueueCounters::add(&self.counters.deliver, delivered);
         }
         if let (false, Some(store)) = (forgets.is_empty(), &self.runtime.store) {
             store.submit_detached(forgets);

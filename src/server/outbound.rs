@@ -167,7 +167,7 @@ impl Outbound {
         let added = pending.queued().saturating_sub(before);
         pending.buffered += added;
         self.memory.charge_bytes(added);
-        self.congested.set_buffered(pending.buffered);
+        self.congested.buffered_grew_to(pending.buffered);
         if pending.buffered > READ_PAUSE_BYTES {
             self.read_paused.store(true, Ordering::Release);
         }

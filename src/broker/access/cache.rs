@@ -33,7 +33,31 @@ pub(crate) struct Principal<'a> {
 
 impl AccessCache {
     /// Allows `operation` on the resource, or refuses it with RabbitMQ's 403 text.
+    ///
+    /// A channel publishing to one exchange asks the same question for every message: that
+    /// answer (the front entry) is checked inline, with a byte comparison of the name that
+    /// calls no `memcmp`; anything else goes through [`AccessCache::check_recent`].
+    #[inline]
     pub(crate) fn check(
+        &mut self,
+        who: &Principal<'_>,
+        operation: Operation,
+        kind: ResourceKind,
+        name: &ShortStr,
+    ) -> BrokerResult<()> {
+        if self.generation == Some(who.access.generation()) {
+            if let Some((op, k, n, true)) = self.recent.front() {
+                if *op == operation && *k == kind && same_name(n, name) {
+                    return Ok(());
+                }
+            }
+        }
+        self.check_recent(who, operation, kind, name)
+    }
+
+    /// [`AccessCache::check`] beyond the last allowed answer: refreshes the entries after a
+    /// change of the store, looks the resource up among the recent answers, or decides.
+    fn check_recent(
         &mut self,
         who: &Principal<'_>,
         operation: Operation,
@@ -83,10 +107,87 @@ impl AccessCache {
     }
 }
 
+/// Whether two names are equal: same octets, the same buffer (a name kept from an earlier
+/// frame of the same connection) answering without looking at them, and short names (every
+/// exchange a client publishes to, as a rule) compared in a plain loop, not through `memcmp`.
+#[inline]
+fn same_name(a: &ShortStr, b: &ShortStr) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    if std::ptr::eq(a.as_ptr(), b.as_ptr()) {
+        return true;
+    }
+    if a.len() > 32 {
+        return a == b;
+    }
+    a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{BrokerConfig, PermissionConfig};
+
+    #[test]
+    fn the_last_answer_is_reused_only_for_the_same_question_and_store() {
+        let mut config = BrokerConfig::ephemeral();
+        config.permissions.push(PermissionConfig {
+            write: "^out$".into(),
+            ..PermissionConfig::full("guest", "/")
+        });
+        let access = Access::from_config(&config).unwrap();
+        let who = Principal {
+            access: &access,
+            user: "guest",
+            vhost: "/",
+        };
+        let mut cache = AccessCache::default();
+        let out = ShortStr::from("out");
+        assert!(cache
+            .check(&who, Operation::Write, ResourceKind::Exchange, &out)
+            .is_ok());
+        // Same length, other octets; same name, other operation or kind: not the cached answer.
+        let oui = ShortStr::from("oui");
+        assert!(cache
+            .check(&who, Operation::Write, ResourceKind::Exchange, &oui)
+            .is_err());
+        assert!(cache
+            .check(&who, Operation::Write, ResourceKind::Exchange, &out)
+            .is_ok());
+        assert!(cache
+            .check(&who, Operation::Write, ResourceKind::Queue, &out)
+            .is_ok());
+        // A name decoded from another frame (another buffer) hits the cached answer.
+        let again = ShortStr::from(String::from("out"));
+        assert!(cache
+            .check(&who, Operation::Write, ResourceKind::Queue, &again)
+            .is_ok());
+        assert_eq!(cache.recent.len(), 3);
+        // The store changed right after an allowed answer: it is not reused.
+        access.clear_permission("/", "guest");
+        assert!(cache
+            .check(&who, Operation::Write, ResourceKind::Queue, &out)
+            .is_err());
+    }
+
+    #[test]
+    fn names_compare_by_octets() {
+        let long = "x".repeat(40);
+        assert!(same_name(&ShortStr::from(""), &ShortStr::from("")));
+        assert!(same_name(&ShortStr::from("abc"), &ShortStr::from("abc")));
+        assert!(!same_name(&ShortStr::from("abc"), &ShortStr::from("abd")));
+        assert!(!same_name(&ShortStr::from("abc"), &ShortStr::from("ab")));
+        assert!(same_name(
+            &ShortStr::from(long.as_str()),
+            &ShortStr::from(long.clone())
+        ));
+        assert!(!same_name(
+            &ShortStr::from(long.as_str()),
+            &ShortStr::from(format!("{}y", &long[1..]))
+        ));
+    }
 
     #[test]
     fn decisions_are_cached_until_the_store_changes() {

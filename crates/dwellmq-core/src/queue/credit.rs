@@ -83,6 +83,15 @@ impl Congestion {
         self.buffered.store(bytes, Ordering::SeqCst);
     }
 
+    /// The shell's buffer grew to `bytes` octets (an append). Only a shrinking buffer takes
+    /// part in the handshake with [`Congestion::is_congested`] that must not miss a drain
+    /// (its store and the flag's load are sequentially consistent, in the writer); a growth
+    /// needs no fence, and a sequentially consistent store is a locked instruction on every
+    /// append.
+    pub fn buffered_grew_to(&self, bytes: usize) {
+        self.buffered.store(bytes, Ordering::Release);
+    }
+
     /// Lifts the stop once back under half the cap; `true` when it did (the caller then wakes
     /// the queues that stopped).
     pub fn relieve(&self) -> bool {
