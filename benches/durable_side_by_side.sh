@@ -33,6 +33,14 @@ done
 RABBIT_PID=$(pgrep -o beam.smp || true)
 [ -n "$RABBIT_PID" ] || echo "warning: no beam.smp process: RabbitMQ's CPU is not measured" >&2
 
+host=${DWELLMQ_ADDR%:*}
+port=${DWELLMQ_ADDR##*:}
+if (echo > "/dev/tcp/$host/$port") 2> /dev/null; then
+    # Another broker there would be measured in place of ours.
+    echo "$DWELLMQ_ADDR is already in use: choose a free address for dwellmq" >&2
+    exit 2
+fi
+
 DATA=$(mktemp -d)
 OUT=$(mktemp)
 "$BIN/dwellmq" --listen "$DWELLMQ_ADDR" --data-dir "$DATA/data" --http off --log-level warn \
@@ -44,12 +52,15 @@ cleanup() {
     rm -rf "$DATA" "$OUT"
 }
 trap cleanup EXIT
-host=${DWELLMQ_ADDR%:*}
-port=${DWELLMQ_ADDR##*:}
 for _ in $(seq 100); do
     (echo > "/dev/tcp/$host/$port") 2> /dev/null && break
     sleep 0.1
 done
+if ! kill -0 "$DWELLMQ_PID" 2> /dev/null; then
+    echo "dwellmq did not start:" >&2
+    cat "$DATA/stderr" >&2
+    exit 1
+fi
 
 # run BROKER ADDR PID SIZE: one `durable` run, its figures appended to $OUT as
 # "broker size msg/s cpu_us_per_msg".
