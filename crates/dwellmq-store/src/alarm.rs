@@ -119,7 +119,11 @@ impl Alarms {
             (StoreAlarm::WritesFailing, true) => tracing::warn!("store writes failing"),
             (StoreAlarm::WritesFailing, false) => tracing::info!("store writes succeed again"),
             (StoreAlarm::Backlog, true) => {
-                tracing::warn!(backlog = self.backlog(), high = self.high, "store backlog over its limit")
+                tracing::warn!(
+                    backlog = self.backlog(),
+                    high = self.high,
+                    "store backlog over its limit"
+                )
             }
             (StoreAlarm::Backlog, false) => {
                 tracing::info!(backlog = self.backlog(), "store backlog drained")

@@ -170,7 +170,10 @@ impl AlarmLog {
     }
 
     /// Waits until `change` was recorded (and returns everything recorded so far).
-    fn wait_for(&self, change: (dwellmq_store::StoreAlarm, bool)) -> Vec<(dwellmq_store::StoreAlarm, bool)> {
+    fn wait_for(
+        &self,
+        change: (dwellmq_store::StoreAlarm, bool),
+    ) -> Vec<(dwellmq_store::StoreAlarm, bool)> {
         let mut changes = self.changes.lock().unwrap();
         while !changes.contains(&change) {
             changes = self.changed.wait(changes).unwrap();
