@@ -13,7 +13,7 @@ use dwellmq::{
 /// The `--help` text, with the built-in defaults of [`Limits`].
 pub(crate) fn usage() -> String {
     let l = Limits::default();
-    let limits: [(&str, String, &str); 7] = [
+    let limits: [(&str, String, &str); 8] = [
         (
             "frame_max",
             l.frame_max.to_string(),
@@ -44,6 +44,11 @@ pub(crate) fn usage() -> String {
             "handshake_timeout_ms",
             l.handshake_timeout.as_millis().to_string(),
             "",
+        ),
+        (
+            "store_backlog_bytes",
+            l.store_backlog_bytes.to_string(),
+            "queued for the disk before publishers block",
         ),
     ];
     let limits: Vec<String> = limits
@@ -132,6 +137,7 @@ const LIMIT_KEYS: &[&str] = &[
     "max_message_size",
     "memory_high_watermark",
     "handshake_timeout_ms",
+    "store_backlog_bytes",
 ];
 
 /// What the binary was asked to do.
@@ -436,6 +442,7 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                         "heartbeat" => l.heartbeat_secs = narrow(u16::MAX.into())? as u16,
                         "max_connections" => l.max_connections = n as usize,
                         "max_message_size" => l.max_message_size = n,
+                        "store_backlog_bytes" => l.store_backlog_bytes = n,
                         "handshake_timeout_ms" => {
                             l.handshake_timeout = std::time::Duration::from_millis(n)
                         }

@@ -186,6 +186,11 @@ pub struct Limits {
     /// Above this much memory held for messages, publishing connections are blocked
     /// (`connection.blocked` with reason `low on memory`) until usage falls to it again.
     pub memory_high_watermark: MemoryWatermark,
+    /// With a data directory: above this many octets queued for the store's writer and not
+    /// yet committed (messages' stored size plus 64 per write), publishing connections are
+    /// blocked (`connection.blocked`, `low on disk`) until the backlog is down to half of it.
+    /// Bounds what publishers without confirms can pile up in front of a slow disk.
+    pub store_backlog_bytes: u64,
 }
 
 impl Default for Limits {
@@ -198,6 +203,7 @@ impl Default for Limits {
             max_message_size: 128 << 20,
             handshake_timeout: std::time::Duration::from_secs(10),
             memory_high_watermark: MemoryWatermark::DEFAULT,
+            store_backlog_bytes: 64 << 20,
         }
     }
 }

@@ -156,20 +156,25 @@ impl Broker {
         let policies = config.policies.clone();
         let access = crate::broker::access::Access::from_config(&config)
             .map_err(|e| StartError::Users(e.to_string()))?;
+        let disk = crate::broker::disk_alarm::DiskAlarm::new();
         let store = match config.data_dir.clone() {
             // Opening may repair the file after a crash: file IO off the async workers.
             Some(dir) => Some(Arc::new(
                 tokio::task::spawn_blocking({
-                    let faults = config.store_faults.clone();
-                    let after_batch = crate::server::channel::send_settled;
-                    move || crate::broker::persist::open(&dir, faults, after_batch)
+                    let options = crate::broker::persist::StoreSettings {
+                        faults: config.store_faults.clone(),
+                        after_batch: crate::server::channel::send_settled,
+                        alarm: disk.hook(),
+                        backlog_bytes: config.limits.store_backlog_bytes,
+                    };
+                    move || crate::broker::persist::open(&dir, options)
                 })
                 .await
                 .map_err(|e| StartError::Store(e.to_string()))??,
             )),
             None => None,
         };
-        let state = BrokerState::with_store(config, access, store);
+        let state = BrokerState::with_store(config, access, store, disk);
         let restoring = Arc::clone(&state);
         tokio::task::spawn_blocking(move || crate::broker::persist::recover::restore(&restoring))
             .await
@@ -485,6 +490,12 @@ impl BrokerHandle {
     /// [`Limits::memory_high_watermark`](crate::Limits::memory_high_watermark).
     pub fn memory_high_watermark(&self) -> u64 {
         self.state.memory.high_watermark()
+    }
+
+    /// Whether publishers are blocked because of the store (writes failing, or more queued
+    /// for the disk than `Limits::store_backlog_bytes`): RabbitMQ's disk alarm.
+    pub fn disk_alarm(&self) -> bool {
+        self.state.disk.is_on()
     }
 
     /// The broker's current time, milliseconds since the Unix epoch.

@@ -1,12 +1,16 @@
 //! Crash safety of the binary on a data directory: publishers send persistent messages with
-//! confirms from several connections while a consumer acks, the broker is killed with SIGKILL
-//! at a random moment, and after a restart every message that was confirmed and not acked is
-//! there exactly once. Kill points: `DWELLMQ_CRASH_POINTS` (default 5; `.ci/run` asks for
-//! more), seeded by `DWELLMQ_CRASH_SEED` (printed, so a failing run can be replayed).
+//! confirms from several connections while a consumer acks, and another publishes to a
+//! durable delayed exchange with confirms (some delays fall due during the round, others are
+//! still held at the kill); the broker is killed with SIGKILL at a random moment, and after a
+//! restart every message that was confirmed and not acked is there exactly once, and every
+//! confirmed delayed message is delivered exactly once, in the round it falls due or a later
+//! one (the last ones after the final start). Kill points: `DWELLMQ_CRASH_POINTS` (default 5;
+//! `.ci/run` asks for more), seeded by `DWELLMQ_CRASH_SEED` (printed, with each kill point,
+//! so a failing run can be replayed).
 
 #![cfg(unix)]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -16,13 +20,20 @@ use std::time::Duration;
 use futures_lite::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions,
-    ConfirmSelectOptions, QueueDeclareOptions,
+    ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
-use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dwellmq");
 const QUEUE: &str = "crash";
+/// A durable `x-delayed-message` exchange, bound to `DUE` with key `d`.
+const DELAYED: &str = "crash-delayed";
+/// Where the delayed messages go when due; taken only at the start of a round.
+const DUE: &str = "crash-due";
+/// A persistent publish with a confirm here, after taking from `DUE`: its commit carries (or
+/// follows) the removals of what was taken, so those cannot come back after the next kill.
+const BARRIER: &str = "crash-barrier";
 
 /// A small deterministic generator (xorshift64*).
 struct Rng(u64);
@@ -98,6 +109,8 @@ async fn connect(url: &str) -> Connection {
 struct Ledger {
     confirmed: HashSet<String>,
     acked: HashSet<String>,
+    /// Delayed messages confirmed (held durably by the exchange).
+    delayed: HashSet<String>,
 }
 
 /// Publishes `round-p-i` messages with confirms until the connection dies.
@@ -133,6 +146,143 @@ async fn publisher(url: String, round: u64, p: u64, ledger: Arc<Mutex<Ledger>>) 
             }
             _ => return,
         }
+    }
+}
+
+/// Publishes `d-round-i` messages to the delayed exchange with confirms until the connection
+/// dies: every other one due within the round (10-300 ms), the others held past the kill
+/// (1-3 s), so that they fall due in a later round or after the final start.
+async fn delayed_publisher(url: String, round: u64, seed: u64, ledger: Arc<Mutex<Ledger>>) {
+    let mut rng = Rng(seed ^ (round + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let connection = connect(&url).await;
+    let Ok(ch) = connection.create_channel().await else {
+        return;
+    };
+    if ch
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    for i in 0.. {
+        let body = format!("d-{round}-{i}");
+        let delay = if i % 2 == 0 {
+            10 + rng.below(290)
+        } else {
+            1_000 + rng.below(2_000)
+        };
+        let mut headers = FieldTable::default();
+        headers.insert("x-delay".into(), AMQPValue::LongLongInt(delay as i64));
+        let Ok(confirm) = ch
+            .basic_publish(
+                DELAYED.into(),
+                "d".into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                // Persistent, so that the queue it reaches keeps it too (the exchange keeps
+                // what it holds whatever the mode).
+                BasicProperties::default()
+                    .with_delivery_mode(2)
+                    .with_headers(headers),
+            )
+            .await
+        else {
+            return;
+        };
+        match confirm.await {
+            Ok(c) if c.is_ack() => {
+                ledger.lock().unwrap().delayed.insert(body);
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Declares the delayed exchange, its queue and the barrier queue (all durable; idempotent).
+async fn declare_delayed(ch: &Channel) {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-delayed-type".into(),
+        AMQPValue::LongString("direct".into()),
+    );
+    ch.exchange_declare(
+        DELAYED.into(),
+        ExchangeKind::Custom("x-delayed-message".into()),
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        args,
+    )
+    .await
+    .unwrap();
+    for queue in [DUE, BARRIER] {
+        ch.queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    ch.queue_bind(
+        DUE.into(),
+        DELAYED.into(),
+        "d".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+}
+
+/// Takes everything in `DUE` (without ack), then makes that taking durable with a confirmed
+/// publish to `BARRIER`.
+async fn take_due(url: &str) -> Vec<String> {
+    let connection = connect(url).await;
+    let ch = connection.create_channel().await.unwrap();
+    declare_delayed(&ch).await;
+    let mut out = Vec::new();
+    while let Some(m) = ch
+        .basic_get(DUE.into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("basic.get")
+    {
+        out.push(String::from_utf8_lossy(&m.delivery.data).to_string());
+    }
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let confirm = ch
+        .basic_publish(
+            "".into(),
+            BARRIER.into(),
+            BasicPublishOptions::default(),
+            b"barrier",
+            BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(confirm.is_ack(), "the barrier is confirmed");
+    let _ = connection.close(200, "bye".into()).await;
+    out
+}
+
+/// Counts delayed messages taken from `DUE`: each at most once over the whole run.
+fn count_delivered(delivered: &mut HashMap<String, u32>, taken: Vec<String>, seed: u64) {
+    for body in taken {
+        let n = delivered.entry(body.clone()).or_default();
+        *n += 1;
+        assert_eq!(
+            *n, 1,
+            "delayed message {body} delivered twice (seed {seed})"
+        );
     }
 }
 
@@ -211,6 +361,9 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
 
     let mut previous: Option<Ledger> = None;
     let mut total_confirmed = 0;
+    let mut delayed_confirmed: HashSet<String> = HashSet::new();
+    let mut delivered: HashMap<String, u32> = HashMap::new();
+    let mut kill_points = Vec::new();
     for round in 0..points {
         let (mut broker, url) = spawn(&dir);
         let recovered = drain(&url).await;
@@ -229,6 +382,7 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
             }
             total_confirmed += ledger.confirmed.len();
         }
+        count_delivered(&mut delivered, take_due(&url).await, seed);
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let mut tasks = Vec::new();
         for p in 0..3 {
@@ -240,15 +394,26 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
             )));
         }
         tasks.push(tokio::spawn(consumer(url.clone(), Arc::clone(&ledger))));
-        tokio::time::sleep(Duration::from_millis(50 + rng.below(450))).await;
+        tasks.push(tokio::spawn(delayed_publisher(
+            url.clone(),
+            round,
+            seed,
+            Arc::clone(&ledger),
+        )));
+        let kill_after = 50 + rng.below(450);
+        kill_points.push(kill_after);
+        println!("crash test: round {round}: SIGKILL after {kill_after} ms");
+        tokio::time::sleep(Duration::from_millis(kill_after)).await;
         // SIGKILL: no shutdown, no last commit.
         broker.kill();
         for task in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
-        let ledger = std::mem::take(&mut *ledger.lock().unwrap());
+        let mut ledger = std::mem::take(&mut *ledger.lock().unwrap());
+        delayed_confirmed.extend(ledger.delayed.drain());
         previous = Some(ledger);
     }
+    println!("crash test: kill points (ms into each round): {kill_points:?}");
     // The last round's messages, checked once more after a clean start.
     let (mut broker, url) = spawn(&dir);
     let recovered = drain(&url).await;
@@ -260,11 +425,37 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
         }
         total_confirmed += ledger.confirmed.len();
     }
+    // Every confirmed delayed message falls due within 3 s of its publish: all of them are
+    // delivered within a few seconds of this start (overdue ones at once), none twice.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        count_delivered(&mut delivered, take_due(&url).await, seed);
+        let missing: Vec<&String> = delayed_confirmed
+            .iter()
+            .filter(|body| !delivered.contains_key(*body))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "confirmed delayed messages never delivered (seed {seed}): {missing:?}"
+        );
+        // Polling the queue: the held ones fall due in real time (at most 3 s from now).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     broker.kill();
     let _ = std::fs::remove_dir_all(&dir);
-    println!("crash test: {total_confirmed} confirmed messages checked");
+    println!(
+        "crash test: {total_confirmed} confirmed messages and {} confirmed delayed messages checked",
+        delayed_confirmed.len()
+    );
     assert!(
         total_confirmed > 0,
         "nothing was confirmed before the kills"
+    );
+    assert!(
+        !delayed_confirmed.is_empty(),
+        "no delayed message was confirmed before the kills"
     );
 }

@@ -9,6 +9,7 @@ pub(crate) mod connections;
 pub(crate) mod consumer;
 pub(crate) mod dead_letter;
 pub(crate) mod delayed;
+pub(crate) mod disk_alarm;
 pub(crate) mod exchange;
 pub(crate) mod memory;
 pub(crate) mod names;
@@ -43,6 +44,9 @@ pub(crate) struct BrokerState {
     /// The configured vhosts and those added at runtime (HTTP, definitions, the store).
     vhosts: parking_lot::RwLock<HashMap<String, Arc<VHost>>>,
     pub(crate) memory: Arc<MemoryMonitor>,
+    /// The store cannot keep up (writes failing, or too much queued for it): publishers are
+    /// blocked as for the memory alarm.
+    pub(crate) disk: Arc<disk_alarm::DiskAlarm>,
     pub(crate) clock: SharedClock,
     pub(crate) manual_clock: Option<Arc<ManualClock>>,
     /// Messages held by delayed exchanges.
@@ -81,15 +85,16 @@ pub(crate) trait IdleProbe: Send + Sync {
 impl BrokerState {
     #[allow(dead_code)]
     pub(crate) fn new(config: BrokerConfig, access: access::Access) -> Arc<Self> {
-        Self::with_store(config, access, None)
+        Self::with_store(config, access, None, disk_alarm::DiskAlarm::new())
     }
 
     /// A broker whose durable objects and persistent messages go to `store` (`None`: in
-    /// memory).
+    /// memory), which reports its alarms to `disk`.
     pub(crate) fn with_store(
         config: BrokerConfig,
         access: access::Access,
         store: Option<Arc<dwellmq_store::Store>>,
+        disk: Arc<disk_alarm::DiskAlarm>,
     ) -> Arc<Self> {
         let (clock, manual_clock): (SharedClock, _) = match config.clock {
             ClockConfig::System => (Arc::new(SystemClock), None),
@@ -118,6 +123,7 @@ impl BrokerState {
             reply_consumers: reply_to::ReplyConsumers::new(Arc::clone(&runtime.names)),
             runtime,
             memory,
+            disk,
             config,
             access,
             vhosts: parking_lot::RwLock::new(vhosts),

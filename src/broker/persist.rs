@@ -4,9 +4,9 @@
 //! queue's lock, so a queue's persists and forgets reach the writer in order).
 //!
 //! Every write is a submission to the store's group-commit writer thread: nothing here waits
-//! for a disk, so connection tasks never block on an fsync. Definitions are written without
-//! waiting for their commit (a declare-ok may precede it by one commit); a persistent message's
-//! publisher confirm waits for its commit through a [`PublishTicket`].
+//! for a disk, so connection tasks never block on an fsync. A declare-ok (bind-ok, delete-ok...)
+//! waits for the commit of the definitions its method wrote (`reporting_definitions_to`), and a
+//! persistent message's publisher confirm for its commit, both through a [`PublishTicket`].
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,20 +26,32 @@ use super::vhost::VHost;
 
 pub(crate) mod recover;
 
+/// How the broker opens its store.
+pub(crate) struct StoreSettings {
+    /// Fault switches (tests only).
+    pub(crate) faults: Option<Arc<dwellmq_store::faults::Faults>>,
+    /// Runs on the writer thread after each batch's completions (confirms go out from there).
+    pub(crate) after_batch: fn(),
+    /// Told when the writer's alarms change (the broker's disk alarm).
+    pub(crate) alarm: dwellmq_store::AlarmHook,
+    /// The backlog alarm's high mark; it clears at half.
+    pub(crate) backlog_bytes: u64,
+}
+
 /// Opens the store in `dir` (created if absent): refused if another broker holds it, or if
 /// the database file is damaged or not a dwellmq store (the error names the file).
-/// `after_batch` runs on the writer thread after each batch's completions (confirms go out
-/// from there).
 pub(crate) fn open(
     dir: &std::path::Path,
-    faults: Option<Arc<dwellmq_store::faults::Faults>>,
-    after_batch: fn(),
+    settings: StoreSettings,
 ) -> Result<Store, crate::handle::StartError> {
-    let mut options = match faults {
+    let mut options = match settings.faults {
         Some(faults) => dwellmq_store::faults::options(faults),
         None => dwellmq_store::StoreOptions::default(),
     };
-    options.after_batch = Some(Arc::new(after_batch));
+    options.after_batch = Some(Arc::new(settings.after_batch));
+    options.on_alarm = Some(settings.alarm);
+    options.backlog_high = settings.backlog_bytes;
+    options.backlog_low = settings.backlog_bytes / 2;
     Store::open_with(dir, options).map_err(|e| crate::handle::StartError::Store(e.to_string()))
 }
 
@@ -52,12 +64,40 @@ fn store(runtime: &Runtime) -> Option<&Arc<Store>> {
     runtime.store.as_ref()
 }
 
+thread_local! {
+    /// What the definition writes of the method being handled on this thread report to (its
+    /// reply waits for them): set by [`reporting_definitions_to`].
+    static DEFINITION_TICKET: std::cell::RefCell<Option<Arc<PublishTicket>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (a connection handling a declare, bind, delete...) with every definition write it
+/// makes counted on `ticket`, which hears when they are all committed.
+pub(crate) fn reporting_definitions_to<R>(ticket: &Arc<PublishTicket>, f: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DEFINITION_TICKET.with(|t| t.borrow_mut().take());
+        }
+    }
+    DEFINITION_TICKET.with(|t| *t.borrow_mut() = Some(Arc::clone(ticket)));
+    let _reset = Reset;
+    f()
+}
+
 /// Submits definition changes; a failure is logged (the object exists in memory, and the
-/// next restart will not have it).
+/// next restart will not have it) and reported to the method that made them, if it waits.
 fn write(store: &Store, ops: Vec<Op>) {
-    store.submit(ops, |outcome| {
-        if let Err(e) = outcome {
+    let ticket = DEFINITION_TICKET.with(|t| t.borrow().clone());
+    if let Some(ticket) = &ticket {
+        ticket.add();
+    }
+    store.submit(ops, move |outcome| {
+        if let Err(e) = &outcome {
             tracing::error!(error = %e, "writing a durable definition failed");
+        }
+        if let Some(ticket) = ticket {
+            ticket.complete(outcome.is_ok());
         }
     });
 }

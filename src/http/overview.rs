@@ -146,13 +146,19 @@ pub(crate) async fn put_vhost(
 /// as RabbitMQ answers.
 pub(crate) async fn alarms(_user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>) -> Response {
     let memory_alarm = *api.state.memory.subscribe().borrow();
-    if memory_alarm {
+    let disk_alarm = api.state.disk.is_on();
+    let alarms: Vec<_> = [(memory_alarm, "memory"), (disk_alarm, "disk")]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, resource)| json!({"node": NODE, "resource": resource}))
+        .collect();
+    if !alarms.is_empty() {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({
                 "status": "failed",
                 "reason": "resource alarm(s) in effect in the cluster",
-                "alarms": [{"node": NODE, "resource": "memory"}],
+                "alarms": alarms,
             })),
         )
             .into_response()

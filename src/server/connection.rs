@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::channel::{Channel, ConnContext};
+use super::commit_wait::CommitWait;
 use super::delivery::DeliveryChannel;
 use super::frames::{Fault, FaultOrExit};
 use super::handshake::{negotiate, ClientCapabilities, Negotiated};
@@ -57,8 +58,12 @@ struct Connection {
     has_published: bool,
     sent_blocked: bool,
     counts: MessageCounts,
-    /// `process` left complete frames in the buffer (the output was over its bound).
+    /// `process` left complete frames in the buffer (the output was over its bound, or a
+    /// reply waits for a commit).
     stopped_early: bool,
+    /// A reply waiting for a store commit (`tx.commit-ok`, a declare-ok): nothing more is
+    /// read meanwhile.
+    commit_wait: Arc<CommitWait>,
 }
 
 /// What the frame loop should do next.
@@ -231,6 +236,7 @@ async fn run<R: AsyncRead + Unpin>(
         sent_blocked: false,
         counts: MessageCounts::default(),
         stopped_early: false,
+        commit_wait: CommitWait::new(),
     };
     let heartbeat = Duration::from_secs(u64::from(negotiated.heartbeat_secs));
     let mut ticker = tokio::time::interval(if heartbeat.is_zero() {
@@ -242,17 +248,24 @@ async fn run<R: AsyncRead + Unpin>(
     let mut last_read = Instant::now();
     let mut last_written = outbound.written_total();
     let mut memory_alarm = state.memory.subscribe();
+    let mut disk_alarm = state.disk.subscribe();
+    let commit_wait = Arc::clone(&conn.commit_wait);
 
     // Frames the client pipelined behind `connection.open` may already be in `buf`: they are
     // handled now, not when (if ever) more bytes arrive.
     let mut unprocessed = !buf.is_empty();
     let outcome: Result<(), FaultOrExit> = loop {
-        let blocked = *memory_alarm.borrow() && conn.has_published;
-        conn.update_blocked(blocked);
+        let alarms = Alarms {
+            memory: *memory_alarm.borrow(),
+            disk: *disk_alarm.borrow(),
+        };
+        let blocked = alarms.any() && conn.has_published;
+        conn.update_blocked(blocked, alarms);
         // The connection's own output is over its bound: nothing more is read (every request
         // read could add a reply) until the client has read enough of it.
-        let paused = outbound.read_paused();
-        if blocked {
+        // A reply waits for a commit: nothing more is handled until it went out.
+        let paused = outbound.read_paused() || conn.commit_wait.is_pending();
+        if blocked || conn.commit_wait.is_pending() {
             // Nothing is read while blocked, so the client's heartbeats cannot be seen:
             // heartbeat monitoring pauses (as in RabbitMQ) instead of killing the connection.
             last_read = Instant::now();
@@ -297,6 +310,13 @@ async fn run<R: AsyncRead + Unpin>(
                 outbound.with(|sink| sink.heartbeat());
             }
             _ = memory_alarm.changed() => {}
+            _ = disk_alarm.changed() => {}
+            _ = commit_wait.ended() => {
+                if conn.finish_commit_wait() {
+                    // What the client pipelined behind the waiting method is handled now.
+                    unprocessed = !buf.is_empty();
+                }
+            }
             _ = outbound.writable() => conn.on_writable(),
             Some(reply) = channel_requests.recv() => {
                 let _ = reply.send(conn.channel_summaries());
@@ -419,6 +439,7 @@ impl Connection {
                 exclusive_queues: &mut self.exclusive_queues,
                 consumer_cancel_notify: self.capabilities.consumer_cancel_notify,
                 counts: &mut self.counts,
+                commit_wait: &self.commit_wait,
             },
             &mut self.channels,
         )
@@ -437,7 +458,7 @@ impl Connection {
     fn process(&mut self, buf: &mut BytesMut) -> Result<Flow, Fault> {
         self.stopped_early = false;
         let result = loop {
-            if self.outbound.read_paused() {
+            if self.outbound.read_paused() || self.commit_wait.is_pending() {
                 self.stopped_early = true;
                 break Ok(Flow::Continue);
             }
@@ -546,21 +567,7 @@ impl Connection {
                         Err(Fault::new(error, class_id, method_id))
                     }
                     Err(error) => {
-                        tracing::debug!(channel = id, %error, "channel error");
-                        // Publishes handled before the error are confirmed before the close,
-                        // as RabbitMQ (which confirms after every method) does.
-                        channel.flush_confirms(cx.outbound);
-                        channel.close(&mut cx);
-                        cx.outbound.send_method(
-                            id,
-                            &Method::ChannelClose(ChannelClose {
-                                reply_code: error.reply_code(),
-                                reply_text: ShortStr::from(error.reply_text()),
-                                class_id,
-                                method_id,
-                            }),
-                        );
-                        channels.insert(id, ChannelSlot::Closing);
+                        close_channel(&mut cx, channels, id, &error, (class_id, method_id));
                         Ok(Flow::Continue)
                     }
                 }
@@ -599,8 +606,33 @@ impl Connection {
         }
     }
 
-    /// Sends `connection.blocked` / `unblocked` as the memory alarm changes.
-    fn update_blocked(&mut self, blocked: bool) {
+    /// Sends the reply whose commit ended (`tx.commit-ok`, a declare-ok), or closes its
+    /// channel (506) if the commit failed. Returns whether a reply waited and is done.
+    fn finish_commit_wait(&mut self) -> bool {
+        let Some((waiting, committed)) = self.commit_wait.take() else {
+            return false;
+        };
+        let (mut cx, channels) = self.context();
+        if let Some(ChannelSlot::Open(_)) = channels.get(&waiting.channel) {
+            if committed {
+                cx.outbound.send_method(waiting.channel, &waiting.reply);
+            } else {
+                let error = BrokerError::ResourceError(waiting.failure.into());
+                close_channel(
+                    &mut cx,
+                    channels,
+                    waiting.channel,
+                    &error,
+                    (waiting.class_id, waiting.method_id),
+                );
+            }
+        }
+        true
+    }
+
+    /// Sends `connection.blocked` / `unblocked` as the alarms change (the reason names the
+    /// alarms in effect when the block began, as RabbitMQ's does).
+    fn update_blocked(&mut self, blocked: bool, alarms: Alarms) {
         if blocked == self.sent_blocked {
             return;
         }
@@ -610,7 +642,7 @@ impl Connection {
         }
         let method = if blocked {
             Method::ConnectionBlocked(ConnectionBlocked {
-                reason: ShortStr::from_static("low on memory"),
+                reason: ShortStr::from_static(alarms.reason()),
             })
         } else {
             Method::ConnectionUnblocked
@@ -641,4 +673,56 @@ impl Connection {
             }
         }
     }
+}
+
+/// The resource alarms a connection watches.
+#[derive(Debug, Clone, Copy)]
+struct Alarms {
+    /// Too much memory held for messages.
+    memory: bool,
+    /// The store cannot keep up (writes failing, or too much queued for it).
+    disk: bool,
+}
+
+impl Alarms {
+    fn any(self) -> bool {
+        self.memory || self.disk
+    }
+
+    /// `connection.blocked`'s reason, in RabbitMQ's words.
+    fn reason(self) -> &'static str {
+        match (self.memory, self.disk) {
+            (true, true) => "low on memory & disk",
+            (false, true) => "low on disk",
+            _ => "low on memory",
+        }
+    }
+}
+
+/// Closes channel `id` for `error` (a channel error): `channel.close` goes out and the channel
+/// waits for `close-ok`.
+fn close_channel(
+    cx: &mut ConnContext<'_>,
+    channels: &mut HashMap<u16, ChannelSlot>,
+    id: u16,
+    error: &BrokerError,
+    (class_id, method_id): (u16, u16),
+) {
+    tracing::debug!(channel = id, %error, "channel error");
+    if let Some(ChannelSlot::Open(channel)) = channels.get_mut(&id) {
+        // Publishes handled before the error are confirmed before the close, as RabbitMQ
+        // (which confirms after every method) does.
+        channel.flush_confirms(cx.outbound);
+        channel.close(cx);
+    }
+    cx.outbound.send_method(
+        id,
+        &Method::ChannelClose(ChannelClose {
+            reply_code: error.reply_code(),
+            reply_text: ShortStr::from(error.reply_text()),
+            class_id,
+            method_id,
+        }),
+    );
+    channels.insert(id, ChannelSlot::Closing);
 }

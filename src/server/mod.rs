@@ -1,6 +1,7 @@
 //! The network side: accepting sockets and running one task per connection.
 
 pub(crate) mod channel;
+pub(crate) mod commit_wait;
 pub(crate) mod connection;
 pub(crate) mod delivery;
 pub(crate) mod frames;

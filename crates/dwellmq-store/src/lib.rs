@@ -9,6 +9,7 @@
 //! without reading a message, then queue contents page by page, and the delayed index without
 //! bodies.
 
+mod alarm;
 mod apply;
 mod backend;
 mod codec;
@@ -23,6 +24,7 @@ mod records;
 mod store;
 mod writer;
 
+pub use alarm::{AlarmHook, StoreAlarm};
 pub use backend::BackendFactory;
 pub use dwellmq_core::schedule::DeadlineId;
 pub use error::{Result, StoreError};

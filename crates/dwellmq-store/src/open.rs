@@ -34,6 +34,17 @@ pub struct StoreOptions {
     /// gather their results and send them once per batch from here (one confirm frame per
     /// channel instead of one per message).
     pub after_batch: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
+    /// Told when the writer's alarms go on and off (see [`crate::StoreAlarm`]).
+    pub on_alarm: Option<crate::alarm::AlarmHook>,
+    /// The backlog alarm goes on when more than this many octets (messages' packed size plus
+    /// 64 per op) are queued for the writer and not yet committed...
+    pub backlog_high: u64,
+    /// ...and off once at most this many are.
+    pub backlog_low: u64,
+    /// After a failed commit the writer probes with an empty commit, first after 10 ms, then
+    /// at twice the interval each time, up to this: the write alarm clears by itself once the
+    /// disk works again.
+    pub retry_interval: std::time::Duration,
 }
 
 impl Default for StoreOptions {
@@ -45,6 +56,10 @@ impl Default for StoreOptions {
             max_batch_ops: 65_536,
             backend: None,
             after_batch: None,
+            on_alarm: None,
+            backlog_high: 64 << 20,
+            backlog_low: 32 << 20,
+            retry_interval: std::time::Duration::from_millis(500),
         }
     }
 }
@@ -58,6 +73,10 @@ impl std::fmt::Debug for StoreOptions {
             .field("max_batch_ops", &self.max_batch_ops)
             .field("backend", &self.backend.as_ref().map(|_| "custom"))
             .field("after_batch", &self.after_batch.is_some())
+            .field("on_alarm", &self.on_alarm.is_some())
+            .field("backlog_high", &self.backlog_high)
+            .field("backlog_low", &self.backlog_low)
+            .field("retry_interval", &self.retry_interval)
             .finish()
     }
 }

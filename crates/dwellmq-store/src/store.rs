@@ -7,6 +7,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::alarm::{weight, Alarms};
 use crate::error::{Result, StoreError};
 use crate::open::{lock_dir, DbSlot, Opener, StoreOptions};
 use crate::ops::{Completion, Op};
@@ -35,6 +36,10 @@ pub struct Store {
     path: PathBuf,
     db: Arc<DbSlot>,
     counters: Arc<Counters>,
+    alarms: Arc<Alarms>,
+    /// Held (shared) by [`Store::group`]s, taken (exclusively) by the writer while it
+    /// gathers a batch: what a group submits goes into one commit.
+    gate: Arc<parking_lot::RwLock<()>>,
     // Behind locks so that a shared store can be shut down (`Store::shutdown`) by whoever
     // holds it last in mind, while other `Arc`s to it may linger.
     sender: parking_lot::RwLock<Option<Sender<Submission>>>,
@@ -71,8 +76,20 @@ impl Store {
             .next_queue_id
             .store(store_read.next_queue_id()?, Ordering::Release);
         drop(store_read);
+        let alarms = Arc::new(Alarms::new(
+            opener.options.on_alarm.clone(),
+            opener.options.backlog_high,
+            opener.options.backlog_low,
+        ));
+        let gate = Arc::new(parking_lot::RwLock::new(()));
         let (sender, receiver) = mpsc::channel();
-        let writer = Writer::new(opener, slot.clone(), counters.clone());
+        let writer = Writer::new(
+            opener,
+            slot.clone(),
+            counters.clone(),
+            alarms.clone(),
+            gate.clone(),
+        );
         let handle = std::thread::Builder::new()
             .name("dwellmq-store".into())
             .spawn(move || writer.run(receiver))
@@ -83,6 +100,8 @@ impl Store {
             path,
             db: slot,
             counters,
+            alarms,
+            gate,
             sender: parking_lot::RwLock::new(Some(sender)),
             writer_id: handle.thread().id(),
             writer: parking_lot::Mutex::new(Some(handle)),
@@ -105,6 +124,7 @@ impl Store {
     /// are retried with the next commit). Never blocks.
     pub fn submit(&self, ops: Vec<Op>, done: impl FnOnce(Completion) + Send + 'static) {
         self.send(Submission {
+            weight: weight(&ops),
             ops,
             done: Some(Box::new(done)),
         });
@@ -112,7 +132,11 @@ impl Store {
 
     /// Queues `ops` without asking to hear back (removals: forgets, releases).
     pub fn submit_detached(&self, ops: Vec<Op>) {
-        self.send(Submission { ops, done: None });
+        self.send(Submission {
+            weight: weight(&ops),
+            ops,
+            done: None,
+        });
     }
 
     /// Submits `ops` and waits for their commit (definitions, start-up, tests). Not from a
@@ -134,9 +158,31 @@ impl Store {
             fail(submission);
             return;
         };
+        let weight = submission.weight;
+        self.alarms.queued(weight);
         if let Err(mpsc::SendError(submission)) = sender.send(submission) {
+            self.alarms.drained(weight);
             fail(submission);
         }
+    }
+
+    /// While the returned guard lives, the writer does not gather a batch: everything
+    /// submitted meanwhile (from any thread) goes into one commit (unless it exceeds the
+    /// batch limits, `StoreOptions::max_batch` / `max_batch_ops`). A delayed release's
+    /// `Persist`s and its `Release` are submitted under one group, so that a crash cannot
+    /// leave the message both in its queue and held. Hold it briefly: commits wait for it.
+    pub fn group(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.gate.read_recursive()
+    }
+
+    /// Octets queued for the writer and not yet committed (what the backlog alarm watches).
+    pub fn backlog_bytes(&self) -> u64 {
+        self.alarms.backlog()
+    }
+
+    /// Whether the last commit failed (the write alarm is on).
+    pub fn writes_failing(&self) -> bool {
+        self.alarms.failing()
     }
 
     /// A fresh id for a durable queue (ids are never reused, even after a restart).

@@ -8,20 +8,26 @@
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
 use redb::{CommitError, Durability, StorageError, TransactionError};
 
+use crate::alarm::{Alarms, StoreAlarm};
 use crate::apply::Tables;
 use crate::error::StoreError;
 use crate::open::{panic_message, DbSlot, Opener};
 use crate::ops::{Completion, Done, Op, Receipt};
 
+/// The first probe after a failed commit comes this soon; later ones back off.
+const FIRST_RETRY: Duration = Duration::from_millis(10);
+
 /// One submission: ops and who to tell.
 pub(crate) struct Submission {
     pub(crate) ops: Vec<Op>,
+    /// What it counts for in the backlog (see [`crate::alarm::weight`]), taken when queued.
+    pub(crate) weight: u64,
     pub(crate) done: Option<Done>,
 }
 
@@ -42,16 +48,27 @@ pub(crate) struct Writer {
     pub(crate) opener: Opener,
     pub(crate) db: Arc<DbSlot>,
     pub(crate) counters: Arc<Counters>,
+    alarms: Arc<Alarms>,
+    /// Taken while a batch is gathered (see [`crate::Store::group`]).
+    gate: Arc<parking_lot::RwLock<()>>,
     /// Removals from failed commits, retried first in the next one.
     carry: Vec<Op>,
 }
 
 impl Writer {
-    pub(crate) fn new(opener: Opener, db: Arc<DbSlot>, counters: Arc<Counters>) -> Self {
+    pub(crate) fn new(
+        opener: Opener,
+        db: Arc<DbSlot>,
+        counters: Arc<Counters>,
+        alarms: Arc<Alarms>,
+        gate: Arc<parking_lot::RwLock<()>>,
+    ) -> Self {
         Writer {
             opener,
             db,
             counters,
+            alarms,
+            gate,
             carry: Vec::new(),
         }
     }
@@ -59,10 +76,34 @@ impl Writer {
     pub(crate) fn run(mut self, rx: Receiver<Submission>) {
         let max_batch = self.opener.options.max_batch.max(1);
         let max_ops = self.opener.options.max_batch_ops.max(1);
+        let max_retry = self.opener.options.retry_interval.max(FIRST_RETRY);
+        let mut retry = FIRST_RETRY;
         let mut batch: Vec<Submission> = Vec::new();
-        while let Ok(first) = rx.recv() {
+        loop {
+            // While writes fail, nobody may submit again (the broker blocks publishers): probe
+            // with an empty commit now and then, so that the alarm clears once the disk works.
+            let first = if self.alarms.failing() {
+                match rx.recv_timeout(retry) {
+                    Ok(first) => Some(first),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(first) => Some(first),
+                    Err(_) => break,
+                }
+            };
+            let Some(first) = first else {
+                self.probe();
+                retry = (retry * 2).min(max_retry);
+                continue;
+            };
+            retry = FIRST_RETRY;
             let mut ops = first.ops.len();
             batch.push(first);
+            // An open group (`Store::group`) is waited for: the rest of it joins this batch.
+            let gate = self.gate.write();
             // A transaction's dirty pages stay in memory until it commits: bulk submissions
             // split over several commits rather than make one huge one.
             while batch.len() < max_batch && ops < max_ops {
@@ -74,10 +115,12 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            drop(gate);
             self.counters
                 .submissions
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            let result = self.commit(&mut batch);
+            let result = self.commit(&mut batch, false);
+            let weight: u64 = batch.iter().map(|s| s.weight).sum();
             for submission in batch.drain(..) {
                 if let Some(done) = submission.done {
                     let outcome: Completion = result.clone();
@@ -91,25 +134,41 @@ impl Writer {
                     }
                 }
             }
-            if let Some(after) = &self.opener.options.after_batch {
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| after())) {
-                    tracing::error!(
-                        panic = %panic_message(&panic),
-                        "the store's after-batch callback panicked"
-                    );
-                }
-            }
+            self.after_batch();
+            // After the completions: a publisher unblocked by this sees its confirms first.
+            self.alarms.drained(weight);
         }
         tracing::debug!("store writer stopped");
     }
 
-    fn commit(&mut self, batch: &mut [Submission]) -> Completion {
+    /// An empty commit (with the removals carried from failed ones), to learn whether writes
+    /// work again.
+    fn probe(&mut self) {
+        tracing::debug!("probing the store after a failed commit");
+        let _ = self.commit(&mut [], true);
+        self.after_batch();
+    }
+
+    fn after_batch(&self) {
+        if let Some(after) = &self.opener.options.after_batch {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| after())) {
+                tracing::error!(
+                    panic = %panic_message(&panic),
+                    "the store's after-batch callback panicked"
+                );
+            }
+        }
+    }
+
+    /// Commits `batch`; a `probe` commits even with nothing to write (redb writes its header
+    /// and syncs all the same), so that its outcome says whether the disk works.
+    fn commit(&mut self, batch: &mut [Submission], probe: bool) -> Completion {
         let elided = elide(batch);
         self.counters
             .ops_elided
             .fetch_add(elided as u64, Ordering::Relaxed);
         let writes = batch.iter().map(|s| s.ops.len()).sum::<usize>() + self.carry.len();
-        if writes == 0 {
+        if writes == 0 && !probe {
             // Nothing to write; an empty submission still gets the file reopened after a
             // failure (`Store::snapshot` asks for that).
             return self.database().map(|_| Receipt { commit: None });
@@ -120,6 +179,7 @@ impl Writer {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store reopen failed");
                 self.keep_removals(batch);
+                self.alarms.set(StoreAlarm::WritesFailing, true);
                 return Err(e);
             }
         };
@@ -135,6 +195,7 @@ impl Writer {
         match result {
             Ok(()) => {
                 self.carry.clear();
+                self.alarms.set(StoreAlarm::WritesFailing, false);
                 let commit = self.counters.commits.fetch_add(1, Ordering::Relaxed) + 1;
                 self.counters
                     .ops_written
@@ -147,6 +208,7 @@ impl Writer {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store commit failed");
                 self.keep_removals(batch);
+                self.alarms.set(StoreAlarm::WritesFailing, true);
                 // redb refuses every later operation on a handle that saw an I/O error: reopen
                 // now, so that reads work again; if that fails too, the next batch tries again.
                 self.close_database();

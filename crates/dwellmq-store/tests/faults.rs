@@ -152,3 +152,98 @@ fn removals_in_a_failed_commit_are_retried_with_the_next_one() {
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(store.snapshot().unwrap().delayed_count().unwrap(), 0);
 }
+
+/// Records every alarm change, and lets a test wait for one.
+#[derive(Default)]
+struct AlarmLog {
+    changes: std::sync::Mutex<Vec<(dwellmq_store::StoreAlarm, bool)>>,
+    changed: std::sync::Condvar,
+}
+
+impl AlarmLog {
+    fn hook(self: &std::sync::Arc<Self>) -> dwellmq_store::AlarmHook {
+        let log = self.clone();
+        std::sync::Arc::new(move |alarm, on| {
+            log.changes.lock().unwrap().push((alarm, on));
+            log.changed.notify_all();
+        })
+    }
+
+    /// Waits until `change` was recorded (and returns everything recorded so far).
+    fn wait_for(
+        &self,
+        change: (dwellmq_store::StoreAlarm, bool),
+    ) -> Vec<(dwellmq_store::StoreAlarm, bool)> {
+        let mut changes = self.changes.lock().unwrap();
+        while !changes.contains(&change) {
+            changes = self.changed.wait(changes).unwrap();
+        }
+        changes.clone()
+    }
+}
+
+#[test]
+fn a_failing_disk_raises_the_write_alarm_and_a_probe_clears_it_without_new_submissions() {
+    use dwellmq_store::StoreAlarm::WritesFailing;
+    for (name, fault) in [
+        ("alarm-write", 0usize),
+        ("alarm-fsync", 1),
+        ("alarm-full", 2),
+    ] {
+        let dir = Scratch::new(name);
+        let (mut options, faults) = faulty_options();
+        let log = std::sync::Arc::new(AlarmLog::default());
+        options.on_alarm = Some(log.hook());
+        options.retry_interval = std::time::Duration::from_millis(20);
+        let store = Store::open_with(dir.path(), options).expect("open");
+        let switch = [&faults.fail_writes, &faults.fail_sync, &faults.disk_full][fault];
+        switch.store(true, Ordering::SeqCst);
+        assert!(store.write(vec![persist(1, 256 * 1024)]).is_err());
+        assert!(store.writes_failing());
+        assert_eq!(log.wait_for((WritesFailing, true)), [(WritesFailing, true)]);
+        // Nothing more is submitted: the writer's own probe finds the disk working again.
+        switch.store(false, Ordering::SeqCst);
+        assert_eq!(
+            log.wait_for((WritesFailing, false)),
+            [(WritesFailing, true), (WritesFailing, false)],
+            "{name}"
+        );
+        assert!(!store.writes_failing());
+        store.write(vec![persist(2, 10)]).expect("writes work");
+        store.close();
+    }
+}
+
+#[test]
+fn a_backlog_over_the_limit_raises_the_backlog_alarm_until_it_drains_below_the_low_mark() {
+    use dwellmq_store::StoreAlarm::Backlog;
+    let dir = Scratch::new("alarm-backlog");
+    let (mut options, faults) = faulty_options();
+    let log = std::sync::Arc::new(AlarmLog::default());
+    options.on_alarm = Some(log.hook());
+    options.backlog_high = 10_000;
+    options.backlog_low = 5_000;
+    let store = Store::open_with(dir.path(), options).expect("open");
+    // The writer is stuck in an fsync: what is submitted meanwhile queues up.
+    faults.pause();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for seq in 0..20 {
+        let tx = tx.clone();
+        store.submit(vec![persist(seq, 1_000)], move |r| {
+            let _ = tx.send(r.is_ok());
+        });
+    }
+    assert!(store.backlog_bytes() > 10_000);
+    assert_eq!(log.wait_for((Backlog, true)), [(Backlog, true)]);
+    faults.resume();
+    for _ in 0..20 {
+        assert!(rx.recv().unwrap(), "every queued write commits");
+    }
+    assert_eq!(
+        log.wait_for((Backlog, false)),
+        [(Backlog, true), (Backlog, false)]
+    );
+    assert_eq!(store.backlog_bytes(), 0);
+    store.close();
+    assert_eq!(stored_seqs(&dir), (0..20).collect::<Vec<_>>());
+}

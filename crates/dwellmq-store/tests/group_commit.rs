@@ -242,3 +242,28 @@ fn a_burst_is_split_into_commits_of_bounded_size() {
         "four commits of 50, in submission order"
     );
 }
+
+#[test]
+fn what_a_group_submits_goes_into_one_commit_even_while_the_writer_is_idle() {
+    let dir = Scratch::new("group");
+    let store = Store::open(dir.path()).expect("open");
+    let (tx, rx) = mpsc::channel();
+    let done = |tx: &mpsc::Sender<Completion>| {
+        let tx = tx.clone();
+        move |r| {
+            let _ = tx.send(r);
+        }
+    };
+    let group = store.group();
+    store.submit(vec![persist(1, 0)], done(&tx));
+    // An idle writer takes the first submission at once; without the group it would commit
+    // it alone before the second arrives.
+    std::thread::sleep(Duration::from_millis(50));
+    store.submit(vec![Op::Forget { queue: 1, seq: 7 }], done(&tx));
+    drop(group);
+    let first = rx.recv().unwrap().expect("committed");
+    let second = rx.recv().unwrap().expect("committed");
+    assert!(first.commit.is_some());
+    assert_eq!(first, second, "one commit for the whole group");
+    store.close();
+}

@@ -353,7 +353,10 @@ impl DelayedMessages {
             }
         }
         // Removed from the store after they are routed (their copies in durable queues are
-        // submitted first): a crash in between delivers one twice rather than losing it.
+        // submitted first), in one store group with those copies: one commit holds both, so
+        // a crash can neither lose a released message nor deliver it twice.
+        let store = self.store.get().cloned();
+        let _group = store.as_ref().map(|store| store.group());
         let mut stored = Vec::new();
         let mut released = 0;
         let mut unroutable = 0;

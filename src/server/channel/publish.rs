@@ -99,16 +99,38 @@ impl Channel {
         Ok(())
     }
 
-    /// `tx.commit`: applies the buffered settlements, then the buffered publishes.
+    /// `tx.commit`: applies the buffered settlements, then the buffered publishes. With a
+    /// store, `tx.commit-ok` waits until the persistent copies the publishes left in durable
+    /// queues (and what durable delayed exchanges hold of them) are committed; if that commit
+    /// fails, the channel is closed with 506 RESOURCE_ERROR instead (`CommitWait`).
     pub(super) fn tx_commit(&mut self, cx: &mut ConnContext<'_>) -> BrokerResult<()> {
         let (publishes, settlements) = self.take_transaction()?;
         for settlement in settlements {
             self.settle(settlement)?;
         }
+        let token = cx.commit_wait.token();
+        let ticket = cx.state.runtime.store.as_ref().map(|_| {
+            let wait = Arc::clone(cx.commit_wait);
+            PublishTicket::new(move |committed| wait.finish(token, committed))
+        });
         for publication in publishes {
-            self.route_and_enqueue(cx, publication);
+            self.route_and_enqueue_with(cx, publication, ticket.as_ref());
         }
-        self.reply(cx, Method::TxCommitOk);
+        match ticket {
+            Some(ticket) if ticket.is_used() => {
+                // Registered before the commit can be reported (the publisher's count below
+                // is the last one).
+                cx.commit_wait.start(
+                    token,
+                    self.id(),
+                    Method::TxCommitOk,
+                    (90, 20),
+                    "tx.commit failed: the store could not write the transaction's persistent messages",
+                );
+                ticket.complete(true);
+            }
+            _ => self.reply(cx, Method::TxCommitOk),
+        }
         Ok(())
     }
 
@@ -199,6 +221,17 @@ impl Channel {
     }
 
     pub(super) fn route_and_enqueue(&mut self, cx: &mut ConnContext<'_>, publication: Publication) {
+        self.route_and_enqueue_with(cx, publication, None);
+    }
+
+    /// Routes a publish; `tx_ticket` (a transaction's, at `tx.commit`) hears of the commits
+    /// of its persistent copies.
+    fn route_and_enqueue_with(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        publication: Publication,
+        tx_ticket: Option<&Arc<PublishTicket>>,
+    ) {
         let confirm_tag = match &mut self.mode {
             PublishMode::Confirm { next_tag, .. } => {
                 let tag = *next_tag;
@@ -268,6 +301,10 @@ impl Channel {
             }
             _ => None,
         };
+        // A transaction's ticket takes the copies that must be stored (only those: a
+        // transient message's copy needs no commit).
+        let tx_ticket = tx_ticket.filter(|_| stored);
+        let store_ticket = ticket.as_ref().map(|t| &t.0).or(tx_ticket);
         if !routing.delayed.is_empty() {
             // Routability was checked now (so `mandatory` is honest); the queues are chosen
             // again at release, from the bindings as they are then.
@@ -279,7 +316,7 @@ impl Channel {
                     &exchange,
                     Arc::clone(&held),
                     due_ms,
-                    ticket.as_ref().map(|t| &t.0),
+                    store_ticket,
                 );
             }
         } else if !routing.is_routable() && !publication.mandatory {
@@ -310,10 +347,7 @@ impl Channel {
             }
             // `x-overflow` = reject-publish: the other queues still take it; the publisher
             // hears a nack.
-            let outcome = queue.publish_confirmed(
-                Arc::clone(&publication.message),
-                ticket.as_ref().map(|t| &t.0),
-            );
+            let outcome = queue.publish_confirmed(Arc::clone(&publication.message), store_ticket);
             rejected |= outcome == PublishOutcome::Rejected;
         }
         self.routing = routing;

@@ -1,0 +1,62 @@
+//! The disk alarm: publishers are blocked while the store cannot keep up, as RabbitMQ blocks
+//! them on its free-disk-space alarm (`connection.blocked` with reason `low on disk`).
+//!
+//! Two conditions of the store's writer raise it (`dwellmq_store::StoreAlarm`): commits are
+//! failing (write error, failed fsync, full disk; cleared by the writer's next successful
+//! commit, which it probes for by itself), or the writer's backlog is over
+//! `Limits::store_backlog_bytes` (cleared when it is down to half). Connection tasks watch it
+//! next to the memory alarm (`server::connection`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use dwellmq_store::{AlarmHook, StoreAlarm};
+use tokio::sync::watch;
+
+/// Whether publishers must be blocked because of the store.
+pub(crate) struct DiskAlarm {
+    writes_failing: AtomicBool,
+    backlog: AtomicBool,
+    blocked: watch::Sender<bool>,
+}
+
+impl DiskAlarm {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(DiskAlarm {
+            writes_failing: AtomicBool::new(false),
+            backlog: AtomicBool::new(false),
+            blocked: watch::channel(false).0,
+        })
+    }
+
+    /// What the store calls when one of its alarms changes (on its writer thread or a
+    /// submitter's; the store orders the calls).
+    pub(crate) fn hook(self: &Arc<Self>) -> AlarmHook {
+        let alarm = Arc::clone(self);
+        Arc::new(move |which, on| alarm.set(which, on))
+    }
+
+    fn set(&self, which: StoreAlarm, on: bool) {
+        match which {
+            StoreAlarm::WritesFailing => self.writes_failing.store(on, Ordering::Release),
+            StoreAlarm::Backlog => self.backlog.store(on, Ordering::Release),
+        }
+        let blocked =
+            self.writes_failing.load(Ordering::Acquire) || self.backlog.load(Ordering::Acquire);
+        self.blocked.send_if_modified(|current| {
+            let changed = *current != blocked;
+            *current = blocked;
+            changed
+        });
+    }
+
+    /// Watches the alarm: `true` while publishers must be blocked.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<bool> {
+        self.blocked.subscribe()
+    }
+
+    /// Whether the alarm is on.
+    pub(crate) fn is_on(&self) -> bool {
+        *self.blocked.borrow()
+    }
+}
