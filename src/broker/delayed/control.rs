@@ -266,10 +266,12 @@ impl DelayedMessages {
         let Some(disk) = disk_guard.as_ref() else {
             return Vec::new();
         };
+        // Those leaving are skipped: read enough to fill the page all the same.
+        let wanted = limit.saturating_add(disk.leaving_len());
         let stored = match disk
             .store()
             .snapshot()
-            .and_then(|snapshot| snapshot.delayed_ids_of(&key.0, &key.1, from, limit))
+            .and_then(|snapshot| snapshot.delayed_ids_of(&key.0, &key.1, from, wanted))
         {
             Ok(ids) => ids,
             Err(e) => {

@@ -347,6 +347,11 @@ impl DiskTier {
         self.leaving.insert(id);
     }
 
+    /// How many ids are being taken out (a listing reads that many more).
+    pub(super) fn leaving_len(&self) -> usize {
+        self.leaving.len()
+    }
+
     /// Whether `id` is being taken out (its release not committed): a listing skips it.
     pub(super) fn is_leaving(&self, id: DeadlineId) -> bool {
         self.leaving.contains(&id)

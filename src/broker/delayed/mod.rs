@@ -603,14 +603,16 @@ impl DelayedMessages {
                 };
                 held.message.warm_up();
                 self.memory.charge_bytes(held.message.charged_by_holder());
-                if leaving.scheduled != leaving.stored {
-                    inner
-                        .stored_as
-                        .insert(leaving.scheduled.seq, leaving.stored);
-                }
-                inner
-                    .scheduler
-                    .restore(leaving.scheduled, Entry::Release(held));
+                let scheduled = if leaving.scheduled == leaving.stored {
+                    leaving.scheduled
+                } else {
+                    // Caught up with: numbered anew, so that those due in the same millisecond
+                    // come out oldest first, and its stored id kept aside for its release.
+                    let id = inner.scheduler.allocate(leaving.scheduled.due_ms);
+                    inner.stored_as.insert(id.seq, leaving.stored);
+                    id
+                };
+                inner.scheduler.restore(scheduled, Entry::Release(held));
             }
             let release_due = inner.scheduler.wheel_due(now_ms);
             drop(guard);
