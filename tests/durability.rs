@@ -680,3 +680,186 @@ async fn an_injected_write_failure_nacks_and_a_restart_keeps_only_what_was_writt
         .is_none());
     broker.shutdown().await;
 }
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Binds queue `queue` to each of `exchanges` with key `k`.
+async fn bind_all(ch: &Channel, queue: &str, exchanges: &[&str]) {
+    for exchange in exchanges {
+        ch.queue_bind(
+            (*queue).into(),
+            (*exchange).into(),
+            "k".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn messages_held_on_disk_are_listed_cancelled_and_released_in_order_days_after_a_restart() {
+    let dir = DataDir::new("disk-held");
+    let config = |start_ms| BrokerConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..BrokerConfig::ephemeral().with_manual_clock(start_ms)
+    };
+    let broker = Broker::start(config(T0_MS)).await.unwrap();
+    let (connection, ch) = channel(&broker).await;
+    delayed_exchange(&ch, "reminders", true).await;
+    delayed_exchange(&ch, "scratch", false).await;
+    declare(&ch, "due", true, FieldTable::default()).await;
+    bind_all(&ch, "due", &["reminders", "scratch"]).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    // Beyond the scheduler's horizon (held on disk) but for "soon", published out of order.
+    for (body, delay_ms) in [
+        ("day 3", 3 * DAY_MS),
+        ("day 1", DAY_MS),
+        ("cancelled", DAY_MS + DAY_MS / 2),
+        ("day 2", 2 * DAY_MS),
+        ("in 10 s", 10_000),
+        ("soon", 500),
+    ] {
+        assert!(publish_delayed(&ch, "reminders", body, delay_ms).await);
+    }
+    assert!(publish_delayed(&ch, "scratch", "transient", DAY_MS).await);
+    let listed = broker.delayed_messages("/", "reminders", 10);
+    let dues: Vec<u64> = listed.iter().map(|m| m.due_ms).collect();
+    let at = |delay_ms: i64| T0_MS + delay_ms as u64;
+    assert_eq!(
+        dues,
+        [
+            at(500),
+            at(10_000),
+            at(DAY_MS),
+            at(DAY_MS + DAY_MS / 2),
+            at(2 * DAY_MS),
+            at(3 * DAY_MS)
+        ]
+    );
+    assert!(listed.iter().all(|m| m.routing_key == "k"));
+    assert_eq!(listed[3].body_size, "cancelled".len());
+    assert_eq!(broker.delayed_messages("/", "scratch", 10).len(), 1);
+    // Cancelled on disk: once, and it does not come back.
+    assert!(broker.cancel_delayed(listed[3].id));
+    assert!(!broker.cancel_delayed(listed[3].id));
+    assert_eq!(broker.delayed_count("/", "reminders"), 5);
+    assert_eq!(broker.delayed_next_due("/", "reminders"), Some(at(500)));
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+
+    // Back a second later: "soon" fell due while the broker was down.
+    let broker = Broker::start(config(T0_MS + 1_000)).await.unwrap();
+    assert_eq!(broker.delayed_count("/", "reminders"), 5);
+    assert_eq!(broker.delayed_count("/", "scratch"), 0);
+    let listed = broker.delayed_messages("/", "reminders", 10);
+    assert_eq!(listed.len(), 5);
+    assert_eq!(listed[1].due_ms, at(10_000));
+    let (_connection, ch) = channel(&broker).await;
+    broker.advance(std::time::Duration::ZERO);
+    assert_eq!(
+        drain_with_get(&ch, "due").await,
+        [("soon".to_string(), false)]
+    );
+    // Days ahead in one jump: each in due order, none lost, the cancelled one not back.
+    broker.advance(std::time::Duration::from_millis(3 * DAY_MS as u64));
+    let bodies: Vec<String> = drain_with_get(&ch, "due")
+        .await
+        .into_iter()
+        .map(|(body, _)| body)
+        .collect();
+    assert_eq!(bodies, ["in 10 s", "day 1", "day 2", "day 3"]);
+    assert_eq!(broker.delayed_count("/", "reminders"), 0);
+    broker.shutdown().await;
+
+    let broker = Broker::start(config(T0_MS + 4 * DAY_MS as u64))
+        .await
+        .unwrap();
+    assert_eq!(broker.delayed_total(), 0);
+    broker.shutdown().await;
+}
+
+/// Publishes `n` messages due `delay_ms` from now to `exchange`, confirms pipelined; true if all
+/// were acked.
+async fn publish_many_delayed(ch: &Channel, exchange: &str, n: usize, delay_ms: i64) -> bool {
+    let mut confirms = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut headers = FieldTable::default();
+        headers.insert(
+            "x-delay".into(),
+            AMQPValue::LongLongInt(delay_ms + i as i64),
+        );
+        confirms.push(
+            ch.basic_publish(
+                exchange.into(),
+                "k".into(),
+                BasicPublishOptions::default(),
+                b"m",
+                BasicProperties::default().with_headers(headers),
+            )
+            .await
+            .expect("publish sent"),
+        );
+    }
+    let mut all = true;
+    for confirm in confirms {
+        all &= confirm.await.expect("confirm").is_ack();
+    }
+    all
+}
+
+#[tokio::test]
+async fn purging_or_deleting_a_delayed_exchange_drops_its_disk_held_messages_for_good() {
+    let dir = DataDir::new("disk-purge");
+    let config = |start_ms| BrokerConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..BrokerConfig::ephemeral().with_manual_clock(start_ms)
+    };
+    let broker = Broker::start(config(T0_MS)).await.unwrap();
+    let (connection, ch) = channel(&broker).await;
+    delayed_exchange(&ch, "purged", true).await;
+    delayed_exchange(&ch, "deleted", true).await;
+    delayed_exchange(&ch, "kept", true).await;
+    declare(&ch, "due", true, FieldTable::default()).await;
+    bind_all(&ch, "due", &["purged", "deleted", "kept"]).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let memory_before = broker.memory_used();
+    // More than one purge chunk each.
+    assert!(publish_many_delayed(&ch, "purged", 2_500, DAY_MS).await);
+    assert!(publish_many_delayed(&ch, "deleted", 2_500, DAY_MS).await);
+    assert!(publish_delayed(&ch, "kept", "kept", 2 * DAY_MS).await);
+    // Held on disk: not charged as memory.
+    assert_eq!(broker.memory_used(), memory_before);
+    assert_eq!(broker.delayed_count("/", "purged"), 2_500);
+    assert_eq!(broker.purge_delayed("/", "purged"), 2_500);
+    assert_eq!(broker.delayed_count("/", "purged"), 0);
+    assert!(broker.delayed_messages("/", "purged", 10).is_empty());
+    ch.exchange_delete("deleted".into(), Default::default())
+        .await
+        .unwrap();
+    assert_eq!(broker.delayed_count("/", "deleted"), 0);
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+
+    let broker = Broker::start(config(T0_MS + 1_000)).await.unwrap();
+    assert_eq!(broker.delayed_count("/", "purged"), 0);
+    assert_eq!(broker.delayed_count("/", "deleted"), 0);
+    assert_eq!(broker.delayed_count("/", "kept"), 1);
+    let (_connection, ch) = channel(&broker).await;
+    // Declared again, the deleted exchange holds nothing.
+    delayed_exchange(&ch, "deleted", true).await;
+    bind_all(&ch, "due", &["deleted"]).await;
+    assert_eq!(broker.delayed_count("/", "deleted"), 0);
+    broker.advance(std::time::Duration::from_millis(3 * DAY_MS as u64));
+    assert_eq!(
+        drain_with_get(&ch, "due").await,
+        [("kept".to_string(), false)]
+    );
+    assert_eq!(broker.delayed_total(), 0);
+    broker.shutdown().await;
+}

@@ -15,8 +15,14 @@ use lapin::{BasicProperties, Channel};
 use serde_json::{json, Value};
 
 async fn start_api() -> (TestBroker, SocketAddr) {
+    start_api_on(None).await
+}
+
+/// With a data directory: a durable delayed exchange holds its later messages on disk.
+async fn start_api_on(data_dir: Option<std::path::PathBuf>) -> (TestBroker, SocketAddr) {
     let mut config = BrokerConfig::ephemeral().with_manual_clock(T0_MS);
     config.http = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.data_dir = data_dir;
     let broker = start_with(config).await;
     let addr = broker.broker.http_addr().expect("HTTP on");
     (broker, addr)
@@ -24,11 +30,19 @@ async fn start_api() -> (TestBroker, SocketAddr) {
 
 /// Declares the delayed exchange `later` over HTTP, bound to queue `q`.
 async fn setup(addr: SocketAddr) {
+    setup_as(addr, false).await
+}
+
+async fn setup_as(addr: SocketAddr, durable: bool) {
     let reply = put(
         addr,
         "/api/exchanges/%2F/later",
         GUEST,
-        json!({"type": "x-delayed-message", "arguments": {"x-delayed-type": "direct"}}),
+        json!({
+            "type": "x-delayed-message",
+            "durable": durable,
+            "arguments": {"x-delayed-type": "direct"}
+        }),
     )
     .await;
     assert_eq!(reply.status, 201, "{}", reply.text());
@@ -75,6 +89,20 @@ fn ids(page: &Value) -> Vec<String> {
 async fn held_messages_are_listed_paged_filtered_cancelled_and_purged() {
     let (t, addr) = start_api().await;
     setup(addr).await;
+    list_page_cancel_purge(t, addr).await;
+}
+
+#[tokio::test]
+async fn messages_held_on_disk_are_listed_paged_filtered_cancelled_and_purged_alike() {
+    let dir = std::env::temp_dir().join(format!("dwellmq-http-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (t, addr) = start_api_on(Some(dir.clone())).await;
+    setup_as(addr, true).await;
+    list_page_cancel_purge(t, addr).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn list_page_cancel_purge(t: TestBroker, addr: SocketAddr) {
     let ch = t.channel().await;
     // Due at +1 s, +2 s, ... +5 s (the first beyond the wheel's horizon too).
     for i in 1..=5 {

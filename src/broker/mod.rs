@@ -220,7 +220,7 @@ impl BrokerState {
         ticket: Option<&Arc<persist::PublishTicket>>,
     ) {
         let delayed = &self.delayed;
-        if delayed.hold_confirmed(vhost, exchange, message, due_ms, ticket, None) {
+        if delayed.hold_confirmed(vhost, exchange, message, due_ms, ticket) {
             self.timer.wake();
         }
     }

@@ -1,14 +1,20 @@
 //! Applying a batch of ops inside one write transaction.
 
+use std::collections::BTreeMap;
+
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::layout::{
-    delayed_index_key, delayed_key, message_key, name_key, pair, BINDINGS, DELAYED, DELAYED_INDEX,
-    EXCHANGES, MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, POLICIES,
-    QUEUES, USERS, VHOSTS,
+    delayed_by_exchange_key, delayed_index_key, delayed_key, message_key, name_key, pair, BINDINGS,
+    DELAYED, DELAYED_BY_EXCHANGE, DELAYED_COUNTS, DELAYED_INDEX, EXCHANGES, MESSAGES,
+    MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, POLICIES, QUEUES, USERS,
+    VHOSTS,
 };
 use crate::ops::Op;
-use crate::records::{delayed_header, DeliveryState, QueueDef, MESSAGE_HEADER};
+use crate::records::{
+    decode_delayed_counts, decode_delayed_value, delayed_counts_value, delayed_header,
+    DeliveryState, QueueDef, MESSAGE_HEADER,
+};
 
 type T<'t> = Table<'t, &'static [u8], &'static [u8]>;
 
@@ -25,6 +31,11 @@ pub(crate) struct Tables<'t> {
     state: T<'t>,
     delayed_index: T<'t>,
     delayed: T<'t>,
+    delayed_by_exchange: T<'t>,
+    delayed_counts: T<'t>,
+    /// Per exchange, what this batch's holds and releases add to its `delayed_counts` row:
+    /// written once per batch, not once per op.
+    count_deltas: BTreeMap<Vec<u8>, (i64, i64)>,
 }
 
 impl<'t> Tables<'t> {
@@ -41,6 +52,9 @@ impl<'t> Tables<'t> {
             state: tx.open_table(MESSAGE_STATE)?,
             delayed_index: tx.open_table(DELAYED_INDEX)?,
             delayed: tx.open_table(DELAYED)?,
+            delayed_by_exchange: tx.open_table(DELAYED_BY_EXCHANGE)?,
+            delayed_counts: tx.open_table(DELAYED_COUNTS)?,
+            count_deltas: BTreeMap::new(),
         })
     }
 
@@ -154,16 +168,83 @@ impl<'t> Tables<'t> {
                     &mut self.delayed_index,
                     &delayed_index_key(id.due_ms, id.seq),
                     &[],
-                )
+                )?;
+                put(
+                    &mut self.delayed_by_exchange,
+                    &delayed_by_exchange_key(vhost, exchange, id.due_ms, id.seq),
+                    &[],
+                )?;
+                self.count_delayed(vhost, exchange, 1, message.body_len() as i64)
             }
-            Op::Release { id } => {
-                remove(&mut self.delayed, &delayed_key(id.seq))?;
-                remove(
-                    &mut self.delayed_index,
-                    &delayed_index_key(id.due_ms, id.seq),
-                )
+            Op::Release { id } => self.release_delayed(id.due_ms, id.seq),
+        }
+    }
+
+    /// Removes a held message from `delayed`, both indexes and its exchange's counts. A
+    /// `delayed` value whose due time is not `due_ms` belongs to another id: left alone.
+    fn release_delayed(&mut self, due_ms: u64, seq: u64) -> Result<(), redb::StorageError> {
+        let key = delayed_key(seq);
+        let held = match self.delayed.get(&key[..])? {
+            Some(value) => decode_delayed_value(value.value()),
+            None => None,
+        };
+        remove(&mut self.delayed_index, &delayed_index_key(due_ms, seq))?;
+        let Some((stored_due, vhost, exchange, message)) = held else {
+            return Ok(());
+        };
+        if stored_due != due_ms {
+            return Ok(());
+        }
+        remove(&mut self.delayed, &key)?;
+        remove(
+            &mut self.delayed_by_exchange,
+            &delayed_by_exchange_key(&vhost, &exchange, due_ms, seq),
+        )?;
+        self.count_delayed(&vhost, &exchange, -1, -(message.body_len() as i64))
+    }
+
+    /// Adds to an exchange's (count, body octets) of held messages, in this batch's deltas.
+    fn count_delayed(
+        &mut self,
+        vhost: &str,
+        exchange: &str,
+        count: i64,
+        bytes: i64,
+    ) -> Result<(), redb::StorageError> {
+        let delta = self
+            .count_deltas
+            .entry(name_key(&[vhost, exchange]))
+            .or_insert((0, 0));
+        delta.0 += count;
+        delta.1 += bytes;
+        Ok(())
+    }
+
+    /// Writes the batch's count deltas into `delayed_counts` (once per commit, before it); a
+    /// row reaching 0 goes.
+    pub(crate) fn write_delayed_counts(&mut self) -> Result<(), redb::StorageError> {
+        for (key, (count, bytes)) in std::mem::take(&mut self.count_deltas) {
+            if (count, bytes) == (0, 0) {
+                continue;
+            }
+            let (old_count, old_bytes) = self
+                .delayed_counts
+                .get(&key[..])?
+                .and_then(|v| decode_delayed_counts(v.value()))
+                .unwrap_or((0, 0));
+            let new_count = old_count.saturating_add_signed(count);
+            let new_bytes = old_bytes.saturating_add_signed(bytes);
+            if new_count == 0 {
+                remove(&mut self.delayed_counts, &key)?;
+            } else {
+                put(
+                    &mut self.delayed_counts,
+                    &key,
+                    &delayed_counts_value(new_count, new_bytes),
+                )?;
             }
         }
+        Ok(())
     }
 
     fn purge(&mut self, queue: u64) -> Result<(), redb::StorageError> {

@@ -5,7 +5,7 @@ use redb::TableDefinition;
 use crate::codec::Enc;
 
 /// The format this build writes and reads (`meta["format"]`).
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// What `meta["app"]` holds in every dwellmq store.
 pub(crate) const APP: &[u8] = b"dwellmq";
 
@@ -27,9 +27,11 @@ pub(crate) const MESSAGES: Bin = TableDefinition::new("messages");
 pub(crate) const MESSAGE_STATE: Bin = TableDefinition::new("message_state");
 pub(crate) const DELAYED_INDEX: Bin = TableDefinition::new("delayed_index");
 pub(crate) const DELAYED: Bin = TableDefinition::new("delayed");
+pub(crate) const DELAYED_BY_EXCHANGE: Bin = TableDefinition::new("delayed_by_exchange");
+pub(crate) const DELAYED_COUNTS: Bin = TableDefinition::new("delayed_counts");
 
 /// Every table, so that a fresh store has all of them and a read never meets a missing one.
-pub(crate) const ALL_TABLES: [Bin; 11] = [
+pub(crate) const ALL_TABLES: [Bin; 13] = [
     META,
     VHOSTS,
     USERS,
@@ -41,6 +43,8 @@ pub(crate) const ALL_TABLES: [Bin; 11] = [
     MESSAGE_STATE,
     DELAYED_INDEX,
     DELAYED,
+    DELAYED_BY_EXCHANGE,
+    DELAYED_COUNTS,
 ];
 
 pub(crate) const META_APP: &[u8] = b"app";
@@ -61,6 +65,21 @@ pub(crate) fn delayed_index_key(due_ms: u64, seq: u64) -> [u8; 16] {
 /// `delayed`: the sequence number alone (a release knows it; the due time is in the value).
 pub(crate) fn delayed_key(seq: u64) -> [u8; 8] {
     seq.to_be_bytes()
+}
+
+/// `delayed_by_exchange`: `str16 vhost ‖ str16 exchange ‖ u64 due_ms ‖ u64 seq`.
+pub(crate) fn delayed_by_exchange_key(
+    vhost: &str,
+    exchange: &str,
+    due_ms: u64,
+    seq: u64,
+) -> Vec<u8> {
+    Enc::new()
+        .str16(vhost)
+        .str16(exchange)
+        .u64(due_ms)
+        .u64(seq)
+        .done()
 }
 
 pub(crate) fn pair(a: u64, b: u64) -> [u8; 16] {

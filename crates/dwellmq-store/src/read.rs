@@ -8,16 +8,19 @@ use redb::ReadableTableMetadata;
 use redb::{Database, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable};
 
 use crate::codec::hex;
+use crate::codec::Dec;
 use crate::error::{Result, StoreError};
 use crate::layout::{
-    delayed_index_key, delayed_key, pair, split_pair, Bin, BINDINGS, DELAYED, DELAYED_INDEX,
-    EXCHANGES, MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, POLICIES,
-    QUEUES, USERS, VHOSTS,
+    delayed_by_exchange_key, delayed_index_key, delayed_key, name_key, pair, split_pair, Bin,
+    BINDINGS, DELAYED, DELAYED_BY_EXCHANGE, DELAYED_COUNTS, DELAYED_INDEX, EXCHANGES, MESSAGES,
+    MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, POLICIES, QUEUES, USERS,
+    VHOSTS,
 };
 use crate::open::DbSlot;
 use crate::records::{
-    decode_delayed_value, decode_message_value, BindingDef, Definitions, DelayedMessage,
-    DeliveryState, ExchangeDef, PolicyDef, QueueDef, StoredMessage, UserDef, VhostDef,
+    decode_delayed_counts, decode_delayed_value, decode_message_value, BindingDef, Definitions,
+    DelayedMessage, DeliveryState, ExchangeDef, PolicyDef, QueueDef, StoredMessage, UserDef,
+    VhostDef,
 };
 
 type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;
@@ -247,6 +250,53 @@ impl Snapshot {
             let (key, _) = entry.map_err(|e| self.damaged(e))?;
             let (due_ms, seq) = split_pair(key.value())
                 .ok_or_else(|| self.corrupt("delayed_index", key.value()))?;
+            out.push(DeadlineId { due_ms, seq });
+        }
+        Ok(out)
+    }
+
+    /// (vhost, exchange, count, body octets) of every exchange holding messages (one row per
+    /// exchange: no scan of the messages).
+    pub fn delayed_counts(&self) -> Result<Vec<(String, String, u64, u64)>> {
+        let table = self.table(DELAYED_COUNTS)?;
+        let mut out = Vec::new();
+        for entry in table.range::<&[u8]>(..).map_err(|e| self.damaged(e))? {
+            let (key, value) = entry.map_err(|e| self.damaged(e))?;
+            let mut k = Dec::new(key.value());
+            let names = (k.str16(), k.str16());
+            let (Some(vhost), Some(exchange), Some((count, bytes))) =
+                (names.0, names.1, decode_delayed_counts(value.value()))
+            else {
+                return Err(self.corrupt("delayed_counts", key.value()));
+            };
+            out.push((vhost, exchange, count, bytes));
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` ids of messages `exchange` holds, in (due, seq) order from `from`
+    /// (inclusive): the per-exchange index, no body read (listing, purge).
+    pub fn delayed_ids_of(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        from: DeadlineId,
+        limit: usize,
+    ) -> Result<Vec<DeadlineId>> {
+        let table = self.table(DELAYED_BY_EXCHANGE)?;
+        let prefix = name_key(&[vhost, exchange]);
+        let start = delayed_by_exchange_key(vhost, exchange, from.due_ms, from.seq);
+        let range = table
+            .range::<&[u8]>(&start[..]..)
+            .map_err(|e| self.damaged(e))?;
+        let mut out = Vec::with_capacity(limit.min(4096));
+        for entry in range.take(limit) {
+            let (key, _) = entry.map_err(|e| self.damaged(e))?;
+            let Some(rest) = key.value().strip_prefix(&prefix[..]) else {
+                break;
+            };
+            let (due_ms, seq) =
+                split_pair(rest).ok_or_else(|| self.corrupt("delayed_by_exchange", key.value()))?;
             out.push(DeadlineId { due_ms, seq });
         }
         Ok(out)

@@ -163,6 +163,14 @@ impl Payload {
         }
     }
 
+    /// Its body's size in octets.
+    pub fn body_len(&self) -> usize {
+        match self {
+            Payload::Packed(p) => p.body_len(),
+            Payload::Message(m) => m.body_len(),
+        }
+    }
+
     /// Writes the packed layout of [`PackedMessage`] into `out` (exactly `packed_len` octets).
     pub(crate) fn write_packed(&self, out: &mut [u8]) {
         match self {
@@ -444,4 +452,16 @@ pub(crate) fn decode_delayed_value(value: &[u8]) -> Option<(u64, String, String,
     let exchange = v.str16()?;
     let packed = PackedMessage::from_boxed(v.rest().into())?;
     Some((due_ms, vhost, exchange, packed))
+}
+
+/// `delayed_counts` value: `u64 count ‖ u64 body octets`.
+pub(crate) fn delayed_counts_value(count: u64, bytes: u64) -> Vec<u8> {
+    Enc::new().u64(count).u64(bytes).done()
+}
+
+pub(crate) fn decode_delayed_counts(value: &[u8]) -> Option<(u64, u64)> {
+    let mut v = Dec::new(value);
+    let counts = (v.u64()?, v.u64()?);
+    v.end()?;
+    Some(counts)
 }

@@ -242,6 +242,9 @@ impl Writer {
                 .max()
                 .unwrap_or(0);
             tables
+                .write_delayed_counts()
+                .map_err(|e| storage_error(path, e))?;
+            tables
                 .raise_counters(
                     next_delayed_seq,
                     self.counters.next_queue_id.load(Ordering::Acquire),

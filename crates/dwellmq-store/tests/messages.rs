@@ -218,3 +218,89 @@ fn delayed_index_is_in_due_then_sequence_order_and_bodies_are_read_on_demand() {
     // The counter never goes back, even when the highest sequence number is released.
     assert_eq!(snap.next_delayed_seq().unwrap(), 12);
 }
+
+fn hold_for(exchange: &str, due_ms: u64, seq: u64, body: &[u8]) -> Op {
+    Op::Hold {
+        id: DeadlineId { due_ms, seq },
+        vhost: "/".into(),
+        exchange: exchange.into(),
+        message: packed("later", body),
+    }
+}
+
+#[test]
+fn each_exchange_has_its_own_due_order_and_counts_kept_without_a_scan() {
+    let dir = Scratch::new("delayed-by-exchange");
+    let store = Store::open(dir.path()).expect("open");
+    store
+        .write(vec![
+            hold_for("a", 9_000, 1, b"a9"),
+            hold_for("b", 2_000, 2, b"b2-"),
+            hold_for("a", 3_000, 3, b"a3"),
+            hold_for("ab", 1_000, 4, b"ab1"),
+            hold_for("a", 3_000, 5, b"a3'"),
+        ])
+        .expect("commit");
+    let snap = store.snapshot().unwrap();
+    let ids_of = |exchange: &str, from: DeadlineId, limit| {
+        snap.delayed_ids_of("/", exchange, from, limit)
+            .unwrap()
+            .iter()
+            .map(|id| (id.due_ms, id.seq))
+            .collect::<Vec<_>>()
+    };
+    let start = DeadlineId { due_ms: 0, seq: 0 };
+    // "a" is not a prefix of "ab": names are length-prefixed.
+    assert_eq!(ids_of("a", start, 10), [(3_000, 3), (3_000, 5), (9_000, 1)]);
+    assert_eq!(ids_of("ab", start, 10), [(1_000, 4)]);
+    // From an id on, inclusive; a page at a time.
+    let from = DeadlineId {
+        due_ms: 3_000,
+        seq: 5,
+    };
+    assert_eq!(ids_of("a", from, 1), [(3_000, 5)]);
+    let counts = snap.delayed_counts().unwrap();
+    let row = |exchange: &str| {
+        counts
+            .iter()
+            .find(|(v, x, _, _)| v == "/" && x == exchange)
+            .map(|&(_, _, count, bytes)| (count, bytes))
+    };
+    assert_eq!(row("a"), Some((3, 7)));
+    assert_eq!(row("b"), Some((1, 3)));
+    drop(snap);
+
+    // A release takes a message out of both indexes and its exchange's counts; an exchange
+    // holding nothing has no row.
+    store
+        .write(vec![
+            Op::Release {
+                id: DeadlineId {
+                    due_ms: 2_000,
+                    seq: 2,
+                },
+            },
+            Op::Release {
+                id: DeadlineId {
+                    due_ms: 3_000,
+                    seq: 3,
+                },
+            },
+        ])
+        .expect("commit");
+    store.close();
+    let store = Store::open(dir.path()).expect("reopen");
+    let snap = store.snapshot().unwrap();
+    let counts = snap.delayed_counts().unwrap();
+    assert!(counts.iter().all(|(_, x, _, _)| x != "b"));
+    let a = counts.iter().find(|(_, x, _, _)| x == "a").unwrap();
+    assert_eq!((a.2, a.3), (2, 5));
+    let ids: Vec<u64> = snap
+        .delayed_ids_of("/", "a", DeadlineId { due_ms: 0, seq: 0 }, 10)
+        .unwrap()
+        .iter()
+        .map(|id| id.seq)
+        .collect();
+    assert_eq!(ids, [5, 1]);
+    assert_eq!(snap.delayed_count().unwrap(), 3);
+}

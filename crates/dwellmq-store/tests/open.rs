@@ -80,7 +80,14 @@ fn another_programs_redb_database_is_refused_and_left_alone() {
 
 #[test]
 fn a_store_of_another_format_version_is_refused() {
-    let dir = Scratch::new("version");
+    for other in [FORMAT_VERSION + 1, 1] {
+        refuses_format(other);
+    }
+}
+
+/// A store whose `meta["format"]` says `other` is refused with `Version`, untouched.
+fn refuses_format(other: u32) {
+    let dir = Scratch::new(&format!("version-{other}"));
     store_with_data(&dir);
     {
         let db = redb::Database::open(dir.db_file()).unwrap();
@@ -88,7 +95,7 @@ fn a_store_of_another_format_version_is_refused() {
         {
             let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("meta");
             let mut meta = tx.open_table(def).unwrap();
-            meta.insert(&b"format"[..], &(FORMAT_VERSION + 1).to_be_bytes()[..])
+            meta.insert(&b"format"[..], &other.to_be_bytes()[..])
                 .unwrap();
         }
         tx.commit().unwrap();
@@ -98,7 +105,7 @@ fn a_store_of_another_format_version_is_refused() {
     match &err {
         StoreError::Version {
             found, supported, ..
-        } => assert_eq!((*found, *supported), (FORMAT_VERSION + 1, FORMAT_VERSION)),
+        } => assert_eq!((*found, *supported), (other, FORMAT_VERSION)),
         other => panic!("{other:?}"),
     }
     assert_untouched(&dir.db_file(), &before);

@@ -56,6 +56,11 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     let dump = options.string("dump", "");
     // Publish rate cap in messages per second (0 = as fast as confirms allow).
     let rate: u64 = options.get("rate", 0)?;
+    // A durable exchange (kept after the run): with `--data-dir` the broker holds its messages
+    // on disk, and they survive a restart of the broker.
+    let durable = options.get("durable", false)?;
+    // Body size in octets (at least 8: the due time is in the first 8).
+    let size: usize = options.get::<usize>("size", 16)?.max(8);
     let tag = std::process::id();
     let exchange = format!("load-delayed-{tag}");
     let queue = format!("load-delayed-q-{tag}");
@@ -73,7 +78,8 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
                 } else {
                     "x-delayed-message".into()
                 },
-                auto_delete: true,
+                durable,
+                auto_delete: !durable,
                 arguments: args,
                 ..Default::default()
             }),
@@ -163,6 +169,7 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
                 *confirmed += 1;
             }
         };
+    let mut body = vec![0u8; size];
     while confirmed < messages {
         out.clear();
         let allowed = if rate == 0 {
@@ -195,7 +202,6 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
                     ..Default::default()
                 }),
             );
-            let mut body = [0u8; 16];
             body[..8].copy_from_slice(&due_us.to_be_bytes());
             encode_header_raw(&mut out, 1, 60, body.len() as u64, &props);
             encode_body(&mut out, 1, &body);
@@ -249,6 +255,12 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     if let Some(summary) = summary_ms(&mut confirm_ms) {
         println!("  publish to confirm: {summary}");
     }
+    if let (Some(before), Some(held)) = (rss_before, rss_held) {
+        println!(
+            "  broker RSS {before} KiB before, {held} KiB with messages held: ~{:.0} B per held message (upper bound: includes messages already released)",
+            (held.saturating_sub(before) * 1024) as f64 / messages as f64
+        );
+    }
     if schedule_only {
         // The consumer thread waits for releases that this run does not measure.
         std::process::exit(0);
@@ -301,12 +313,6 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
             writeln!(file, "{},{late:.3}", due.saturating_sub(started_us))?;
         }
         file.flush()?;
-    }
-    if let (Some(before), Some(held)) = (rss_before, rss_held) {
-        println!(
-            "  broker RSS {before} KiB before, {held} KiB with messages held: ~{:.0} B per held message (upper bound: includes messages already released)",
-            (held.saturating_sub(before) * 1024) as f64 / messages as f64
-        );
     }
     Ok(())
 }

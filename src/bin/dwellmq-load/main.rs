@@ -15,7 +15,8 @@
 //! `delayed` options: `--rate` caps publishing (messages per second, 0 = as fast as confirms
 //! allow), `--window` bounds unconfirmed messages, `--schedule-only true` stops after the
 //! confirms, `--worst N` prints the N latest releases, `--dump FILE` writes every sample as
-//! `due µs since start,lateness ms`.
+//! `due µs since start,lateness ms`, `--durable true` declares a durable exchange (kept after
+//! the run), `--size N` sets the body size (default 16).
 
 mod delayed;
 mod durable;

@@ -5,6 +5,10 @@ use std::time::Instant;
 
 use dwellmq_codec::ShortStr;
 
+use dwellmq_core::schedule::DeadlineId;
+use dwellmq_core::PackedMessage;
+
+use super::disk::Taken;
 use super::held::{ExchangeKey, Held};
 use super::{id_of, key_of, DelayedId, DelayedMessageInfo, DelayedMessages, Entry, PURGE_CHUNK};
 
@@ -44,7 +48,9 @@ impl DelayedMessages {
                     let id = id_of(DelayedId { due_ms, seq });
                     if let Some(entry) = inner.scheduler.cancel(id) {
                         if let Entry::Release(held) = &entry {
-                            stored.extend(held.stored.id(id));
+                            if held.stored {
+                                stored.push(inner.stored_id(id));
+                            }
                         }
                         chunk.push(entry);
                     }
@@ -56,18 +62,19 @@ impl DelayedMessages {
             dropped += chunk.len();
             self.discard_entries(&mut chunk);
         }
+        dropped += self.drop_disk_held_by(&key);
         // What already moved into the wheel: a second or so of messages.
         {
             let mut inner = self.inner.lock();
-            stored.extend(
-                inner
-                    .scheduler
-                    .in_wheel()
-                    .filter_map(|(id, entry)| match entry {
-                        Entry::Release(held) if held.belongs_to(&key) => held.stored.id(id),
-                        _ => None,
-                    }),
-            );
+            let ids: Vec<DeadlineId> = inner
+                .scheduler
+                .in_wheel()
+                .filter_map(|(id, entry)| match entry {
+                    Entry::Release(held) if held.belongs_to(&key) && held.stored => Some(id),
+                    _ => None,
+                })
+                .collect();
+            stored.extend(ids.into_iter().map(|id| inner.stored_id(id)));
             inner.scheduler.drain_wheel_where(
                 |entry| matches!(entry, Entry::Release(held) if held.belongs_to(&key)),
                 &mut chunk,
@@ -77,6 +84,57 @@ impl DelayedMessages {
         dropped += chunk.len();
         self.discard_entries(&mut chunk);
         dropped
+    }
+
+    /// Drops the exchange's messages held on disk, [`PURGE_CHUNK`] per lock hold and per
+    /// submitted removal (the per-exchange index is read a chunk at a time), then its pending
+    /// ones; returns how many.
+    fn drop_disk_held_by(&self, key: &ExchangeKey) -> usize {
+        let mut dropped = 0;
+        let mut from = DeadlineId { due_ms: 0, seq: 0 };
+        loop {
+            let mut disk_guard = self.disk.lock();
+            let Some(disk) = disk_guard.as_mut() else {
+                return dropped;
+            };
+            let chunk = disk.store().snapshot().and_then(|snapshot| {
+                let ids = snapshot.delayed_ids_of(&key.0, &key.1, from, PURGE_CHUNK)?;
+                let mut taken = Vec::with_capacity(ids.len());
+                for &id in &ids {
+                    if !matches!(disk.take(id, &snapshot)?, Taken::No) {
+                        taken.push(id);
+                    }
+                }
+                Ok((ids.last().copied(), taken))
+            });
+            let (last, taken) = match chunk {
+                Ok(chunk) => chunk,
+                Err(e) => {
+                    tracing::error!(error = %e, "dropping a delayed exchange's stored messages failed");
+                    return dropped;
+                }
+            };
+            let pending: Vec<DeadlineId> = match last {
+                Some(_) => Vec::new(),
+                None => disk.pending_of(key).map(|(id, _)| id).collect(),
+            };
+            let mut taken = taken;
+            if let Ok(snapshot) = disk.store().snapshot() {
+                for id in pending {
+                    if let Ok(Taken::Pending(_)) = disk.take(id, &snapshot) {
+                        taken.push(id);
+                    }
+                }
+            }
+            drop(disk_guard);
+            dropped += taken.len();
+            // A pending one's Hold was submitted first: its Release follows it.
+            self.release_stored(taken);
+            match last {
+                Some(last) => from = successor(last),
+                None => return dropped,
+            }
+        }
     }
 
     fn discard_entries(&self, entries: &mut Vec<Entry>) {
@@ -89,34 +147,84 @@ impl DelayedMessages {
 
     /// Cancels one held message; false if it is unknown or already released.
     pub(crate) fn cancel(&self, id: DelayedId) -> bool {
-        self.cancel_where(id, |_| true)
+        self.cancel_where(id, None)
     }
 
     /// Cancels one held message if the exchange holds it (the HTTP API addresses messages
     /// through their exchange); false if it does not, or the message is already released.
     pub(crate) fn cancel_held_by(&self, vhost: &str, exchange: &str, id: DelayedId) -> bool {
         let key = (ShortStr::from(vhost), ShortStr::from(exchange));
-        self.cancel_where(id, |held| held.belongs_to(&key))
+        self.cancel_where(id, Some(&key))
     }
 
-    fn cancel_where(&self, id: DelayedId, wanted: impl Fn(&Held) -> bool) -> bool {
+    fn cancel_where(&self, id: DelayedId, of: Option<&ExchangeKey>) -> bool {
+        let wanted = |held: &Held| of.is_none_or(|key| held.belongs_to(key));
+        let mut disk_guard = self.disk.lock();
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let deadline = id_of(id);
-        if !matches!(inner.scheduler.get(deadline), Some(Entry::Release(held)) if wanted(held)) {
-            return false;
+        if let Some(Entry::Release(held)) = inner.scheduler.get(deadline) {
+            if !wanted(held) {
+                return false;
+            }
+            let far = inner.scheduler.is_far(deadline);
+            let Some(Entry::Release(held)) = inner.scheduler.cancel(deadline) else {
+                return false;
+            };
+            inner.forget(&held, far.then_some((id.due_ms, id.seq)));
+            let stored = held.stored.then(|| inner.stored_id(deadline));
+            drop(guard);
+            drop(disk_guard);
+            self.release_stored(stored.into_iter().collect());
+            self.discard(held.message);
+            return true;
         }
-        let far = inner.scheduler.is_far(deadline);
-        let Some(Entry::Release(held)) = inner.scheduler.cancel(deadline) else {
+        // Held on disk?
+        let Some(disk) = disk_guard.as_mut() else {
             return false;
         };
-        inner.forget(&held, far.then_some((id.due_ms, id.seq)));
-        drop(guard);
-        if let Some(id) = held.stored.id(deadline) {
-            self.release_stored(vec![id]);
+        if disk.pending(deadline).is_some_and(|held| !wanted(held)) {
+            return false;
         }
-        self.discard(held.message);
-        true
+        let found = disk.store().snapshot().and_then(|snapshot| {
+            let stored = snapshot.delayed_message(deadline)?;
+            if let Some(stored) = &stored {
+                let key: ExchangeKey = (
+                    ShortStr::from(stored.vhost.as_str()),
+                    ShortStr::from(stored.exchange.as_str()),
+                );
+                if of.is_some_and(|of| *of != key) {
+                    return Ok(None);
+                }
+            }
+            Ok(match disk.take(deadline, &snapshot)? {
+                Taken::No => None,
+                Taken::Pending(held) => {
+                    Some((held.exchange_key().clone(), held.message.body_len() as u64))
+                }
+                Taken::Stored => stored.map(|stored| {
+                    let key = (
+                        ShortStr::from(stored.vhost.as_str()),
+                        ShortStr::from(stored.exchange.as_str()),
+                    );
+                    (key, stored.message.body_len() as u64)
+                }),
+            })
+        });
+        match found {
+            Ok(Some((key, bytes))) => {
+                inner.forget_counts(&key, bytes);
+                drop(guard);
+                drop(disk_guard);
+                self.release_stored(vec![deadline]);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::error!(error = %e, "cancelling a stored delayed message failed");
+                false
+            }
+        }
     }
 
     /// (count, body bytes) held by one exchange.
@@ -136,38 +244,97 @@ impl DelayedMessages {
         exchange: &str,
         limit: usize,
     ) -> Vec<DelayedMessageInfo> {
-        let key = (ShortStr::from(vhost), ShortStr::from(exchange));
-        let inner = self.inner.lock();
-        let Some(index) = inner.exchanges.get(&key) else {
+        let page = ListPage {
+            after: None,
+            due_from_ms: 0,
+            due_until_ms: u64::MAX,
+            limit,
+        };
+        self.list_page(vhost, exchange, &page)
+    }
+
+    /// Up to `limit` ids of the exchange's disk-held messages from `from` (inclusive) and due
+    /// before `until_ms`, in due order, with their contents if they are still in RAM (pending).
+    fn disk_ids_of(
+        &self,
+        key: &ExchangeKey,
+        from: DeadlineId,
+        until_ms: u64,
+        limit: usize,
+    ) -> Vec<(DeadlineId, Option<DelayedMessageInfo>)> {
+        let disk_guard = self.disk.lock();
+        let Some(disk) = disk_guard.as_ref() else {
             return Vec::new();
         };
-        let mut in_wheel: Vec<(DelayedId, &Held)> = inner
-            .scheduler
-            .in_wheel()
-            .filter_map(|(id, entry)| match entry {
-                Entry::Release(held) if held.belongs_to(&key) => Some((
+        // Those leaving are skipped: read enough to fill the page all the same.
+        let wanted = limit.saturating_add(disk.leaving_len());
+        let stored = match disk
+            .store()
+            .snapshot()
+            .and_then(|snapshot| snapshot.delayed_ids_of(&key.0, &key.1, from, wanted))
+        {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::error!(error = %e, "reading a delayed exchange's stored messages failed");
+                Vec::new()
+            }
+        };
+        let mut out: Vec<(DeadlineId, Option<DelayedMessageInfo>)> = stored
+            .into_iter()
+            .filter(|&id| id.due_ms < until_ms && !disk.is_leaving(id))
+            .map(|id| (id, None))
+            .collect();
+        out.extend(
+            disk.pending_of(key)
+                .filter(|&(id, _)| id >= from && id.due_ms < until_ms)
+                .map(|(id, held)| {
+                    let id = DelayedId {
+                        due_ms: id.due_ms,
+                        seq: id.seq,
+                    };
+                    (id_of(id), Some(info(id, held)))
+                }),
+        );
+        out.sort_by_key(|(id, _)| *id);
+        out.dedup_by_key(|(id, _)| *id);
+        out.truncate(limit);
+        out
+    }
+
+    /// Listing entries of disk-held messages, their contents read from the store.
+    fn disk_infos(
+        &self,
+        ids: Vec<(DeadlineId, Option<DelayedMessageInfo>)>,
+    ) -> Vec<DelayedMessageInfo> {
+        let Some(store) = self
+            .disk
+            .lock()
+            .as_ref()
+            .map(|d| std::sync::Arc::clone(d.store()))
+        else {
+            return Vec::new();
+        };
+        let snapshot = match store.snapshot() {
+            Ok(snapshot) => snapshot,
+            Err(e) => {
+                tracing::error!(error = %e, "reading stored delayed messages failed");
+                return Vec::new();
+            }
+        };
+        ids.into_iter()
+            .filter_map(|(id, info)| {
+                if info.is_some() {
+                    return info;
+                }
+                let stored = snapshot.delayed_message(id).ok()??;
+                Some(packed_info(
                     DelayedId {
                         due_ms: id.due_ms,
                         seq: id.seq,
                     },
-                    held,
-                )),
-                _ => None,
+                    &stored.message,
+                ))
             })
-            .collect();
-        in_wheel.sort_by_key(|(id, _)| *id);
-        let beyond = index.beyond.iter().filter_map(|&(due_ms, seq)| {
-            let id = DelayedId { due_ms, seq };
-            match inner.scheduler.get(id_of(id))? {
-                Entry::Release(held) => Some((id, held)),
-                Entry::Tick(_) | Entry::Deliver(_) => None,
-            }
-        });
-        in_wheel
-            .into_iter()
-            .chain(beyond)
-            .take(limit)
-            .map(|(id, held)| info(id, held))
             .collect()
     }
 
@@ -217,12 +384,21 @@ impl DelayedMessages {
         };
         self.scan_wheel_all(|key, id| earliest(key, id.due_ms));
         let inner = self.inner.lock();
+        let keys: Vec<ExchangeKey> = inner.exchanges.keys().cloned().collect();
         for (key, index) in &inner.exchanges {
             if let Some(&(due_ms, _)) = index.beyond.first() {
                 earliest(key, due_ms);
             }
         }
         drop(inner);
+        for key in keys {
+            if let Some((id, _)) = self
+                .disk_ids_of(&key, DeadlineId { due_ms: 0, seq: 0 }, u64::MAX, 1)
+                .first()
+            {
+                earliest(&key, id.due_ms);
+            }
+        }
         next
     }
 
@@ -240,10 +416,12 @@ impl DelayedMessages {
             .get(&key)
             .and_then(|index| index.beyond.first())
             .map(|&(due_ms, _)| due_ms);
-        match (next, beyond) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        drop(inner);
+        let on_disk = self
+            .disk_ids_of(&key, DeadlineId { due_ms: 0, seq: 0 }, u64::MAX, 1)
+            .first()
+            .map(|(id, _)| id.due_ms);
+        [next, beyond, on_disk].into_iter().flatten().min()
     }
 
     /// One page of an exchange's held messages in due order: those after `page.after`, due in
@@ -281,13 +459,26 @@ impl DelayedMessages {
         ids.sort_unstable();
         ids.dedup();
         // Messages released since the scan are gone from both tiers and skipped here.
-        ids.iter()
+        let in_memory: Vec<DelayedMessageInfo> = ids
+            .iter()
             .filter_map(|&id| match inner.scheduler.get(id_of(id))? {
                 Entry::Release(held) if held.belongs_to(&key) => Some(info(id, held)),
                 _ => None,
             })
             .take(page.limit)
-            .collect()
+            .collect();
+        drop(inner);
+        let from = DeadlineId {
+            due_ms: start.0,
+            seq: start.1,
+        };
+        let on_disk = self.disk_ids_of(&key, from, page.due_until_ms, page.limit);
+        let mut all = in_memory;
+        all.extend(self.disk_infos(on_disk));
+        all.sort_by_key(|info| info.id);
+        all.dedup_by_key(|info| info.id);
+        all.truncate(page.limit);
+        all
     }
 
     /// How many of an exchange's held messages fall due in each of `buckets` consecutive
@@ -336,6 +527,23 @@ impl DelayedMessages {
                 break;
             }
         }
+        let mut from = DeadlineId {
+            due_ms: from_ms,
+            seq: 0,
+        };
+        loop {
+            let ids = self.disk_ids_of(&key, from, until_ms, SCAN_CHUNK);
+            let Some(&(last, _)) = ids.last() else {
+                break;
+            };
+            for (id, _) in &ids {
+                count(id.due_ms);
+            }
+            if ids.len() < SCAN_CHUNK {
+                break;
+            }
+            from = successor(last);
+        }
         counts
     }
 
@@ -367,6 +575,27 @@ pub(crate) struct ListPage {
     /// Due before this time.
     pub(crate) due_until_ms: u64,
     pub(crate) limit: usize,
+}
+
+/// The id after `id` in (due, seq) order.
+fn successor(id: DeadlineId) -> DeadlineId {
+    match id.seq.checked_add(1) {
+        Some(seq) => DeadlineId { seq, ..id },
+        None => DeadlineId {
+            due_ms: id.due_ms.saturating_add(1),
+            seq: 0,
+        },
+    }
+}
+
+fn packed_info(id: DelayedId, packed: &PackedMessage) -> DelayedMessageInfo {
+    DelayedMessageInfo {
+        id,
+        due_ms: id.due_ms,
+        routing_key: packed.routing_key().unwrap_or_default().to_string(),
+        headers: packed.properties().and_then(|p| p.headers),
+        body_size: packed.body_len(),
+    }
 }
 
 fn info(id: DelayedId, held: &Held) -> DelayedMessageInfo {

@@ -87,35 +87,11 @@ pub(super) struct Target {
 pub(super) struct Held {
     pub(super) target: Arc<Target>,
     pub(super) message: Kept,
-    /// Whether, and under which id, the store holds it (a durable exchange's message): its
-    /// release, cancel or purge removes it there too.
-    pub(super) stored: Stored,
-}
-
-/// Where the store keeps a held message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stored {
-    /// Not at all (a transient exchange, or no store).
-    No,
-    /// Under the id the scheduler gave it.
-    AsScheduled,
-    /// Under this id (a message that fell due while the broker was down, rescheduled to
-    /// catch up at a bounded rate).
-    As(dwellmq_core::schedule::DeadlineId),
-}
-
-impl Stored {
-    /// Its id in the store, given its id in the scheduler.
-    pub(super) fn id(
-        self,
-        scheduled: dwellmq_core::schedule::DeadlineId,
-    ) -> Option<dwellmq_core::schedule::DeadlineId> {
-        match self {
-            Stored::No => None,
-            Stored::AsScheduled => Some(scheduled),
-            Stored::As(id) => Some(id),
-        }
-    }
+    /// Whether the store holds it (a durable exchange's message): its release, cancel or
+    /// purge removes it there too. Under its scheduler id, except for a message caught up with
+    /// after a restart, whose stored id is in the holder's side map (rare: kept out of here, so
+    /// that every held message does not grow by an id).
+    pub(super) stored: bool,
 }
 
 /// Identifies a delayed exchange: (vhost, exchange name).

@@ -13,17 +13,20 @@
 //! per-exchange counters. Moving in reads each message once, a horizon before it is due.
 
 mod control;
+mod disk;
 mod held;
 mod info;
 pub(crate) mod lateness;
 mod release;
+#[cfg(test)]
+mod tests_disk;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use dwellmq_codec::ShortStr;
-use dwellmq_core::schedule::{DeadlineId, Due, MoveIn, Scheduler};
+use dwellmq_core::schedule::{DeadlineId, Due, MoveIn, Scheduler, HORIZON_MS};
 use dwellmq_core::Message;
 use parking_lot::Mutex;
 
@@ -33,7 +36,8 @@ use super::persist::PublishTicket;
 use super::queue::Queue;
 use super::vhost::{Routing, VHost};
 pub(crate) use control::ListPage;
-use held::{ExchangeKey, Held, Kept, Stored, Target};
+use disk::{DiskTier, Leaving};
+use held::{ExchangeKey, Held, Kept, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 
 /// Messages moved into the wheel per lock hold: publishers wait for the lock meanwhile.
@@ -81,6 +85,9 @@ struct ExchangeIndex {
 
 struct Inner {
     scheduler: Scheduler<Entry>,
+    /// Scheduler sequence → stored id, for the few held messages scheduled under another id
+    /// than the store's (caught up with after a restart).
+    stored_as: BTreeMap<u64, DeadlineId>,
     /// B-trees, not hash maps: a hash map holding many entries stalls everything using it for
     /// milliseconds whenever it rehashes.
     exchanges: BTreeMap<ExchangeKey, ExchangeIndex>,
@@ -98,6 +105,9 @@ struct ReleaseScratch {
 
 /// Every message held by every delayed exchange of one broker, and every queue deadline.
 pub(crate) struct DelayedMessages {
+    /// Messages of durable exchanges held on disk beyond the horizon (with a store). Taken
+    /// before `inner` when both are needed.
+    disk: Arc<Mutex<Option<DiskTier>>>,
     inner: Mutex<Inner>,
     memory: Arc<MemoryMonitor>,
     /// Taken before `inner` by the one releasing thread at a time.
@@ -162,8 +172,10 @@ fn id_of(id: DelayedId) -> DeadlineId {
 impl DelayedMessages {
     pub(crate) fn new(now_ms: u64, memory: Arc<MemoryMonitor>) -> Self {
         DelayedMessages {
+            disk: Arc::new(Mutex::new(None)),
             inner: Mutex::new(Inner {
                 scheduler: Scheduler::new(now_ms),
+                stored_as: BTreeMap::new(),
                 exchanges: BTreeMap::new(),
                 unroutable: 0,
             }),
@@ -180,14 +192,52 @@ impl DelayedMessages {
         let _ = self.store.set(store);
     }
 
-    /// Submits the removal of stored held messages (released, cancelled, purged).
+    /// Holds messages of durable exchanges beyond the horizon on disk only, from now on;
+    /// `held` of them are in the store already (a restart), `now_ms` is the start of the
+    /// catch-up with those that fell due while the broker was down.
+    pub(crate) fn attach_disk(&self, store: Arc<dwellmq_store::Store>, now_ms: u64, held: u64) {
+        *self.disk.lock() = Some(DiskTier::new(store, now_ms, held));
+    }
+
+    /// Sets an exchange's counts to what the store holds for it (at start).
+    pub(crate) fn restore_counts(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        count: u64,
+        bytes: u64,
+    ) {
+        let mut inner = self.inner.lock();
+        let index = inner.index_for(vhost, exchange);
+        index.count += count as usize;
+        index.bytes += bytes;
+    }
+
+    #[cfg(test)]
+    /// Ids of disk-held messages kept in RAM (bounded by the window, not by how many are
+    /// held), and how many are held on disk.
+    pub(crate) fn disk_resident(&self) -> Option<(usize, u64)> {
+        self.disk.lock().as_ref().map(|d| (d.resident(), d.len()))
+    }
+
+    /// Submits the removal of stored held messages (released, cancelled, purged). Once it is
+    /// committed the disk tier forgets them (until then a refill must skip them).
     fn release_stored(&self, ids: Vec<DeadlineId>) {
         if let (false, Some(store)) = (ids.is_empty(), self.store.get()) {
             let ops = ids
-                .into_iter()
-                .map(|id| dwellmq_store::Op::Release { id })
+                .iter()
+                .map(|&id| dwellmq_store::Op::Release { id })
                 .collect();
-            store.submit_detached(ops);
+            let disk = Arc::clone(&self.disk);
+            store.submit(ops, move |outcome| {
+                // A failed removal is retried by the writer in its next commit; until it is
+                // known to be gone the ids stay marked as leaving.
+                if outcome.is_ok() {
+                    if let Some(disk) = disk.lock().as_mut() {
+                        disk.released(&ids);
+                    }
+                }
+            });
         }
     }
 
@@ -205,13 +255,12 @@ impl DelayedMessages {
         message: Arc<Message>,
         due_ms: u64,
     ) -> bool {
-        self.hold_confirmed(vhost, exchange, message, due_ms, None, None)
+        self.hold_confirmed(vhost, exchange, message, due_ms, None)
     }
 
     /// As `hold`; a durable exchange's message is written to the store (its commit counts on
-    /// `ticket`, which holds the publisher's confirm). `restored` is the id of a message read
-    /// back from the store at start (not written again); it is scheduled at `due_ms`, which
-    /// is later than its id's due time when it is caught up with after a restart.
+    /// `ticket`, which holds the publisher's confirm). One due beyond the horizon is then held
+    /// on disk only (its body in RAM only until its commit).
     pub(crate) fn hold_confirmed(
         &self,
         vhost: &Arc<VHost>,
@@ -219,81 +268,103 @@ impl DelayedMessages {
         message: Arc<Message>,
         due_ms: u64,
         ticket: Option<&Arc<PublishTicket>>,
-        restored: Option<DeadlineId>,
     ) -> bool {
         let store = self.store.get().filter(|_| exchange.durable);
-        let original = (store.is_some() && restored.is_none()).then(|| Arc::clone(&message));
+        let original = store.is_some().then(|| Arc::clone(&message));
         // Packed outside the lock; the published message (and its charge) goes away.
         let message = Kept::new(message);
-        self.memory.charge_bytes(message.charged_by_holder());
         let body_len = message.body_len() as u64;
+        let mut disk_guard = store.map(|_| self.disk.lock());
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
-        let index = inner
-            .exchanges
-            .entry(key_of(&vhost.name, &exchange.name))
-            .or_insert_with(|| ExchangeIndex {
-                target: Target::new(vhost, exchange),
-                beyond: BTreeSet::new(),
-                count: 0,
-                bytes: 0,
-            });
-        if !index.target.is(vhost, exchange) {
-            // A publish that raced with the exchange's deletion left an index for the old
-            // exchange; its messages are dropped at release, and new ones point here.
-            index.target = Target::new(vhost, exchange);
-        }
+        let far = inner.scheduler.horizon_ms() < due_ms;
+        let to_disk = far && disk_guard.as_ref().is_some_and(|d| d.is_some());
+        let next_wake = if to_disk {
+            self.next_wake_locked(disk_guard.as_mut().and_then(|d| d.as_mut()), inner)
+        } else {
+            None
+        };
+        let index = inner.index_for(vhost, exchange);
         index.count += 1;
         index.bytes += body_len;
         let held = Held {
             target: Arc::clone(&index.target),
             message,
-            stored: match (store.is_some(), restored) {
-                (false, _) => Stored::No,
-                (true, Some(id)) if id.due_ms != due_ms => Stored::As(id),
-                (true, _) => Stored::AsScheduled,
-            },
+            stored: store.is_some(),
         };
-        let (id, wake) = match restored {
-            Some(id) => {
-                let at = DeadlineId {
-                    due_ms,
-                    seq: id.seq,
-                };
-                (at, inner.scheduler.restore(at, Entry::Release(held)))
+        let (id, wake) = if to_disk {
+            let id = inner.scheduler.allocate(due_ms);
+            let wake = next_wake.is_none_or(|next| due_ms.saturating_sub(HORIZON_MS) < next);
+            (id, wake)
+        } else {
+            self.memory.charge_bytes(held.message.charged_by_holder());
+            let (id, wake) = inner.scheduler.schedule(due_ms, Entry::Release(held));
+            if inner.scheduler.is_far(id) {
+                index_of(&mut inner.exchanges, vhost, exchange)
+                    .beyond
+                    .insert((id.due_ms, id.seq));
             }
-            None => inner.scheduler.schedule(due_ms, Entry::Release(held)),
+            return self.submit_hold(store, original, vhost, exchange, id, ticket, None, wake);
         };
-        if inner.scheduler.is_far(id) {
-            index.beyond.insert((id.due_ms, id.seq));
-        }
-        if let (Some(_), Some(_)) = (store, &original) {
+        let disk = disk_guard.as_mut().and_then(|d| d.as_mut());
+        if let Some(disk) = disk {
             if self.write_faults.take() {
+                // As a failed commit: not held, and nacked.
+                inner.forget_counts(held.exchange_key(), body_len);
                 fail_injected(ticket);
                 return wake;
             }
+            disk.hold(id, held);
         }
-        if let (Some(store), Some(original)) = (store, original) {
-            // Under the lock: the hold reaches the writer before any release of it can.
-            let op = dwellmq_store::Op::Hold {
-                id,
-                vhost: vhost.name.to_string(),
-                exchange: exchange.name.to_string(),
-                message: dwellmq_store::Payload::Message(original),
-            };
-            let ticket = ticket.cloned();
-            if let Some(ticket) = &ticket {
-                ticket.add();
+        // Under the locks: the hold reaches the writer before any release of it can, and its
+        // completion finds it pending.
+        let on_disk = Some(Arc::clone(&self.disk));
+        self.submit_hold(store, original, vhost, exchange, id, ticket, on_disk, wake)
+    }
+
+    /// Submits a durable exchange's held message to the store (nothing for a transient one).
+    #[allow(clippy::too_many_arguments)]
+    fn submit_hold(
+        &self,
+        store: Option<&Arc<dwellmq_store::Store>>,
+        original: Option<Arc<Message>>,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        id: DeadlineId,
+        ticket: Option<&Arc<PublishTicket>>,
+        on_disk: Option<Arc<Mutex<Option<DiskTier>>>>,
+        wake: bool,
+    ) -> bool {
+        let (Some(store), Some(original)) = (store, original) else {
+            return wake;
+        };
+        if on_disk.is_none() && self.write_faults.take() {
+            fail_injected(ticket);
+            return wake;
+        }
+        let op = dwellmq_store::Op::Hold {
+            id,
+            vhost: vhost.name.to_string(),
+            exchange: exchange.name.to_string(),
+            message: dwellmq_store::Payload::Message(original),
+        };
+        let ticket = ticket.cloned();
+        if let Some(ticket) = &ticket {
+            ticket.add();
+        }
+        store.submit(vec![op], move |outcome| {
+            if let Err(e) = &outcome {
+                tracing::warn!(error = %e, "storing a delayed message failed");
             }
-            store.submit(vec![op], move |outcome| {
-                if let Err(e) = &outcome {
-                    tracing::warn!(error = %e, "storing a delayed message failed");
+            if let Some(disk) = on_disk {
+                if let Some(disk) = disk.lock().as_mut() {
+                    disk.committed(id, outcome.is_ok());
                 }
-                if let Some(ticket) = ticket {
-                    ticket.complete(outcome.is_ok());
-                }
-            });
-        }
+            }
+            if let Some(ticket) = ticket {
+                ticket.complete(outcome.is_ok());
+            }
+        });
         wake
     }
 
@@ -327,13 +398,37 @@ impl DelayedMessages {
 
     /// When the timer thread must next act.
     pub(crate) fn next_wake(&self) -> Option<u64> {
-        self.inner.lock().scheduler.next_wake()
+        let mut disk = self.disk.lock();
+        let mut inner = self.inner.lock();
+        self.next_wake_locked(disk.as_mut(), &mut inner)
+    }
+
+    fn next_wake_locked(&self, disk: Option<&mut DiskTier>, inner: &mut Inner) -> Option<u64> {
+        let scheduler = inner.scheduler.next_wake();
+        let disk = disk.and_then(|disk| {
+            inner.correct_failed(disk);
+            match disk.next() {
+                Ok(next) => next.map(|id| id.due_ms.saturating_sub(HORIZON_MS)),
+                Err(e) => {
+                    // Looked at again within a horizon.
+                    tracing::error!(error = %e, "reading the delayed index failed");
+                    Some(inner.scheduler.horizon_ms())
+                }
+            }
+        });
+        match (scheduler, disk) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Serves everything due at `now_ms`, in due order (schedule order within a millisecond):
     /// held messages are routed through their exchange's current bindings, queues are ticked.
     /// Returns how many messages were released.
     pub(crate) fn release_due(&self, now_ms: u64) -> usize {
+        // Removed from the store after they are routed (their copies in durable queues are
+        // submitted first), in the same commit (the store group below).
+        let mut stored = Vec::new();
         let mut scratch = self.scratch.lock();
         let ReleaseScratch {
             due,
@@ -349,15 +444,16 @@ impl DelayedMessages {
                 if let Entry::Release(held) = &d.item {
                     let beyond = d.from_far_tier.then_some((d.id.due_ms, d.id.seq));
                     inner.forget(held, beyond);
+                    if held.stored {
+                        stored.push(inner.stored_id(d.id));
+                    }
                 }
             }
         }
-        // Removed from the store after they are routed (their copies in durable queues are
-        // submitted first), in one store group with those copies: one commit holds both, so
+        // The releases and the routed copies go in one store group: one commit holds both, so
         // a crash can neither lose a released message nor deliver it twice.
         let store = self.store.get().cloned();
         let _group = store.as_ref().map(|store| store.group());
-        let mut stored = Vec::new();
         let mut released = 0;
         let mut unroutable = 0;
         let mut lateness = lateness::LatenessBatch::default();
@@ -382,7 +478,6 @@ impl DelayedMessages {
                 }
             };
             released += 1;
-            stored.extend(held.stored.id(id));
             lateness.record(now_ms.saturating_sub(id.due_ms));
             let Target {
                 vhost, exchange, ..
@@ -443,12 +538,91 @@ impl DelayedMessages {
                 }
             });
             if round == MoveIn::Done {
-                return true;
+                drop(guard);
+                return self.move_in_from_disk(now_ms, budget, started);
             }
             // Moved-in messages already due (moving in fell behind) are released first.
             let release_due = scheduler.wheel_due(now_ms);
             drop(guard);
             if release_due || budget.is_some_and(|b| started.elapsed() >= b) {
+                return false;
+            }
+        }
+    }
+
+    /// Moves the disk-held messages due within the horizon of `now_ms` into the wheel, a batch
+    /// per lock hold, reading their bodies from the store. Stops early as `move_in` does.
+    fn move_in_from_disk(&self, now_ms: u64, budget: Option<Duration>, started: Instant) -> bool {
+        let up_to = now_ms.saturating_add(HORIZON_MS);
+        loop {
+            let mut disk_guard = self.disk.lock();
+            let Some(disk) = disk_guard.as_mut() else {
+                return true;
+            };
+            let mut moving: Vec<Leaving> = Vec::with_capacity(MOVE_IN_BATCH);
+            while moving.len() < MOVE_IN_BATCH {
+                match disk.pop_due(up_to) {
+                    Ok(Some(leaving)) => moving.push(leaving),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "reading the delayed index failed");
+                        break;
+                    }
+                }
+            }
+            if moving.is_empty() {
+                return true;
+            }
+            let bodies = match read_bodies(disk.store(), &mut moving) {
+                Ok(bodies) => bodies,
+                Err(e) => {
+                    tracing::error!(error = %e, "reading delayed messages failed; retried");
+                    disk.put_back(moving.iter().map(|m| m.stored));
+                    return true;
+                }
+            };
+            let mut guard = self.inner.lock();
+            let inner = &mut *guard;
+            let mut dropped = Vec::new();
+            for (leaving, body) in moving.into_iter().zip(bodies) {
+                let held = match (leaving.held, body) {
+                    (Some(held), _) => Some(held),
+                    (None, Some(stored)) => {
+                        let key: ExchangeKey = (
+                            ShortStr::from(stored.vhost.as_str()),
+                            ShortStr::from(stored.exchange.as_str()),
+                        );
+                        inner.exchanges.get(&key).map(|index| Held {
+                            target: Arc::clone(&index.target),
+                            message: Kept::Packed(stored.message),
+                            stored: true,
+                        })
+                    }
+                    (None, None) => None,
+                };
+                let Some(held) = held else {
+                    // Its exchange is gone (its purge is under way), or it was removed.
+                    dropped.push(leaving.stored);
+                    continue;
+                };
+                held.message.warm_up();
+                self.memory.charge_bytes(held.message.charged_by_holder());
+                let scheduled = if leaving.scheduled == leaving.stored {
+                    leaving.scheduled
+                } else {
+                    // Caught up with: numbered anew, so that those due in the same millisecond
+                    // come out oldest first, and its stored id kept aside for its release.
+                    let id = inner.scheduler.allocate(leaving.scheduled.due_ms);
+                    inner.stored_as.insert(id.seq, leaving.stored);
+                    id
+                };
+                inner.scheduler.restore(scheduled, Entry::Release(held));
+            }
+            let release_due = inner.scheduler.wheel_due(now_ms);
+            drop(guard);
+            drop(disk_guard);
+            self.release_stored(dropped);
+            if budget.is_some() && release_due || budget.is_some_and(|b| started.elapsed() >= b) {
                 return false;
             }
         }
@@ -483,7 +657,74 @@ impl DelayedMessages {
     }
 }
 
+/// Reads the bodies of the messages moving in that are not in RAM, from one snapshot.
+fn read_bodies(
+    store: &dwellmq_store::Store,
+    moving: &mut [Leaving],
+) -> Result<Vec<Option<dwellmq_store::DelayedMessage>>, dwellmq_store::StoreError> {
+    let snapshot = match moving.iter().any(|m| m.held.is_none()) {
+        true => Some(store.snapshot()?),
+        false => None,
+    };
+    moving
+        .iter()
+        .map(|m| match (&m.held, &snapshot) {
+            (None, Some(snapshot)) => snapshot.delayed_message(m.stored),
+            _ => Ok(None),
+        })
+        .collect()
+}
+
+/// The index of an exchange, created if it holds nothing yet.
+fn index_of<'a>(
+    exchanges: &'a mut BTreeMap<ExchangeKey, ExchangeIndex>,
+    vhost: &Arc<VHost>,
+    exchange: &Arc<Exchange>,
+) -> &'a mut ExchangeIndex {
+    let index = exchanges
+        .entry(key_of(&vhost.name, &exchange.name))
+        .or_insert_with(|| ExchangeIndex {
+            target: Target::new(vhost, exchange),
+            beyond: BTreeSet::new(),
+            count: 0,
+            bytes: 0,
+        });
+    if !index.target.is(vhost, exchange) {
+        // A publish that raced with the exchange's deletion left an index for the old
+        // exchange; its messages are dropped at release, and new ones point here.
+        index.target = Target::new(vhost, exchange);
+    }
+    index
+}
+
 impl Inner {
+    fn index_for(&mut self, vhost: &Arc<VHost>, exchange: &Arc<Exchange>) -> &mut ExchangeIndex {
+        index_of(&mut self.exchanges, vhost, exchange)
+    }
+
+    /// The store's id of a held message the scheduler knows as `scheduled`.
+    fn stored_id(&mut self, scheduled: DeadlineId) -> DeadlineId {
+        self.stored_as.remove(&scheduled.seq).unwrap_or(scheduled)
+    }
+
+    /// Takes holds whose commit failed out of their exchanges' counts.
+    fn correct_failed(&mut self, disk: &mut DiskTier) {
+        for (key, bytes) in disk.take_failed() {
+            self.forget_counts(&key, bytes);
+        }
+    }
+
+    /// Takes one message out of its exchange's counts.
+    fn forget_counts(&mut self, key: &ExchangeKey, bytes: u64) {
+        if let Some(index) = self.exchanges.get_mut(key) {
+            index.count = index.count.saturating_sub(1);
+            index.bytes = index.bytes.saturating_sub(bytes);
+            if index.count == 0 {
+                self.exchanges.remove(key);
+            }
+        }
+    }
+
     /// Takes a message leaving the holder out of its exchange's counts (and, for one still in
     /// the far tier, out of its exchange's due order).
     fn forget(&mut self, held: &Held, beyond: Option<(u64, u64)>) {

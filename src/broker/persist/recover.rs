@@ -72,7 +72,10 @@ pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
     Ok(())
 }
 
-fn restore_from(state: &BrokerState, store: &Store) -> Result<(Restored, Vec<Op>), RecoveryError> {
+fn restore_from(
+    state: &BrokerState,
+    store: &Arc<Store>,
+) -> Result<(Restored, Vec<Op>), RecoveryError> {
     let snapshot = store.snapshot()?;
     let recovery = snapshot.recovery()?;
     let definitions = recovery.definitions;
@@ -120,64 +123,69 @@ fn restore_from(state: &BrokerState, store: &Store) -> Result<(Restored, Vec<Op>
             }
         }
     }
-    restore_delayed(state, &snapshot, &mut restored, &mut stale)?;
+    restore_delayed(state, store, &snapshot, &mut restored)?;
     Ok((restored, stale))
 }
 
-/// Messages held by durable delayed exchanges, at their original due times and ids. Those
-/// that fell due while the broker was down are released oldest first from now on, at most
-/// [`CATCH_UP_PER_SECOND`]. Ones whose exchange is gone are dropped from the store.
+/// Messages held by durable delayed exchanges: their exchanges' counts, and the disk tier that
+/// reads their ids from the index as time advances. No body is read here: with millions held,
+/// a start reads one counter row per exchange. Those that fell due while the broker was down
+/// are released oldest first from now on, at most [`CATCH_UP_PER_SECOND`]. Ones whose exchange
+/// is gone are removed from the store, a chunk of ids at a time.
 fn restore_delayed(
     state: &BrokerState,
+    store: &Arc<Store>,
     snapshot: &Snapshot,
     restored: &mut Restored,
-    stale: &mut Vec<Op>,
 ) -> Result<(), RecoveryError> {
     let now = state.clock.now_ms();
-    let mut overdue = 0u64;
-    let mut after = None;
-    loop {
-        let ids = snapshot.delayed_ids(after, PAGE)?;
-        let Some(&last) = ids.last() else { break };
-        after = Some(last);
-        for id in ids {
-            let Some(held) = snapshot.delayed_message(id)? else {
-                continue;
-            };
-            let target = state.vhost(&held.vhost).and_then(|vhost| {
-                let exchange = vhost.exchange(&held.exchange).ok()?;
-                let delayed = matches!(exchange.kind, ExchangeKind::Delayed(_));
-                (delayed && exchange.durable).then_some((vhost, exchange))
-            });
-            let Some((vhost, exchange)) = target else {
-                restored.skipped += 1;
-                stale.push(Op::Release { id });
-                continue;
-            };
-            let guard = state.memory.charge_message(held.message.body_len());
-            let Some(message) = held.message.unpack(Some(Box::new(guard))) else {
-                tracing::warn!(
-                    due_ms = id.due_ms,
-                    seq = id.seq,
-                    "stored delayed message malformed, dropped"
-                );
-                stale.push(Op::Release { id });
-                continue;
-            };
-            // The index is in (due, seq) order: the overdue ones come first, oldest first.
-            let due_ms = if id.due_ms <= now {
-                overdue += 1;
-                now + (overdue - 1) * 1_000 / CATCH_UP_PER_SECOND
-            } else {
-                id.due_ms
-            };
-            state
-                .delayed
-                .hold_confirmed(&vhost, &exchange, message, due_ms, None, Some(id));
-            restored.delayed += 1;
-        }
+    let mut held = 0;
+    for (vhost_name, exchange_name, count, bytes) in snapshot.delayed_counts()? {
+        let target = state.vhost(&vhost_name).and_then(|vhost| {
+            let exchange = vhost.exchange(&exchange_name).ok()?;
+            let delayed = matches!(exchange.kind, ExchangeKind::Delayed(_));
+            (delayed && exchange.durable).then_some((vhost, exchange))
+        });
+        let Some((vhost, exchange)) = target else {
+            tracing::warn!(
+                vhost = %vhost_name,
+                exchange = %exchange_name,
+                count,
+                "stored delayed messages of an exchange that is gone, dropped"
+            );
+            restored.skipped += count as usize;
+            drop_stored_of(store, snapshot, &vhost_name, &exchange_name)?;
+            continue;
+        };
+        state
+            .delayed
+            .restore_counts(&vhost, &exchange, count, bytes);
+        held += count;
+        restored.delayed += count as usize;
     }
+    state.delayed.attach_disk(Arc::clone(store), now, held);
     Ok(())
+}
+
+/// Submits the removal of every stored message of one exchange, [`PAGE`] per submission.
+fn drop_stored_of(
+    store: &Store,
+    snapshot: &Snapshot,
+    vhost: &str,
+    exchange: &str,
+) -> Result<(), RecoveryError> {
+    let mut from = dwellmq_store::DeadlineId { due_ms: 0, seq: 0 };
+    loop {
+        let ids = snapshot.delayed_ids_of(vhost, exchange, from, PAGE)?;
+        let Some(&last) = ids.last() else {
+            return Ok(());
+        };
+        store.submit_detached(ids.into_iter().map(|id| Op::Release { id }).collect());
+        from = dwellmq_store::DeadlineId {
+            due_ms: last.due_ms,
+            seq: last.seq.saturating_add(1),
+        };
+    }
 }
 
 fn skip(restored: &mut Restored, what: &str, vhost: &str, name: &str, why: &str) {

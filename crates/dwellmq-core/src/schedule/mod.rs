@@ -112,6 +112,23 @@ impl<T, F: FarTier<T>> Scheduler<T, F> {
         (id, self.place(id, item))
     }
 
+    /// Numbers a deadline at `due_ms` without scheduling it here: the caller keeps it elsewhere
+    /// (a store's far tier) and hands it back with [`Scheduler::restore`] when it is near.
+    pub fn allocate(&mut self, due_ms: u64) -> DeadlineId {
+        let id = DeadlineId {
+            due_ms,
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        id
+    }
+
+    /// Every item due at or before this is in the wheel (or released); an item due later
+    /// waits in the far tier.
+    pub fn horizon_ms(&self) -> u64 {
+        self.horizon_ms
+    }
+
     /// Schedules `item` under the id it had before a restart (read back from a store); later
     /// items are numbered above it. Returns whether the earliest wake-up moved earlier.
     pub fn restore(&mut self, id: DeadlineId, item: T) -> bool {
@@ -171,19 +188,18 @@ impl<T, F: FarTier<T>> Scheduler<T, F> {
             });
         }
         self.fired = fired;
-        let mut caught_up = false;
         while let Some((id, item)) = self.far.pop_first_due(now_ms) {
             out.push(Due {
                 id,
                 item,
                 from_far_tier: true,
             });
-            caught_up = true;
-        }
-        if caught_up {
             self.horizon_ms = self.horizon_ms.max(now_ms);
-            out[start..].sort_by_key(|d| d.id);
         }
+        // Items of the same millisecond may have entered the wheel out of sequence order (a
+        // far tier kept elsewhere hands its items back with `restore`); nearly sorted already,
+        // so this is linear.
+        out[start..].sort_by_key(|d| d.id);
     }
 
     /// Moves up to `batch` far items due within the horizon of `now_ms` into the wheel, in

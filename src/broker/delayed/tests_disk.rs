@@ -1,0 +1,160 @@
+//! The disk tier with a real store: what RAM keeps of messages held on disk, and that they
+//! all come back out at their due times.
+
+use std::sync::Arc;
+
+use dwellmq_codec::{BasicProperties, FieldTable, FieldValue};
+use dwellmq_core::routing::{Binding, Destination};
+use dwellmq_core::Message;
+
+use super::disk::WINDOW_BATCH;
+use super::held::Held;
+use super::DelayedMessages;
+use crate::broker::exchange::{DeclaredType, Exchange};
+use crate::broker::memory::MemoryMonitor;
+use crate::broker::queue::Queue;
+use crate::broker::vhost::{ExchangeSpec, QueueSpec, VHost};
+
+const DAY_MS: u64 = 86_400_000;
+
+/// A store in a fresh temporary directory, removed when dropped.
+struct TempStore {
+    dir: std::path::PathBuf,
+    store: Arc<dwellmq_store::Store>,
+}
+
+impl TempStore {
+    fn new(name: &str) -> TempStore {
+        let dir = std::env::temp_dir().join(format!("dwellmq-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Arc::new(dwellmq_store::Store::open(&dir).expect("store opens"));
+        TempStore { dir, store }
+    }
+}
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        self.store.shutdown();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A vhost with a durable delayed fanout exchange `d` bound to queue `q`.
+fn durable_setup() -> (Arc<VHost>, Arc<Exchange>, Arc<Queue>) {
+    let vhost = Arc::new(VHost::new("/".into()));
+    let exchange = vhost
+        .declare_exchange(ExchangeSpec {
+            name: "d".into(),
+            kind: DeclaredType::Delayed,
+            passive: false,
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            arguments: [("x-delayed-type", FieldValue::from("fanout"))]
+                .into_iter()
+                .collect(),
+        })
+        .unwrap();
+    let queue = vhost
+        .declare_queue(
+            QueueSpec {
+                name: "q".into(),
+                passive: false,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments: FieldTable::new(),
+            },
+            1,
+        )
+        .unwrap();
+    vhost
+        .bind(Binding {
+            source: "d".into(),
+            destination: Destination::Queue("q".into()),
+            routing_key: "".into(),
+            arguments: FieldTable::new(),
+        })
+        .unwrap();
+    (vhost, exchange, queue)
+}
+
+fn message(body: Vec<u8>) -> Arc<Message> {
+    Message::new(
+        "d".into(),
+        "k".into(),
+        BasicProperties::default(),
+        bytes::Bytes::from(body).into(),
+        None,
+    )
+}
+
+#[test]
+fn a_held_message_is_no_bigger_than_a_target_and_its_contents() {
+    // A stored id per held message (16 octets and a tag) made every one ~34 octets bigger;
+    // the rare caught-up ones keep theirs in a side map.
+    assert!(
+        std::mem::size_of::<Held>() <= 40,
+        "{}",
+        std::mem::size_of::<Held>()
+    );
+}
+
+#[test]
+fn ids_of_messages_held_on_disk_stay_bounded_in_ram_and_all_are_released_when_due() {
+    let temp = TempStore::new("disk-tier");
+    let (vhost, exchange, queue) = durable_setup();
+    let memory = MemoryMonitor::new(u64::MAX);
+    let delayed = DelayedMessages::new(0, Arc::clone(&memory));
+    delayed.set_store(Arc::clone(&temp.store));
+    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    const N: u64 = 50_000;
+    // Due over three days from tomorrow on, in no particular order.
+    let due_of = |i: u64| DAY_MS + (i * 7_919) % (3 * DAY_MS);
+    for i in 0..N {
+        delayed.hold(
+            &vhost,
+            &exchange,
+            message(i.to_be_bytes().to_vec()),
+            due_of(i),
+        );
+    }
+    // Every hold committed (the writer works in submission order).
+    temp.store.write(Vec::new()).expect("commit");
+    let (resident, on_disk) = delayed.disk_resident().expect("a disk tier");
+    assert_eq!(on_disk, N);
+    assert_eq!(delayed.len(), N as usize);
+    assert_eq!(delayed.stats("/", "d"), (N as usize, 8 * N));
+    // Nothing of them is in RAM but a window of ids, and none is charged as held memory.
+    assert!(resident <= 4 * WINDOW_BATCH, "{resident} ids in RAM");
+    assert_eq!(memory.used(), 0);
+
+    // As the timer thread would: every deadline at its time.
+    let mut released = 0;
+    let mut next_commit = 0;
+    let mut most_resident = 0;
+    while let Some(now) = delayed.next_wake() {
+        released += delayed.release_due(now);
+        delayed.move_in(now, None);
+        most_resident = most_resident.max(delayed.disk_resident().expect("a disk tier").0);
+        // Releases are committed as they go, as they would be in a running broker.
+        if released >= next_commit {
+            temp.store.write(Vec::new()).expect("commit");
+            next_commit += 5_000;
+        }
+    }
+    assert_eq!(released, N as usize);
+    assert_eq!(queue.message_count(), N as usize);
+    assert!(
+        most_resident <= 4 * WINDOW_BATCH + 2 * 64,
+        "{most_resident}"
+    );
+    // Every one on time.
+    let lateness = delayed.lateness.snapshot();
+    assert_eq!((lateness.count, lateness.sum_ms), (N, 0));
+    assert_eq!(delayed.len(), 0);
+    temp.store.write(Vec::new()).expect("commit");
+    let snapshot = temp.store.snapshot().expect("snapshot");
+    assert_eq!(snapshot.delayed_count().expect("count"), 0);
+    assert_eq!(snapshot.delayed_counts().expect("counts"), Vec::new());
+}
