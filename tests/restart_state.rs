@@ -325,14 +325,8 @@ async fn users_and_permissions_changed_at_runtime_survive_a_restart() {
         data_dir: Some(dir.path().to_path_buf()),
         users: vec![
             UserConfig::guest(),
-            UserConfig {
-                name: "configured".into(),
-                password: "cfg".into(),
-                password_hash: None,
-                vhosts: vec!["/".into()],
-                loopback_only: false,
-                tags: Vec::new(),
-            },
+            configured("configured"),
+            configured("recreated"),
         ],
         ..BrokerConfig::ephemeral()
     };
@@ -357,6 +351,16 @@ async fn users_and_permissions_changed_at_runtime_survive_a_restart() {
     // A configured user deleted at runtime stays deleted.
     let deleted = http_client::delete(addr, "/api/users/configured", admin).await;
     assert_eq!(deleted.status, 204, "{}", deleted.text());
+    // Deleted and created again: a new password, and none of its configured permissions.
+    http_client::delete(addr, "/api/users/recreated", admin).await;
+    let again = http_client::put(
+        addr,
+        "/api/users/recreated",
+        admin,
+        json!({"password": "new", "tags": ""}),
+    )
+    .await;
+    assert_eq!(again.status, 201, "{}", again.text());
     broker.shutdown().await;
 
     let (broker, addr) = http_client::start_http(config()).await;
@@ -391,5 +395,27 @@ async fn users_and_permissions_changed_at_runtime_survive_a_restart() {
             .status,
         404
     );
+    let refused = connect_url(&amqp_url(&broker, "recreated", "new"))
+        .await
+        .expect_err("its configured permission in / stays cleared");
+    assert_eq!(
+        amqp_error(&refused).1,
+        "NOT_ALLOWED - access to vhost '/' refused for user 'recreated'"
+    );
+    assert!(connect_url(&amqp_url(&broker, "recreated", "cfg"))
+        .await
+        .is_err());
     broker.shutdown().await;
+}
+
+/// A user the configuration defines, with full permissions in `/`.
+fn configured(name: &str) -> UserConfig {
+    UserConfig {
+        name: name.into(),
+        password: "cfg".into(),
+        password_hash: None,
+        vhosts: vec!["/".into()],
+        loopback_only: false,
+        tags: Vec::new(),
+    }
 }

@@ -226,13 +226,14 @@ impl Access {
 
     /// Adds or replaces a user; true if it is new.
     pub(crate) fn put_user(&self, user: User) -> bool {
+        let mut tables = self.tables.write();
+        // Submitted under the lock: the store sees changes in the order memory does.
         self.write(vec![Op::PutUser(stored::user_record(&user))]);
-        let created = self
-            .tables
-            .write()
+        let created = tables
             .users
             .insert(user.name.clone(), Arc::new(user))
             .is_none();
+        drop(tables);
         self.changed();
         created
     }
@@ -241,7 +242,12 @@ impl Access {
     pub(crate) fn delete_user(&self, name: &str) -> bool {
         let mut tables = self.tables.write();
         let existed = tables.users.remove(name).is_some();
-        let mut ops = vec![Op::PutUser(stored::user_deleted(name))];
+        // Only an actual deletion is marked: a mark for a name that never existed would delete
+        // a user added to the configuration later.
+        let mut ops = Vec::new();
+        if existed {
+            ops.push(Op::PutUser(stored::user_deleted(name)));
+        }
         tables.permissions.retain(|(vhost, user), _| {
             let keep = user != name;
             if !keep {
@@ -253,8 +259,10 @@ impl Access {
             }
             keep
         });
+        if !ops.is_empty() {
+            self.write(ops);
+        }
         drop(tables);
-        self.write(ops);
         self.changed();
         existed
     }
@@ -280,32 +288,34 @@ impl Access {
 
     /// Sets a user's permissions in a vhost; true if the user had none there.
     pub(crate) fn set_permission(&self, vhost: &str, user: &str, permission: Permission) -> bool {
+        let mut tables = self.tables.write();
         self.write(vec![Op::PutPermission(stored::permission_record(
             vhost,
             user,
             Some(&permission),
         ))]);
-        let created = self
-            .tables
-            .write()
+        let created = tables
             .permissions
             .insert((vhost.to_string(), user.to_string()), Arc::new(permission))
             .is_none();
+        drop(tables);
         self.changed();
         created
     }
 
     /// Removes a user's permissions in a vhost; false if there were none.
     pub(crate) fn clear_permission(&self, vhost: &str, user: &str) -> bool {
-        self.write(vec![Op::PutPermission(stored::permission_record(
-            vhost, user, None,
-        ))]);
-        let existed = self
-            .tables
-            .write()
+        let mut tables = self.tables.write();
+        let existed = tables
             .permissions
             .remove(&(vhost.to_string(), user.to_string()))
             .is_some();
+        if existed {
+            self.write(vec![Op::PutPermission(stored::permission_record(
+                vhost, user, None,
+            ))]);
+        }
+        drop(tables);
         self.changed();
         existed
     }

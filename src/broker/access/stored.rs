@@ -85,3 +85,56 @@ pub(super) fn permission_record(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_round_trips_through_its_record_and_a_deletion_is_a_mark() {
+        let user = User {
+            name: "app".into(),
+            password: PasswordHash::new(HashingAlgorithm::Sha512, "pw").unwrap(),
+            tags: vec!["management".into()],
+            loopback_only: true,
+        };
+        let record = user_record(&user);
+        assert_eq!(
+            record.credential.len(),
+            2 + 4 + 64,
+            "algorithm, flags, salt, digest"
+        );
+        let StoredUser::Present(back) = user_from_record(&record).unwrap() else {
+            panic!("a present user");
+        };
+        assert!(back.check_password("pw") && !back.check_password("PW"));
+        assert!(back.loopback_only);
+        assert_eq!(back.tags, user.tags);
+        assert!(matches!(
+            user_from_record(&user_deleted("app")),
+            Ok(StoredUser::Deleted(name)) if name == "app"
+        ));
+        let mut unknown = record.clone();
+        unknown.credential[0] = 9;
+        assert!(user_from_record(&unknown).is_err());
+        let mut truncated = record;
+        truncated.credential.truncate(10);
+        assert!(user_from_record(&truncated).is_err());
+    }
+
+    #[test]
+    fn a_permission_record_keeps_the_patterns_as_given() {
+        let permission = Permission::new("^app\\.", "", ".*").unwrap();
+        let record = permission_record("/", "app", Some(&permission));
+        let patterns = record.patterns.unwrap();
+        assert_eq!(
+            (
+                patterns.configure.as_str(),
+                patterns.write.as_str(),
+                patterns.read.as_str()
+            ),
+            ("^app\\.", "", ".*")
+        );
+        assert!(permission_record("/", "app", None).patterns.is_none());
+    }
+}
