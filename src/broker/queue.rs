@@ -198,7 +198,8 @@ impl Queue {
         after: &mut Aftermath,
         ticket: Option<&Arc<PublishTicket>>,
     ) {
-        let mut forgets = Vec::new();
+        // Forgets and state changes: one detached submission per command.
+        let mut detached = Vec::new();
         // Added once after the loop, under the same lock: one atomic add per batch of
         // deliveries, not per message.
         let mut delivered = 0;
@@ -239,10 +240,25 @@ impl Queue {
                     seq,
                     message,
                     expires_at,
-                } => self.persist(seq, message, expires_at, ticket),
+                    delivered,
+                } => self.persist(seq, message, expires_at, delivered, ticket),
+                Effect::SetState { seq, state } => {
+                    if let Some(&queue) = self.store_id.get() {
+                        detached.push(dwellmq_store::Op::SetState {
+                            queue,
+                            seq,
+                            state: dwellmq_store::DeliveryState {
+                                redelivered: state.redelivered,
+                                delivery_count: state.delivery_count,
+                                acquired_count: state.acquired_count,
+                                ready_at_ms: state.ready_at.unwrap_or(0),
+                            },
+                        });
+                    }
+                }
                 Effect::Forget { seq } => {
                     if let Some(&queue) = self.store_id.get() {
-                        forgets.push(dwellmq_store::Op::Forget { queue, seq });
+                        detached.push(dwellmq_store::Op::Forget { queue, seq });
                     }
                 }
             }
@@ -250,8 +266,8 @@ impl Queue {
         if delivered > 0 {
             QueueCounters::add(&self.counters.deliver, delivered);
         }
-        if let (false, Some(store)) = (forgets.is_empty(), &self.runtime.store) {
-            store.submit_detached(forgets);
+        if let (false, Some(store)) = (detached.is_empty(), &self.runtime.store) {
+            store.submit_detached(detached);
         }
     }
 
@@ -260,6 +276,7 @@ impl Queue {
         seq: u64,
         message: Arc<Message>,
         expires_at: Option<u64>,
+        delivered: bool,
         ticket: Option<&Arc<PublishTicket>>,
     ) {
         let (Some(&queue), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
@@ -273,6 +290,7 @@ impl Queue {
             queue,
             seq,
             expires_at_ms: expires_at.unwrap_or(0),
+            delivered,
             message: dwellmq_store::Payload::Message(message),
         };
         let ticket = ticket.cloned();
@@ -350,8 +368,13 @@ impl Queue {
         outcome
     }
 
-    /// Puts back the messages the store held for this queue (at start).
-    pub(crate) fn restore(self: &Arc<Self>, entries: Vec<QueueEntry>, next_seq: u64) {
+    /// Puts back the messages the store held for this queue (at start), each with the time
+    /// its delayed retry is due, if it waits for one.
+    pub(crate) fn restore(
+        self: &Arc<Self>,
+        entries: Vec<(QueueEntry, Option<u64>)>,
+        next_seq: u64,
+    ) {
         self.run(|state, now, fx| state.restore(entries, next_seq, now, fx));
     }
 

@@ -95,6 +95,7 @@ fn group_commit(dir: &Path, size: usize, messages: u64, quick_repair: bool) {
                         queue,
                         seq,
                         expires_at_ms: 0,
+                        delivered: false,
                         message: Payload::Message(msg.clone()),
                     };
                     store.submit(vec![op], move |outcome| {

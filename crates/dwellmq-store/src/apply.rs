@@ -7,12 +7,12 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use crate::layout::{
     delayed_by_exchange_key, delayed_index_key, delayed_key, message_key, name_key, pair, BINDINGS,
     DELAYED, DELAYED_BY_EXCHANGE, DELAYED_COUNTS, DELAYED_INDEX, EXCHANGES, MESSAGES,
-    MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, POLICIES, QUEUES, USERS,
-    VHOSTS,
+    MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES,
+    USERS, VHOSTS,
 };
 use crate::ops::Op;
 use crate::records::{
-    decode_delayed_counts, decode_delayed_value, delayed_counts_value, delayed_header,
+    decode_delayed_counts, decode_delayed_value, delayed_counts_value, delayed_header, expiry_word,
     DeliveryState, QueueDef, MESSAGE_HEADER,
 };
 
@@ -23,6 +23,7 @@ pub(crate) struct Tables<'t> {
     meta: T<'t>,
     vhosts: T<'t>,
     users: T<'t>,
+    permissions: T<'t>,
     exchanges: T<'t>,
     queues: T<'t>,
     bindings: T<'t>,
@@ -44,6 +45,7 @@ impl<'t> Tables<'t> {
             meta: tx.open_table(META)?,
             vhosts: tx.open_table(VHOSTS)?,
             users: tx.open_table(USERS)?,
+            permissions: tx.open_table(PERMISSIONS)?,
             exchanges: tx.open_table(EXCHANGES)?,
             queues: tx.open_table(QUEUES)?,
             bindings: tx.open_table(BINDINGS)?,
@@ -95,6 +97,7 @@ impl<'t> Tables<'t> {
                     &mut self.queues,
                     &mut self.bindings,
                     &mut self.policies,
+                    &mut self.permissions,
                 ] {
                     remove_prefix(table, &prefix)?;
                 }
@@ -102,6 +105,10 @@ impl<'t> Tables<'t> {
             }
             Op::PutUser(u) => put(&mut self.users, &u.key(), &u.value()),
             Op::DeleteUser { name } => remove(&mut self.users, &name_key(&[name])),
+            Op::PutPermission(p) => put(&mut self.permissions, &p.key(), &p.value()),
+            Op::DeletePermission { vhost, user } => {
+                remove(&mut self.permissions, &name_key(&[vhost, user]))
+            }
             Op::PutExchange(x) => put(&mut self.exchanges, &x.key(), &x.value()),
             Op::DeleteExchange { vhost, name } => {
                 remove(&mut self.exchanges, &name_key(&[vhost, name]))?;
@@ -122,13 +129,15 @@ impl<'t> Tables<'t> {
                 queue,
                 seq,
                 expires_at_ms,
+                delivered,
                 message,
             } => {
                 let key = message_key(*queue, *seq);
                 let len = MESSAGE_HEADER + message.packed_len();
                 let mut slot = self.messages.insert_reserve(&key[..], len)?;
                 let out = slot.as_mut();
-                out[..MESSAGE_HEADER].copy_from_slice(&expires_at_ms.to_be_bytes());
+                let word = expiry_word(*expires_at_ms, *delivered);
+                out[..MESSAGE_HEADER].copy_from_slice(&word.to_be_bytes());
                 message.write_packed(&mut out[MESSAGE_HEADER..]);
                 Ok(())
             }

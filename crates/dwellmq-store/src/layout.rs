@@ -19,6 +19,7 @@ pub(crate) type Bin = TableDefinition<'static, &'static [u8], &'static [u8]>;
 pub(crate) const META: Bin = TableDefinition::new("meta");
 pub(crate) const VHOSTS: Bin = TableDefinition::new("vhosts");
 pub(crate) const USERS: Bin = TableDefinition::new("users");
+pub(crate) const PERMISSIONS: Bin = TableDefinition::new("permissions");
 pub(crate) const EXCHANGES: Bin = TableDefinition::new("exchanges");
 pub(crate) const QUEUES: Bin = TableDefinition::new("queues");
 pub(crate) const BINDINGS: Bin = TableDefinition::new("bindings");
@@ -31,10 +32,11 @@ pub(crate) const DELAYED_BY_EXCHANGE: Bin = TableDefinition::new("delayed_by_exc
 pub(crate) const DELAYED_COUNTS: Bin = TableDefinition::new("delayed_counts");
 
 /// Every table, so that a fresh store has all of them and a read never meets a missing one.
-pub(crate) const ALL_TABLES: [Bin; 13] = [
+pub(crate) const ALL_TABLES: [Bin; 14] = [
     META,
     VHOSTS,
     USERS,
+    PERMISSIONS,
     EXCHANGES,
     QUEUES,
     BINDINGS,

@@ -33,7 +33,7 @@ pub use ops::{Completion, Done, Op, Receipt};
 pub use read::{Recovery, Snapshot};
 pub use records::{
     BindingDef, Definitions, DelayedMessage, DeliveryState, DestinationKind, ExchangeDef, Payload,
-    PolicyDef, QueueDef, StoredMessage, UserDef, VhostDef,
+    PermissionDef, PermissionPatterns, PolicyDef, QueueDef, StoredMessage, UserDef, VhostDef,
 };
 pub use redb::{BackendError, StorageBackend};
 pub use store::{Store, StoreStats};

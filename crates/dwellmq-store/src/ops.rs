@@ -4,7 +4,8 @@ use dwellmq_core::schedule::DeadlineId;
 
 use crate::error::StoreError;
 use crate::records::{
-    BindingDef, DeliveryState, ExchangeDef, Payload, PolicyDef, QueueDef, UserDef, VhostDef,
+    BindingDef, DeliveryState, ExchangeDef, Payload, PermissionDef, PolicyDef, QueueDef, UserDef,
+    VhostDef,
 };
 
 /// One change. A submission's changes are applied in order, in one commit with everything else
@@ -24,6 +25,15 @@ pub enum Op {
     DeleteUser {
         /// Its name.
         name: String,
+    },
+    /// Adds or replaces a user's permissions in a vhost (or the mark that they were cleared).
+    PutPermission(PermissionDef),
+    /// Removes a user's permissions record in a vhost.
+    DeletePermission {
+        /// The vhost.
+        vhost: String,
+        /// The user.
+        user: String,
     },
     /// Adds or replaces a durable exchange.
     PutExchange(ExchangeDef),
@@ -67,11 +77,15 @@ pub enum Op {
         seq: u64,
         /// When it expires (ms since the epoch; 0 = never), so TTL continues after a restart.
         expires_at_ms: u64,
+        /// It was delivered (to a consumer that must ack it) before this op was submitted: it
+        /// comes back with `redelivered` set, with no [`Op::SetState`] written for it.
+        delivered: bool,
         /// The message.
         message: Payload,
     },
-    /// A persisted message's delivery state changed (requeued, waiting for a retry). Ignored
-    /// for a message that is not stored.
+    /// A persisted message's delivery state changed (first delivery, requeued, waiting for a
+    /// retry). Ignored for a message that is not stored; dropped by the writer when the
+    /// message is forgotten later in the same batch.
     SetState {
         /// The queue's id.
         queue: u64,
@@ -119,6 +133,7 @@ impl Op {
             self,
             Op::DeleteVhost { .. }
                 | Op::DeleteUser { .. }
+                | Op::DeletePermission { .. }
                 | Op::DeleteExchange { .. }
                 | Op::DeleteQueue { .. }
                 | Op::DeleteBinding(_)

@@ -13,13 +13,14 @@ use crate::error::{Result, StoreError};
 use crate::layout::{
     delayed_by_exchange_key, delayed_index_key, delayed_key, name_key, pair, split_pair, Bin,
     BINDINGS, DELAYED, DELAYED_BY_EXCHANGE, DELAYED_COUNTS, DELAYED_INDEX, EXCHANGES, MESSAGES,
-    MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, POLICIES, QUEUES, USERS,
-    VHOSTS,
+    MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES,
+    USERS, VHOSTS,
 };
 use crate::open::DbSlot;
 use crate::records::{
     decode_delayed_counts, decode_delayed_value, decode_message_value, BindingDef, Definitions,
-    DelayedMessage, DeliveryState, ExchangeDef, PolicyDef, QueueDef, StoredMessage, UserDef,
+    DelayedMessage, DeliveryState, ExchangeDef, PermissionDef, PolicyDef, QueueDef, StoredMessage,
+    UserDef,
     VhostDef,
 };
 
@@ -111,6 +112,7 @@ impl Snapshot {
         Ok(Definitions {
             vhosts: self.all(VHOSTS, "vhosts", VhostDef::decode)?,
             users: self.all(USERS, "users", UserDef::decode)?,
+            permissions: self.all_if_present(PERMISSIONS, "permissions", PermissionDef::decode)?,
             exchanges: self.all(EXCHANGES, "exchanges", ExchangeDef::decode)?,
             queues: self.all(QUEUES, "queues", QueueDef::decode)?,
             bindings: self.all(BINDINGS, "bindings", |k, _| BindingDef::decode(k))?,
@@ -131,6 +133,20 @@ impl Snapshot {
             out.push(decode(k.value(), v.value()).ok_or_else(|| self.corrupt(name, k.value()))?);
         }
         Ok(out)
+    }
+
+    /// As `all`, for a table that a file written before the table existed lacks (nothing
+    /// in it, then; the next write creates it).
+    fn all_if_present<R>(
+        &self,
+        def: Bin,
+        name: &'static str,
+        decode: impl Fn(&[u8], &[u8]) -> Option<R>,
+    ) -> Result<Vec<R>> {
+        match self.tx.open_table(def) {
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(Vec::new()),
+            _ => self.all(def, name, decode),
+        }
     }
 
     fn meta_u64(&self, key: &[u8]) -> Result<u64> {
@@ -196,23 +212,50 @@ impl Snapshot {
         let table = self.table(MESSAGES)?;
         let states = self.table(MESSAGE_STATE)?;
         let start = pair(queue, from_seq);
-        let range = match queue.checked_add(1) {
-            Some(next) => table.range(&start[..]..&pair(next, 0)[..]),
+        let end = queue.checked_add(1).map(|next| pair(next, 0));
+        let range = match &end {
+            Some(end) => table.range(&start[..]..&end[..]),
             None => table.range(&start[..]..),
         }
         .map_err(|e| self.damaged(e))?;
+        // The few state records walk alongside the messages (both in key order): one scan
+        // rather than a lookup per message.
+        let mut state_range = match &end {
+            Some(end) => states.range(&start[..]..&end[..]),
+            None => states.range(&start[..]..),
+        }
+        .map_err(|e| self.damaged(e))?
+        .peekable();
         let mut out = Vec::new();
         for entry in range.take(limit) {
             let (key, value) = entry.map_err(|e| self.damaged(e))?;
             let key = key.value();
             let (_, seq) = split_pair(key).ok_or_else(|| self.corrupt("messages", key))?;
-            let (expires_at_ms, message) =
+            let (expires_at_ms, delivered, message) =
                 decode_message_value(value.value()).ok_or_else(|| self.corrupt("messages", key))?;
-            let state = match states.get(key).map_err(|e| self.damaged(e))? {
-                None => DeliveryState::default(),
-                Some(v) => DeliveryState::decode(v.value())
-                    .ok_or_else(|| self.corrupt("message_state", key))?,
-            };
+            let mut state = DeliveryState::default();
+            loop {
+                let order = match state_range.peek() {
+                    None => break,
+                    Some(Ok((state_key, _))) => state_key.value().cmp(key),
+                    Some(Err(e)) => return Err(self.damaged(e)),
+                };
+                match order {
+                    std::cmp::Ordering::Greater => break,
+                    // A state whose message is gone (never the case after a forget).
+                    std::cmp::Ordering::Less => {
+                        state_range.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        if let Some(Ok((_, value))) = state_range.next() {
+                            state = DeliveryState::decode(value.value())
+                                .ok_or_else(|| self.corrupt("message_state", key))?;
+                        }
+                        break;
+                    }
+                }
+            }
+            state.redelivered |= delivered;
             out.push(StoredMessage {
                 seq,
                 expires_at_ms,

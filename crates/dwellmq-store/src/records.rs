@@ -31,6 +31,29 @@ pub struct UserDef {
     pub tags: Vec<String>,
 }
 
+/// A user's permissions in a vhost, or the mark that they were cleared at runtime (so that
+/// permissions the broker's configuration grants stay cleared after a restart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionDef {
+    /// The vhost.
+    pub vhost: String,
+    /// The user.
+    pub user: String,
+    /// The patterns; `None`: cleared.
+    pub patterns: Option<PermissionPatterns>,
+}
+
+/// RabbitMQ's three permission patterns, as the user gave them (regular expressions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionPatterns {
+    /// `configure`.
+    pub configure: String,
+    /// `write`.
+    pub write: String,
+    /// `read`.
+    pub read: String,
+}
+
 /// A durable exchange.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExchangeDef {
@@ -114,6 +137,8 @@ pub struct Definitions {
     pub vhosts: Vec<VhostDef>,
     /// Users.
     pub users: Vec<UserDef>,
+    /// Permissions (and cleared ones), by vhost then user.
+    pub permissions: Vec<PermissionDef>,
     /// Durable exchanges.
     pub exchanges: Vec<ExchangeDef>,
     /// Durable queues.
@@ -266,6 +291,44 @@ impl UserDef {
             name,
             credential,
             tags,
+        })
+    }
+}
+
+impl PermissionDef {
+    pub(crate) fn key(&self) -> Vec<u8> {
+        name_key(&[&self.vhost, &self.user])
+    }
+    pub(crate) fn value(&self) -> Vec<u8> {
+        match &self.patterns {
+            None => Enc::new().u8(0).done(),
+            Some(p) => Enc::new()
+                .u8(1)
+                .str16(&p.configure)
+                .str16(&p.write)
+                .str16(&p.read)
+                .done(),
+        }
+    }
+    pub(crate) fn decode(key: &[u8], value: &[u8]) -> Option<Self> {
+        let mut k = Dec::new(key);
+        let (vhost, user) = (k.str16()?, k.str16()?);
+        k.end()?;
+        let mut v = Dec::new(value);
+        let patterns = match v.u8()? {
+            0 => None,
+            1 => Some(PermissionPatterns {
+                configure: v.str16()?,
+                write: v.str16()?,
+                read: v.str16()?,
+            }),
+            _ => return None,
+        };
+        v.end()?;
+        Some(PermissionDef {
+            vhost,
+            user,
+            patterns,
         })
     }
 }
@@ -433,11 +496,26 @@ impl DeliveryState {
 /// `messages` value: `u64 expires_at_ms ‖ packed message`.
 pub(crate) const MESSAGE_HEADER: usize = 8;
 
-pub(crate) fn decode_message_value(value: &[u8]) -> Option<(u64, PackedMessage)> {
+/// The top bit of the `expires_at_ms` word: the message was delivered before its persist was
+/// submitted (an expiry in ms since the epoch never reaches 2^63).
+pub(crate) const DELIVERED_BIT: u64 = 1 << 63;
+
+/// The `expires_at_ms` word a persist writes.
+pub(crate) fn expiry_word(expires_at_ms: u64, delivered: bool) -> u64 {
+    let expires_at_ms = expires_at_ms & !DELIVERED_BIT;
+    if delivered {
+        expires_at_ms | DELIVERED_BIT
+    } else {
+        expires_at_ms
+    }
+}
+
+/// `(expires_at_ms, delivered, message)`.
+pub(crate) fn decode_message_value(value: &[u8]) -> Option<(u64, bool, PackedMessage)> {
     let mut v = Dec::new(value);
-    let expires_at_ms = v.u64()?;
+    let word = v.u64()?;
     let packed = PackedMessage::from_boxed(v.rest().into())?;
-    Some((expires_at_ms, packed))
+    Some((word & !DELIVERED_BIT, word & DELIVERED_BIT != 0, packed))
 }
 
 /// `delayed` value: `u64 due_ms ‖ str16 vhost ‖ str16 exchange ‖ packed message`.

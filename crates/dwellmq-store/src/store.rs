@@ -241,6 +241,16 @@ impl Store {
             if writer.join().is_err() {
                 tracing::error!("the store writer thread panicked");
             }
+            let stats = self.stats();
+            tracing::info!(
+                path = %self.path.display(),
+                commits = stats.commits,
+                failed_commits = stats.failed_commits,
+                submissions = stats.submissions,
+                ops_written = stats.ops_written,
+                ops_elided = stats.ops_elided,
+                "store writer stopped"
+            );
         }
         self.db.write().take();
         self.lock.lock().take();

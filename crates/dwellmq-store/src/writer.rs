@@ -298,7 +298,8 @@ impl Writer {
 
 /// Drops a persist and a forget of the same message (and a hold and a release of the same
 /// delayed message) that meet in one batch: nothing of it reached the disk, and nothing need.
-/// Returns how many ops were dropped.
+/// A state write followed by a forget of its message in the batch is dropped too (the forget
+/// stays unless its persist is dropped). Returns how many ops were dropped.
 pub(crate) fn elide(batch: &mut [Submission]) -> usize {
     #[derive(PartialEq, Eq, Hash, Clone, Copy)]
     enum Key {
@@ -307,6 +308,8 @@ pub(crate) fn elide(batch: &mut [Submission]) -> usize {
     }
     // Where each not-yet-forgotten write of this batch sits.
     let mut written: HashMap<Key, (usize, usize)> = HashMap::new();
+    // State writes not yet overtaken by a forget (a message may change state several times).
+    let mut states: HashMap<(u64, u64), Vec<(usize, usize)>> = HashMap::new();
     let mut dead: Vec<(usize, usize)> = Vec::new();
     for (s, submission) in batch.iter().enumerate() {
         for (o, op) in submission.ops.iter().enumerate() {
@@ -317,7 +320,16 @@ pub(crate) fn elide(batch: &mut [Submission]) -> usize {
                 Op::Hold { id, .. } => {
                     written.insert(Key::Delayed(id.seq), (s, o));
                 }
+                Op::SetState { queue, seq, .. } => {
+                    states.entry((*queue, *seq)).or_default().push((s, o));
+                }
                 Op::Forget { queue, seq } => {
+                    // The forget removes any state record: a state written just before it in
+                    // the same commit is useless (the hot path persist, deliver, ack writes
+                    // nothing at all).
+                    if let Some(at) = states.remove(&(*queue, *seq)) {
+                        dead.extend(at);
+                    }
                     if let Some(at) = written.remove(&Key::Message(*queue, *seq)) {
                         dead.extend([at, (s, o)]);
                     }

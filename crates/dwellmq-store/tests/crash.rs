@@ -134,6 +134,7 @@ fn child(dir: &str) {
                 queue,
                 seq,
                 expires_at_ms: 0,
+                delivered: false,
                 message: payload("k", &[b'x'; 200]),
             };
             store.submit(vec![op], move |r| {

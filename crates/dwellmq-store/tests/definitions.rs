@@ -4,7 +4,8 @@ mod common;
 
 use common::{payload, Scratch};
 use dwellmq_store::{
-    BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Store, UserDef, VhostDef,
+    BindingDef, DestinationKind, ExchangeDef, Op, PermissionDef, PermissionPatterns, PolicyDef,
+    QueueDef, Store, UserDef, VhostDef,
 };
 
 fn vhost(name: &str) -> VhostDef {
@@ -65,6 +66,20 @@ fn every_definition_round_trips_through_a_restart() {
         priority: -3,
         definition: b"message-ttl=5000".to_vec(),
     };
+    let granted = PermissionDef {
+        vhost: "/".into(),
+        user: "app".into(),
+        patterns: Some(PermissionPatterns {
+            configure: "^app\\.".into(),
+            write: ".*".into(),
+            read: "".into(),
+        }),
+    };
+    let cleared = PermissionDef {
+        vhost: "/".into(),
+        user: "guest".into(),
+        patterns: None,
+    };
     let to_queue = binding("/", "in", DestinationKind::Queue, "orders", "order.*");
     let to_exchange = binding("/", "in", DestinationKind::Exchange, "fanout", "");
     let ops = vec![
@@ -76,6 +91,8 @@ fn every_definition_round_trips_through_a_restart() {
         Op::PutBinding(to_queue.clone()),
         Op::PutBinding(to_exchange.clone()),
         Op::PutPolicy(policy.clone()),
+        Op::PutPermission(granted.clone()),
+        Op::PutPermission(cleared.clone()),
     ];
     store.write(ops).expect("commit");
     store.close();
@@ -88,6 +105,8 @@ fn every_definition_round_trips_through_a_restart() {
         .expect("read");
     assert_eq!(defs.vhosts, vec![vhost("/")]);
     assert_eq!(defs.users, vec![user]);
+    // By vhost, then user; a cleared permission is kept as such.
+    assert_eq!(defs.permissions, vec![granted, cleared]);
     let mut exchanges = defs.exchanges.clone();
     exchanges.sort_by(|a, b| a.name.cmp(&b.name));
     assert_eq!(
@@ -131,12 +150,14 @@ fn replacing_and_deleting_definitions() {
                 queue: orders.id,
                 seq: 1,
                 expires_at_ms: 0,
+                delivered: false,
                 message: payload("k", b"m"),
             },
             Op::Persist {
                 queue: other.id,
                 seq: 1,
                 expires_at_ms: 0,
+                delivered: false,
                 message: payload("k", b"kept"),
             },
         ])

@@ -13,6 +13,7 @@ fn persist(seq: u64, size: usize) -> Op {
         queue: 1,
         seq,
         expires_at_ms: 0,
+        delivered: false,
         message: payload("k", &vec![b'x'; size]),
     }
 }

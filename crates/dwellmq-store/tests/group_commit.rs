@@ -15,6 +15,7 @@ fn persist(queue: u64, seq: u64) -> Op {
         queue,
         seq,
         expires_at_ms: 0,
+        delivered: false,
         message: payload("k", b"body"),
     }
 }
@@ -155,6 +156,48 @@ fn a_batch_undone_entirely_needs_no_commit() {
         .queue_messages(3, 0, 10)
         .unwrap()
         .is_empty());
+}
+
+#[test]
+fn a_state_write_forgotten_in_the_same_batch_is_dropped() {
+    let dir = Scratch::new("elide-state");
+    let store = Store::open(dir.path()).expect("open");
+    let delivered = Op::SetState {
+        queue: 4,
+        seq: 1,
+        state: dwellmq_store::DeliveryState {
+            redelivered: true,
+            ..Default::default()
+        },
+    };
+    // Persisted, delivered and acked within one batch: nothing at all is written.
+    let receipt = store
+        .write(vec![
+            persist(4, 1),
+            delivered.clone(),
+            Op::Forget { queue: 4, seq: 1 },
+        ])
+        .expect("completed");
+    assert_eq!(receipt, Receipt { commit: None });
+    assert_eq!(store.stats().ops_elided, 3);
+    // Persisted earlier: the state write goes, the forget stays.
+    store.write(vec![persist(4, 1)]).unwrap();
+    store
+        .write(vec![delivered.clone(), Op::Forget { queue: 4, seq: 1 }])
+        .unwrap();
+    let stats = store.stats();
+    assert_eq!(stats.ops_elided, 4);
+    assert_eq!(stats.ops_written, 2, "the persist, then the forget alone");
+    // Not forgotten: the state is written.
+    store.write(vec![persist(4, 2)]).unwrap();
+    let mut later = delivered;
+    if let Op::SetState { seq, .. } = &mut later {
+        *seq = 2;
+    }
+    store.write(vec![later]).unwrap();
+    let stored = store.snapshot().unwrap().queue_messages(4, 0, 10).unwrap();
+    assert_eq!(stored.len(), 1);
+    assert!(stored[0].state.redelivered);
 }
 
 #[test]

@@ -11,6 +11,7 @@ fn persist(queue: u64, seq: u64, body: &[u8]) -> Op {
         queue,
         seq,
         expires_at_ms: 0,
+        delivered: false,
         message: payload("key", body),
     }
 }
@@ -29,6 +30,7 @@ fn queue_messages_come_back_in_queue_order_with_their_state() {
         queue: 6,
         seq: u64::MAX - 1,
         expires_at_ms: 1_700_000_000_123,
+        delivered: false,
         message: payload("key", b"expiring"),
     });
     store.write(ops).expect("commit");
@@ -83,6 +85,29 @@ fn queue_messages_come_back_in_queue_order_with_their_state() {
     assert_eq!(snap.next_queue_seq(6).unwrap(), u64::MAX);
     assert!(snap.queue_messages(7, 0, 0).unwrap().is_empty());
     assert!(snap.queue_messages(999, 0, 10).unwrap().is_empty());
+}
+
+#[test]
+fn a_message_delivered_before_its_persist_comes_back_redelivered_with_its_expiry() {
+    let dir = Scratch::new("delivered");
+    let store = Store::open(dir.path()).expect("open");
+    store
+        .write(vec![
+            Op::Persist {
+                queue: 1,
+                seq: 0,
+                expires_at_ms: 1_700_000_000_123,
+                delivered: true,
+                message: payload("key", b"delivered at once"),
+            },
+            persist(1, 1, b"waiting"),
+        ])
+        .expect("commit");
+    let stored = store.snapshot().unwrap().queue_messages(1, 0, 10).unwrap();
+    assert!(stored[0].state.redelivered);
+    assert_eq!(stored[0].expires_at_ms, 1_700_000_000_123);
+    assert_eq!(body_of(&stored[0].message), b"delivered at once");
+    assert_eq!(stored[1].state, DeliveryState::default());
 }
 
 #[test]
@@ -141,12 +166,14 @@ fn a_published_message_is_stored_exactly_as_packed() {
                 queue: 1,
                 seq: 1,
                 expires_at_ms: 0,
+                delivered: false,
                 message: Payload::Message(original.clone()),
             },
             Op::Persist {
                 queue: 1,
                 seq: 2,
                 expires_at_ms: 0,
+                delivered: false,
                 message: Payload::Packed(PackedMessage::pack(&original)),
             },
         ])

@@ -17,6 +17,7 @@ fn store_with_data(dir: &Scratch) {
                 queue: 1,
                 seq: 1,
                 expires_at_ms: 0,
+                delivered: false,
                 message: payload("k", &[7u8; 10_000]),
             },
         ])

@@ -24,6 +24,9 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     let window: u64 = options.get("window", 256)?;
     let persistent: bool = options.get("persistent", true)?;
     let pid: Option<u32> = options.get("pid", 0u32).ok().filter(|&p| p != 0);
+    // 0: unlimited (every message goes out as it is published); a small prefetch makes
+    // messages wait in the queue and be delivered later, as a slow consumer does.
+    let prefetch: u16 = options.get("prefetch", 0)?;
     let queue = format!("load-durable-{}", std::process::id());
 
     let mut consumer = RawClient::connect(&addr).await?;
@@ -40,6 +43,19 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     consumer
         .expect(|m| matches!(m, Method::QueueDeclareOk(_)))
         .await?;
+    if prefetch > 0 {
+        consumer
+            .send(
+                1,
+                Method::BasicQos(BasicQos {
+                    prefetch_size: 0,
+                    prefetch_count: prefetch,
+                    global: false,
+                }),
+            )
+            .await?;
+        consumer.expect(|m| matches!(m, Method::BasicQosOk)).await?;
+    }
     consumer
         .send(
             1,
@@ -104,8 +120,8 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     let mut consumer = consumer_task.await??;
     let elapsed = started.elapsed().as_secs_f64();
     println!(
-        "durable: 1 publisher (confirms, window {window}) -> 1 durable queue -> 1 consumer (acks), \
-         {size} B bodies, delivery mode {}",
+        "durable: 1 publisher (confirms, window {window}) -> 1 durable queue -> 1 consumer (acks, \
+         prefetch {prefetch}), {size} B bodies, delivery mode {}",
         if persistent { 2 } else { 1 }
     );
     println!(

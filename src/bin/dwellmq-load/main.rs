@@ -21,6 +21,7 @@
 mod delayed;
 mod durable;
 mod raw_client;
+mod restart;
 mod stats;
 mod throughput;
 
@@ -64,7 +65,7 @@ impl Options {
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let Some(mode) = args.next() else {
-        eprintln!("usage: dwellmq-load throughput|latency|delayed|durable [--option value]...");
+        eprintln!("usage: dwellmq-load throughput|latency|delayed|durable|fill|first-delivery [--option value]...");
         return ExitCode::from(2);
     };
     let options = match Options::parse(args) {
@@ -85,6 +86,8 @@ fn main() -> ExitCode {
             "latency" => throughput::run_latency(&options).await,
             "delayed" => delayed::run(&options).await,
             "durable" => durable::run(&options).await,
+            "fill" => restart::fill(&options).await,
+            "first-delivery" => restart::first_delivery(&options).await,
             other => Err(format!("unknown mode '{other}'").into()),
         }
     });

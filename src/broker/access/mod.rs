@@ -8,10 +8,13 @@
 mod cache;
 pub(crate) mod password;
 pub(crate) mod permission;
+mod stored;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use dwellmq_store::{Op, PermissionDef, Store, UserDef};
 
 use parking_lot::RwLock;
 
@@ -71,6 +74,8 @@ pub(crate) struct Access {
     tables: RwLock<Tables>,
     /// Bumped on every change.
     generation: AtomicU64,
+    /// Where runtime changes are written (set once the stored ones are applied at start).
+    store: OnceLock<Arc<Store>>,
 }
 
 impl Access {
@@ -128,7 +133,77 @@ impl Access {
         Ok(Access {
             tables: RwLock::new(tables),
             generation: AtomicU64::new(0),
+            store: OnceLock::new(),
         })
+    }
+
+    /// Applies what the store holds over the configured users and permissions (the last
+    /// runtime change wins, deletions included), then writes every later change to `store`.
+    /// Returns how many records were applied; a record that does not decode is skipped with
+    /// a warning.
+    pub(crate) fn restore(
+        &self,
+        users: &[UserDef],
+        permissions: &[PermissionDef],
+        store: Arc<Store>,
+    ) -> usize {
+        let mut applied = 0;
+        {
+            let mut tables = self.tables.write();
+            for def in users {
+                match stored::user_from_record(def) {
+                    Ok(stored::StoredUser::Present(user)) => {
+                        tables.users.insert(user.name.clone(), Arc::new(user));
+                    }
+                    Ok(stored::StoredUser::Deleted(name)) => {
+                        tables.users.remove(&name);
+                        tables.permissions.retain(|(_, user), _| *user != name);
+                    }
+                    Err(why) => {
+                        tracing::warn!(user = %def.name, "stored user not restored: {why}");
+                        continue;
+                    }
+                }
+                applied += 1;
+            }
+            for def in permissions {
+                let key = (def.vhost.clone(), def.user.clone());
+                let Some(p) = &def.patterns else {
+                    tables.permissions.remove(&key);
+                    applied += 1;
+                    continue;
+                };
+                if !tables.users.contains_key(&def.user) {
+                    tracing::warn!(user = %def.user, vhost = %def.vhost, "stored permission of a user that is gone, not restored");
+                    continue;
+                }
+                match Permission::new(&p.configure, &p.write, &p.read) {
+                    Ok(permission) => {
+                        tables.permissions.insert(key, Arc::new(permission));
+                        applied += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(user = %def.user, vhost = %def.vhost, "stored permission not restored: {e}");
+                    }
+                }
+            }
+        }
+        self.changed();
+        let _ = self.store.set(store);
+        applied
+    }
+
+    /// Submits a change to the store, if there is one (a failure is logged: the change holds
+    /// in memory, and a restart will not have it).
+    fn write(&self, ops: Vec<Op>) {
+        let Some(store) = self.store.get() else {
+            return;
+        };
+        store.submit(ops, |outcome| {
+            if let Err(e) = outcome {
+                tracing::error!(error = %e, "writing a user or permission change failed");
+            }
+        });
     }
 
     /// The generation: changes whenever users or permissions do.
@@ -151,12 +226,14 @@ impl Access {
 
     /// Adds or replaces a user; true if it is new.
     pub(crate) fn put_user(&self, user: User) -> bool {
-        let created = self
-            .tables
-            .write()
+        let mut tables = self.tables.write();
+        // Submitted under the lock: the store sees changes in the order memory does.
+        self.write(vec![Op::PutUser(stored::user_record(&user))]);
+        let created = tables
             .users
             .insert(user.name.clone(), Arc::new(user))
             .is_none();
+        drop(tables);
         self.changed();
         created
     }
@@ -165,7 +242,26 @@ impl Access {
     pub(crate) fn delete_user(&self, name: &str) -> bool {
         let mut tables = self.tables.write();
         let existed = tables.users.remove(name).is_some();
-        tables.permissions.retain(|(_, user), _| user != name);
+        // Only an actual deletion is marked: a mark for a name that never existed would delete
+        // a user added to the configuration later.
+        let mut ops = Vec::new();
+        if existed {
+            ops.push(Op::PutUser(stored::user_deleted(name)));
+        }
+        tables.permissions.retain(|(vhost, user), _| {
+            let keep = user != name;
+            if !keep {
+                // Marked cleared, so that a configured permission does not come back if the
+                // user is created again.
+                ops.push(Op::PutPermission(stored::permission_record(
+                    vhost, user, None,
+                )));
+            }
+            keep
+        });
+        if !ops.is_empty() {
+            self.write(ops);
+        }
         drop(tables);
         self.changed();
         existed
@@ -192,24 +288,34 @@ impl Access {
 
     /// Sets a user's permissions in a vhost; true if the user had none there.
     pub(crate) fn set_permission(&self, vhost: &str, user: &str, permission: Permission) -> bool {
-        let created = self
-            .tables
-            .write()
+        let mut tables = self.tables.write();
+        self.write(vec![Op::PutPermission(stored::permission_record(
+            vhost,
+            user,
+            Some(&permission),
+        ))]);
+        let created = tables
             .permissions
             .insert((vhost.to_string(), user.to_string()), Arc::new(permission))
             .is_none();
+        drop(tables);
         self.changed();
         created
     }
 
     /// Removes a user's permissions in a vhost; false if there were none.
     pub(crate) fn clear_permission(&self, vhost: &str, user: &str) -> bool {
-        let existed = self
-            .tables
-            .write()
+        let mut tables = self.tables.write();
+        let existed = tables
             .permissions
             .remove(&(vhost.to_string(), user.to_string()))
             .is_some();
+        if existed {
+            self.write(vec![Op::PutPermission(stored::permission_record(
+                vhost, user, None,
+            ))]);
+        }
+        drop(tables);
         self.changed();
         existed
     }

@@ -124,6 +124,26 @@ impl PasswordHash {
         Ok(PasswordHash { algorithm, stored })
     }
 
+    /// A hash from its raw octets (salt, then digest; empty: no password), as the durable
+    /// store keeps it.
+    pub(crate) fn from_raw(
+        algorithm: HashingAlgorithm,
+        stored: &[u8],
+    ) -> Result<Self, PasswordError> {
+        if !stored.is_empty() && stored.len() != SALT_LEN + algorithm.digest_len() {
+            return Err(PasswordError::Malformed(algorithm.name()));
+        }
+        Ok(PasswordHash {
+            algorithm,
+            stored: stored.to_vec(),
+        })
+    }
+
+    /// The raw octets: salt, then digest (empty: no password).
+    pub(crate) fn raw(&self) -> &[u8] {
+        &self.stored
+    }
+
     /// The `password_hash` definitions carry.
     pub(crate) fn encode(&self) -> String {
         base64::engine::general_purpose::STANDARD.encode(&self.stored)

@@ -42,6 +42,8 @@ struct Restored {
     messages: usize,
     delayed: usize,
     skipped: usize,
+    /// User and permission records applied over the configured ones.
+    access: usize,
 }
 
 /// Restores everything the store holds into `state`. Definitions that no longer fit (a vhost
@@ -54,9 +56,15 @@ pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
     state.runtime.restoring.store(true, Ordering::Release);
     let result = restore_from(state, &store);
     state.runtime.restoring.store(false, Ordering::Release);
-    let (restored, stale) = result?;
+    let (restored, stale, queues) = result?;
     if !stale.is_empty() {
         super::write(&store, stale);
+    }
+    // Now that every definition is back (dead-letter exchanges, their bindings and target
+    // queues): messages whose TTL passed while the broker was down expire, dead-lettered
+    // where their queue says, and the deadlines of the others are armed.
+    for queue in &queues {
+        queue.tick();
     }
     tracing::info!(
         path = %store.path().display(),
@@ -67,20 +75,22 @@ pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
         messages = restored.messages,
         delayed = restored.delayed,
         skipped = restored.skipped,
+        users_and_permissions = restored.access,
         "store restored"
     );
     Ok(())
 }
 
-fn restore_from(
-    state: &BrokerState,
-    store: &Arc<Store>,
-) -> Result<(Restored, Vec<Op>), RecoveryError> {
+/// What a restore leaves to do: its report, stale records to remove, the queues it restored.
+type RestoreOutcome = (Restored, Vec<Op>, Vec<Arc<Queue>>);
+
+fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcome, RecoveryError> {
     let snapshot = store.snapshot()?;
     let recovery = snapshot.recovery()?;
     let definitions = recovery.definitions;
     let mut restored = Restored::default();
     let mut stale = Vec::new();
+    let mut queues = Vec::new();
     // Before anything is scheduled (queues restored below arm ticks): new deadlines are
     // numbered above every held message's id.
     state.delayed.reserve_below(recovery.next_delayed_seq);
@@ -88,6 +98,13 @@ fn restore_from(
     for v in &definitions.vhosts {
         state.add_vhost(&v.name);
     }
+    // Users and permissions changed at runtime, over the configured ones; later changes are
+    // written from here on.
+    restored.access = state.access.restore(
+        &definitions.users,
+        &definitions.permissions,
+        Arc::clone(store),
+    );
     for p in &definitions.policies {
         match restore_policy(state, p) {
             Ok(()) => restored.policies += 1,
@@ -107,9 +124,10 @@ fn restore_from(
             .find(|(id, _)| *id == q.id)
             .map_or(0, |&(_, seq)| seq);
         match restore_queue(state, &snapshot, q, next_seq) {
-            Ok(count) => {
+            Ok((queue, count)) => {
                 restored.queues += 1;
                 restored.messages += count;
+                queues.push(queue);
             }
             Err(why) => skip(&mut restored, "queue", &q.vhost, &q.name, &why),
         }
@@ -124,7 +142,7 @@ fn restore_from(
         }
     }
     restore_delayed(state, store, &snapshot, &mut restored)?;
-    Ok((restored, stale))
+    Ok((restored, stale, queues))
 }
 
 /// Messages held by durable delayed exchanges: their exchanges' counts, and the disk tier that
@@ -243,14 +261,14 @@ fn restore_exchange(state: &BrokerState, x: &ExchangeDef) -> Result<(), String> 
         .map_err(|e| e.to_string())
 }
 
-/// Declares the queue under its stored id and loads its messages page by page; returns how
-/// many.
+/// Declares the queue under its stored id and loads its messages page by page; returns it
+/// and how many.
 fn restore_queue(
     state: &BrokerState,
     snapshot: &Snapshot,
     q: &QueueDef,
     next_seq: u64,
-) -> Result<usize, String> {
+) -> Result<(Arc<Queue>, usize), String> {
     let vhost = state
         .vhost(&q.vhost)
         .ok_or_else(|| format!("no vhost '{}'", q.vhost))?;
@@ -289,17 +307,17 @@ fn restore_queue(
     }
     // Even an empty queue continues its numbering.
     queue.restore(Vec::new(), next_seq);
-    Ok(count)
+    Ok((queue, count))
 }
 
-/// Stored messages as queue entries. Every one comes back marked redelivered: the store does
-/// not record first deliveries (a write per delivery), so any may have been delivered before
-/// the restart, and AMQP allows the flag to say "perhaps".
+/// Stored messages as queue entries, each with the time its delayed retry is due (if it
+/// waits for one). Their state is exact: `redelivered` only for a message delivered before
+/// the restart (its persist or a state write says so), and a quorum queue's counts.
 fn entries(
     state: &BrokerState,
     queue: &Arc<Queue>,
     page: Vec<dwellmq_store::StoredMessage>,
-) -> Vec<QueueEntry> {
+) -> Vec<(QueueEntry, Option<u64>)> {
     let mut out = Vec::with_capacity(page.len());
     for stored in page {
         let body_len = stored.message.body_len();
@@ -308,14 +326,16 @@ fn entries(
             tracing::warn!(queue = %queue.name, seq = stored.seq, "stored message malformed, skipped");
             continue;
         };
-        out.push(QueueEntry {
+        let entry = QueueEntry {
             message,
             seq: stored.seq,
-            redelivered: true,
+            redelivered: stored.state.redelivered,
             delivery_count: stored.state.delivery_count,
             acquired_count: stored.state.acquired_count,
             expires_at: (stored.expires_at_ms != 0).then_some(stored.expires_at_ms),
-        });
+        };
+        let ready_at = stored.state.ready_at_ms;
+        out.push((entry, (ready_at != 0).then_some(ready_at)));
     }
     out
 }

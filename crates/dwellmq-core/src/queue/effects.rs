@@ -88,6 +88,18 @@ pub enum Effect<C> {
         message: Arc<Message>,
         /// When it expires (ms since the epoch), so that its TTL continues after a restart.
         expires_at: Option<u64>,
+        /// Delivered (to a consumer that must ack it) by the same command: a restart brings
+        /// it back redelivered, with no [`Effect::SetState`] for this delivery.
+        delivered: bool,
+    },
+    /// Store hook: what a restart must know of a persisted message's delivery changed: its
+    /// first delivery to a consumer that must ack it, or (quorum queues) a return that
+    /// counted it or put it into a delayed retry.
+    SetState {
+        /// Its position in the queue.
+        seq: u64,
+        /// What a restart brings back.
+        state: DeliveryMark,
     },
     /// Store hook: a persisted message left the queue for good.
     Forget {
@@ -96,15 +108,33 @@ pub enum Effect<C> {
     },
 }
 
+/// A persisted message's delivery state as a restart must bring it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeliveryMark {
+    /// It was delivered: it comes back with `redelivered` set.
+    pub redelivered: bool,
+    /// Failed attempts (`x-delivery-count`, quorum queues).
+    pub delivery_count: u32,
+    /// Returns of any kind (`x-acquired-count`, quorum queues).
+    pub acquired_count: u32,
+    /// Waiting for a delayed retry until then (ms since the epoch).
+    pub ready_at: Option<u64>,
+}
+
 /// A reusable sink of effects.
 #[derive(Debug)]
 pub struct Effects<C> {
     items: Vec<Effect<C>>,
+    /// Where the last `Persist` sits, so a delivery by the same command can mark it.
+    last_persist: Option<usize>,
 }
 
 impl<C> Default for Effects<C> {
     fn default() -> Self {
-        Effects { items: Vec::new() }
+        Effects {
+            items: Vec::new(),
+            last_persist: None,
+        }
     }
 }
 
@@ -115,11 +145,35 @@ impl<C> Effects<C> {
     }
 
     pub(crate) fn push(&mut self, effect: Effect<C>) {
+        if matches!(effect, Effect::Persist { .. }) {
+            self.last_persist = Some(self.items.len());
+        }
         self.items.push(effect);
+    }
+
+    /// Marks the persist of `seq` as delivered if it is the last one this command asked for
+    /// (a message published to a waiting consumer); false if there is none (a state write is
+    /// needed instead).
+    pub(crate) fn mark_delivered(&mut self, seq: u64) -> bool {
+        let Some(at) = self.last_persist else {
+            return false;
+        };
+        match self.items.get_mut(at) {
+            Some(Effect::Persist {
+                seq: persisted,
+                delivered,
+                ..
+            }) if *persisted == seq => {
+                *delivered = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Takes the effects out in order, leaving the sink empty (its buffer kept).
     pub fn drain(&mut self) -> std::vec::Drain<'_, Effect<C>> {
+        self.last_persist = None;
         self.items.drain(..)
     }
 

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use credit::{delivery_reservation, ChannelCredit, Congestion, ConsumerCredit};
-pub use effects::{DeathReason, Effect, Effects};
+pub use effects::{DeathReason, DeliveryMark, Effect, Effects};
 pub use settings::{DeadLetterTarget, ExpiryMode, QueueSettings};
 
 use crate::arguments::{parse_expiration, Overflow, RetryKind};
@@ -281,6 +281,7 @@ impl<C: Clone> QueueState<C> {
                 seq,
                 message,
                 expires_at,
+                delivered: false,
             });
         }
         if let Some(at) = expires_at {
@@ -296,16 +297,25 @@ impl<C: Clone> QueueState<C> {
     }
 
     /// Puts back messages read from the store at start, in queue order, each at its stored
-    /// position, and makes `next_seq` the position of the next message published. No store
-    /// effect comes out for them (they are stored); deadlines are armed and consumers served.
+    /// position (or waiting for its delayed retry until the time given with it), and makes
+    /// `next_seq` the position of the next message published. No store effect comes out for
+    /// them (they are stored). Nothing expires here: the caller ticks the queue once every
+    /// definition is back, so that messages that expired while the broker was down reach a
+    /// dead-letter exchange whose bindings are restored after the queue.
     pub fn restore(
         &mut self,
-        entries: impl IntoIterator<Item = QueueEntry>,
+        entries: impl IntoIterator<Item = (QueueEntry, Option<u64>)>,
         next_seq: u64,
         now_ms: u64,
         fx: &mut Effects<C>,
     ) {
-        for entry in entries {
+        for (entry, retry_at) in entries {
+            self.messages.skip_to(entry.seq.saturating_add(1));
+            if let Some(at) = retry_at.filter(|&at| at > now_ms) {
+                self.retrying_bytes += entry.message.body_len() as u64;
+                self.retrying.insert((at, entry.seq), entry);
+                continue;
+            }
             let (seq, expires_at) = (entry.seq, entry.expires_at);
             let level = self.messages.level_of(&entry.message);
             self.messages.restore(entry);
@@ -314,7 +324,6 @@ impl<C: Clone> QueueState<C> {
             }
         }
         self.messages.skip_to(next_seq);
-        self.expire_due(now_ms, fx);
         self.deliver_ready(now_ms, None, fx);
         self.arm(now_ms, fx);
     }
@@ -394,6 +403,7 @@ impl<C: Clone> QueueState<C> {
                 self.forget(entry, fx);
             } else {
                 self.unacked += 1;
+                self.note_delivery(entry, fx);
             }
         }
         self.arm(now_ms, fx);
@@ -460,7 +470,10 @@ impl<C: Clone> QueueState<C> {
                         continue;
                     }
                 }
-                if let Some(ready_at) = self.retry_at(&entry, cause, now_ms) {
+                let ready_at = self.retry_at(&entry, cause, now_ms);
+                // The counts (and a retry's time) must survive a restart.
+                self.note_state(&entry, ready_at, fx);
+                if let Some(ready_at) = ready_at {
                     self.retrying_bytes += entry.message.body_len() as u64;
                     self.retrying.insert((ready_at, entry.seq), entry);
                     continue;
@@ -608,6 +621,31 @@ impl<C: Clone> QueueState<C> {
         self.settings.durable && message.is_persistent()
     }
 
+    /// A persisted message goes out for the first time to a consumer that must ack it: a
+    /// restart must bring it back redelivered. Published to a waiting consumer, its persist
+    /// says so; otherwise a state write does (dropped by the store if an ack follows soon).
+    fn note_delivery(&self, entry: &QueueEntry, fx: &mut Effects<C>) {
+        if entry.redelivered || !self.is_persisted(&entry.message) || fx.mark_delivered(entry.seq) {
+            return;
+        }
+        self.note_state(entry, None, fx);
+    }
+
+    /// A persisted message's state changed: what a restart must bring back.
+    fn note_state(&self, entry: &QueueEntry, ready_at: Option<u64>, fx: &mut Effects<C>) {
+        if self.is_persisted(&entry.message) {
+            fx.push(Effect::SetState {
+                seq: entry.seq,
+                state: DeliveryMark {
+                    redelivered: true,
+                    delivery_count: entry.delivery_count,
+                    acquired_count: entry.acquired_count,
+                    ready_at,
+                },
+            });
+        }
+    }
+
     fn forget(&self, entry: &QueueEntry, fx: &mut Effects<C>) {
         if self.is_persisted(&entry.message) {
             fx.push(Effect::Forget { seq: entry.seq });
@@ -743,6 +781,7 @@ impl<C: Clone> QueueState<C> {
                 self.forget(&entry, fx);
             } else {
                 self.unacked += 1;
+                self.note_delivery(&entry, fx);
             }
             fx.push(Effect::Deliver {
                 consumer: slot.handle.clone(),

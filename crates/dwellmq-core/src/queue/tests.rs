@@ -58,7 +58,13 @@ fn summary(fx: &mut Effects<u32>) -> Vec<String> {
             Effect::Dropped { reason } => format!("dropped {}", reason.name()),
             Effect::Arm { at_ms } => format!("arm {at_ms}"),
             Effect::Expire => "expire".into(),
-            Effect::Persist { seq, .. } => format!("persist {seq}"),
+            Effect::Persist { seq, delivered, .. } => {
+                format!("persist {seq}{}", if delivered { " delivered" } else { "" })
+            }
+            Effect::SetState { seq, state } => format!(
+                "state {seq} redelivered={} count={} acquired={} ready_at={:?}",
+                state.redelivered, state.delivery_count, state.acquired_count, state.ready_at
+            ),
             Effect::Forget { seq } => format!("forget {seq}"),
         })
         .collect()
@@ -372,7 +378,149 @@ fn persistent_messages_on_a_durable_queue_are_persisted_then_forgotten() {
     assert_eq!(summary(&mut fx), ["persist 0"]);
     let (entry, _) = q.get(false, 0, &mut fx).unwrap();
     q.ack([&entry], 0, &mut fx);
+    assert_eq!(
+        summary(&mut fx),
+        [
+            "state 0 redelivered=true count=0 acquired=0 ready_at=None",
+            "forget 0"
+        ]
+    );
+}
+
+fn persistent(body: &'static str) -> Arc<Message> {
+    Message::new(
+        "".into(),
+        "q".into(),
+        BasicProperties {
+            delivery_mode: Some(2),
+            ..Default::default()
+        },
+        Bytes::from_static(body.as_bytes()).into(),
+        None,
+    )
+}
+
+#[test]
+fn a_first_delivery_is_recorded_in_the_persist_or_as_a_state_write() {
+    let mut q = Q::new(
+        QueueSettings {
+            durable: true,
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    // No consumer: persisted as never delivered.
+    q.publish(persistent("waiting"), 0, &mut fx);
+    assert_eq!(summary(&mut fx), ["persist 0"]);
+    // Delivered later: a state write says so.
+    q.consume(slot(1, 2), 0, &mut fx).unwrap();
+    assert_eq!(
+        summary(&mut fx),
+        [
+            "state 0 redelivered=true count=0 acquired=0 ready_at=None",
+            "deliver 1 waiting"
+        ]
+    );
+    // Published to the waiting consumer: the persist says so, no state write.
+    q.publish(persistent("at once"), 0, &mut fx);
+    assert_eq!(
+        summary(&mut fx),
+        ["persist 1 delivered", "deliver 1 at once"]
+    );
+    // A consumer without acks takes it for good: forgotten, no state.
+    let mut q = Q::new(
+        QueueSettings {
+            durable: true,
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    q.publish(persistent("no ack"), 0, &mut fx);
+    fx.drain();
+    let (entry, _) = q.get(true, 0, &mut fx).unwrap();
     assert_eq!(summary(&mut fx), ["forget 0"]);
+    // A classic queue's requeue writes nothing: the first delivery already did.
+    q.publish(persistent("again"), 0, &mut fx);
+    let (entry2, _) = q.get(false, 0, &mut fx).unwrap();
+    fx.drain();
+    q.requeue([entry2], ReturnCause::Nacked, 0, &mut fx);
+    assert!(summary(&mut fx).is_empty());
+    let (again, _) = q.get(false, 0, &mut fx).unwrap();
+    assert!(again.redelivered);
+    assert!(
+        summary(&mut fx).is_empty(),
+        "redelivered: nothing new to write"
+    );
+    drop(entry);
+}
+
+#[test]
+fn a_quorum_return_records_its_counts_and_its_retry_time() {
+    use crate::arguments::RetryKind;
+    let mut q = quorum(retry(RetryKind::Failed, 5_000, 5_000), None);
+    let mut fx = Effects::new();
+    q.publish(persistent("job"), 100, &mut fx);
+    let (entry, _) = q.get(false, 100, &mut fx).unwrap();
+    fx.drain();
+    q.requeue([entry], ReturnCause::Rejected, 200, &mut fx);
+    assert_eq!(
+        summary(&mut fx)[0],
+        "state 0 redelivered=true count=1 acquired=1 ready_at=Some(5200)"
+    );
+    q.tick(5_200, &mut fx);
+    let (entry, _) = q.get(false, 5_200, &mut fx).unwrap();
+    fx.drain();
+    q.requeue([entry], ReturnCause::Nacked, 5_300, &mut fx);
+    assert_eq!(
+        summary(&mut fx)[0],
+        "state 0 redelivered=true count=1 acquired=2 ready_at=None"
+    );
+}
+
+#[test]
+fn restored_messages_keep_their_retry_time_and_do_not_expire_until_ticked() {
+    let mut q = Q::new(
+        QueueSettings {
+            durable: true,
+            dead_letter: dlx(),
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    let entry = |seq, body, expires_at| QueueEntry {
+        message: persistent(body),
+        seq,
+        redelivered: true,
+        delivery_count: 0,
+        acquired_count: 0,
+        expires_at,
+    };
+    q.restore(
+        [
+            (entry(3, "expired", Some(500)), None),
+            (entry(7, "retry", None), Some(2_000)),
+        ],
+        9,
+        1_000,
+        &mut fx,
+    );
+    assert_eq!((q.ready(), q.retrying()), (1, 1));
+    assert_eq!(summary(&mut fx), ["arm 1000"]);
+    q.tick(1_000, &mut fx);
+    assert_eq!(
+        summary(&mut fx),
+        ["forget 3", "dead expired expired", "arm 2000"]
+    );
+    q.tick(2_000, &mut fx);
+    assert_eq!((q.ready(), q.retrying()), (1, 0));
+    fx.drain();
+    q.publish(persistent("next"), 2_000, &mut fx);
+    assert_eq!(summary(&mut fx)[0], "persist 9");
 }
 
 fn quorum(retry: crate::arguments::DelayedRetry, limit: Option<u64>) -> Q {
