@@ -20,8 +20,7 @@ use crate::open::DbSlot;
 use crate::records::{
     decode_delayed_counts, decode_delayed_value, decode_message_value, BindingDef, Definitions,
     DelayedMessage, DeliveryState, ExchangeDef, PermissionDef, PolicyDef, QueueDef, StoredMessage,
-    UserDef,
-    VhostDef,
+    UserDef, VhostDef,
 };
 
 type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;

@@ -218,6 +218,14 @@ impl DiskTier {
         std::mem::take(&mut self.failed)
     }
 
+    /// A durable exchange's message due within the horizon, held in the wheel: its `Hold` is
+    /// written all the same, and a refill reading past it once it is committed must not bring
+    /// it out a second time. It is remembered as leaving until its `Release` is committed
+    /// ([`DiskTier::released`]); at most a horizon's worth of publishes.
+    pub(super) fn held_in_wheel(&mut self, id: DeadlineId) {
+        self.leaving.insert(id);
+    }
+
     /// Their `Release` is committed: a refill may no longer find them.
     pub(super) fn released(&mut self, ids: &[DeadlineId]) {
         for id in ids {

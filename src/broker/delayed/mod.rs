@@ -299,6 +299,11 @@ impl DelayedMessages {
         } else {
             self.memory.charge_bytes(held.message.charged_by_holder());
             let (id, wake) = inner.scheduler.schedule(due_ms, Entry::Release(held));
+            if store.is_some() {
+                if let Some(disk) = disk_guard.as_mut().and_then(|d| d.as_mut()) {
+                    disk.held_in_wheel(id);
+                }
+            }
             if inner.scheduler.is_far(id) {
                 index_of(&mut inner.exchanges, vhost, exchange)
                     .beyond
