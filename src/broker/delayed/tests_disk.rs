@@ -158,3 +158,30 @@ fn ids_of_messages_held_on_disk_stay_bounded_in_ram_and_all_are_released_when_du
     assert_eq!(snapshot.delayed_count().expect("count"), 0);
     assert_eq!(snapshot.delayed_counts().expect("counts"), Vec::new());
 }
+
+#[test]
+fn a_durable_message_due_within_the_horizon_is_released_once_though_its_hold_is_on_disk() {
+    let temp = TempStore::new("disk-tier-near");
+    let (vhost, exchange, queue) = durable_setup();
+    let memory = MemoryMonitor::new(u64::MAX);
+    let delayed = DelayedMessages::new(0, Arc::clone(&memory));
+    delayed.set_store(Arc::clone(&temp.store));
+    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    // One far message (held on disk: its committed hold makes the window read the index
+    // again) and ten near ones (held in the wheel, their holds written all the same).
+    delayed.hold(&vhost, &exchange, message(b"far".to_vec()), 10_000);
+    for i in 0..10u64 {
+        delayed.hold(&vhost, &exchange, message(vec![i as u8]), 200 + i * 50);
+    }
+    temp.store.write(Vec::new()).expect("commit");
+    let mut released = 0;
+    while let Some(now) = delayed.next_wake() {
+        released += delayed.release_due(now);
+        delayed.move_in(now, None);
+        temp.store.write(Vec::new()).expect("commit");
+    }
+    // A refill that read the near ones' holds from the index released each of them twice.
+    assert_eq!(released, 11);
+    assert_eq!(queue.message_count(), 11);
+    assert_eq!(delayed.len(), 0);
+}
