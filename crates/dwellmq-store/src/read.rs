@@ -11,16 +11,14 @@ use crate::codec::hex;
 use crate::codec::Dec;
 use crate::error::{Result, StoreError};
 use crate::layout::{
-    delayed_by_exchange_key, delayed_index_key, delayed_key, name_key, pair, split_pair, Bin,
-    BINDINGS, DELAYED, DELAYED_BY_EXCHANGE, DELAYED_COUNTS, DELAYED_INDEX, EXCHANGES, MESSAGES,
-    MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, POLICIES, QUEUES, USERS,
-    VHOSTS,
+    held_end, held_key, name_key, pair, split_held_key, split_pair, Bin, BINDINGS,
+    DELAYED_EXCHANGES, EXCHANGES, HELD, MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ,
+    META_NEXT_QUEUE_ID, POLICIES, QUEUES, USERS, VHOSTS,
 };
 use crate::open::DbSlot;
 use crate::records::{
-    decode_delayed_counts, decode_delayed_value, decode_message_value, BindingDef, Definitions,
-    DelayedMessage, DeliveryState, ExchangeDef, PolicyDef, QueueDef, StoredMessage, UserDef,
-    VhostDef,
+    decode_held_value, decode_message_value, BindingDef, Definitions, DelayedMessage,
+    DeliveryState, ExchangeDef, HeldBy, PolicyDef, QueueDef, StoredMessage, UserDef, VhostDef,
 };
 
 type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;
@@ -225,57 +223,111 @@ impl Snapshot {
 
     /// How many messages delayed exchanges hold (no scan: redb keeps the count).
     pub fn delayed_count(&self) -> Result<u64> {
-        self.table(DELAYED_INDEX)?
-            .len()
-            .map_err(|e| self.damaged(e))
+        self.table(HELD)?.len().map_err(|e| self.damaged(e))
     }
 
-    /// Up to `limit` delayed ids in (due, seq) order, strictly after `after` (the index only:
-    /// no body is read). A far tier refills from here.
-    pub fn delayed_ids(&self, after: Option<DeadlineId>, limit: usize) -> Result<Vec<DeadlineId>> {
-        let table = self.table(DELAYED_INDEX)?;
-        let range = match after {
-            None => table.range::<&[u8]>(..),
-            Some(id) => {
-                let key = delayed_index_key(id.due_ms, id.seq);
-                table.range::<&[u8]>((
-                    std::ops::Bound::Excluded(&key[..]),
-                    std::ops::Bound::Unbounded,
-                ))
-            }
+    /// Every `delayed_exchanges` row: (vhost, exchange, row), in key order.
+    fn held_by(&self) -> Result<Vec<(String, String, HeldBy)>> {
+        let table = self.table(DELAYED_EXCHANGES)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(|e| self.damaged(e))? {
+            let (key, value) = entry.map_err(|e| self.damaged(e))?;
+            let mut k = Dec::new(key.value());
+            let names = (k.str16(), k.str16(), k.end());
+            let (Some(vhost), Some(exchange), Some(()), Some(row)) =
+                (names.0, names.1, names.2, HeldBy::decode(value.value()))
+            else {
+                return Err(self.corrupt("delayed_exchanges", key.value()));
+            };
+            out.push((vhost, exchange, row));
         }
-        .map_err(|e| self.damaged(e))?;
+        Ok(out)
+    }
+
+    /// One exchange's number in `held`, if it ever held a message.
+    fn number_of(&self, vhost: &str, exchange: &str) -> Result<Option<u32>> {
+        let table = self.table(DELAYED_EXCHANGES)?;
+        let key = name_key(&[vhost, exchange]);
+        let value = table.get(&key[..]).map_err(|e| self.damaged(e))?;
+        match value {
+            None => Ok(None),
+            Some(v) => HeldBy::decode(v.value())
+                .map(|row| Some(row.number))
+                .ok_or_else(|| self.corrupt("delayed_exchanges", &key)),
+        }
+    }
+
+    /// Up to `limit` ids of one exchange (by number) in (due, seq) order, from `start` on.
+    fn ids_in(
+        &self,
+        table: &Table,
+        number: u32,
+        start: std::ops::Bound<[u8; 20]>,
+        limit: usize,
+    ) -> Result<Vec<DeadlineId>> {
+        use std::ops::Bound;
+        let end = match held_end(number) {
+            Some(end) => Bound::Excluded(end),
+            None => Bound::Unbounded,
+        };
+        let as_slice = |b: &Bound<[u8; 20]>| -> Bound<Vec<u8>> {
+            match b {
+                Bound::Included(k) => Bound::Included(k.to_vec()),
+                Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+                Bound::Unbounded => Bound::Unbounded,
+            }
+        };
+        let (start, end) = (as_slice(&start), as_slice(&end));
+        let range = table
+            .range::<&[u8]>((
+                start.as_ref().map(|k| k.as_slice()),
+                end.as_ref().map(|k| k.as_slice()),
+            ))
+            .map_err(|e| self.damaged(e))?;
         let mut out = Vec::with_capacity(limit.min(4096));
         for entry in range.take(limit) {
             let (key, _) = entry.map_err(|e| self.damaged(e))?;
-            let (due_ms, seq) = split_pair(key.value())
-                .ok_or_else(|| self.corrupt("delayed_index", key.value()))?;
+            let (due_ms, seq) = split_held_key(number, key.value())
+                .ok_or_else(|| self.corrupt("held", key.value()))?;
             out.push(DeadlineId { due_ms, seq });
         }
+        Ok(out)
+    }
+
+    /// Up to `limit` delayed ids of every exchange in (due, seq) order, strictly after `after`
+    /// (keys only: no body is read). A far tier refills from here. Each exchange's range is
+    /// read from `after` on and the pages are merged (there are few exchanges).
+    pub fn delayed_ids(&self, after: Option<DeadlineId>, limit: usize) -> Result<Vec<DeadlineId>> {
+        let table = self.table(HELD)?;
+        let mut out = Vec::new();
+        for (_, _, row) in self.held_by()? {
+            if row.count == 0 {
+                continue;
+            }
+            let start = match after {
+                None => std::ops::Bound::Included(held_key(row.number, 0, 0)),
+                Some(id) => std::ops::Bound::Excluded(held_key(row.number, id.due_ms, id.seq)),
+            };
+            out.extend(self.ids_in(&table, row.number, start, limit)?);
+        }
+        out.sort_unstable();
+        out.truncate(limit);
         Ok(out)
     }
 
     /// (vhost, exchange, count, body octets) of every exchange holding messages (one row per
     /// exchange: no scan of the messages).
     pub fn delayed_counts(&self) -> Result<Vec<(String, String, u64, u64)>> {
-        let table = self.table(DELAYED_COUNTS)?;
-        let mut out = Vec::new();
-        for entry in table.range::<&[u8]>(..).map_err(|e| self.damaged(e))? {
-            let (key, value) = entry.map_err(|e| self.damaged(e))?;
-            let mut k = Dec::new(key.value());
-            let names = (k.str16(), k.str16());
-            let (Some(vhost), Some(exchange), Some((count, bytes))) =
-                (names.0, names.1, decode_delayed_counts(value.value()))
-            else {
-                return Err(self.corrupt("delayed_counts", key.value()));
-            };
-            out.push((vhost, exchange, count, bytes));
-        }
-        Ok(out)
+        Ok(self
+            .held_by()?
+            .into_iter()
+            .filter(|(_, _, row)| row.count > 0)
+            .map(|(vhost, exchange, row)| (vhost, exchange, row.count, row.bytes))
+            .collect())
     }
 
     /// Up to `limit` ids of messages `exchange` holds, in (due, seq) order from `from`
-    /// (inclusive): the per-exchange index, no body read (listing, purge).
+    /// (inclusive): one key range, no body read (listing, purge).
     pub fn delayed_ids_of(
         &self,
         vhost: &str,
@@ -283,45 +335,48 @@ impl Snapshot {
         from: DeadlineId,
         limit: usize,
     ) -> Result<Vec<DeadlineId>> {
-        let table = self.table(DELAYED_BY_EXCHANGE)?;
-        let prefix = name_key(&[vhost, exchange]);
-        let start = delayed_by_exchange_key(vhost, exchange, from.due_ms, from.seq);
-        let range = table
-            .range::<&[u8]>(&start[..]..)
-            .map_err(|e| self.damaged(e))?;
-        let mut out = Vec::with_capacity(limit.min(4096));
-        for entry in range.take(limit) {
-            let (key, _) = entry.map_err(|e| self.damaged(e))?;
-            let Some(rest) = key.value().strip_prefix(&prefix[..]) else {
-                break;
-            };
-            let (due_ms, seq) =
-                split_pair(rest).ok_or_else(|| self.corrupt("delayed_by_exchange", key.value()))?;
-            out.push(DeadlineId { due_ms, seq });
-        }
-        Ok(out)
+        let Some(number) = self.number_of(vhost, exchange)? else {
+            return Ok(Vec::new());
+        };
+        let table = self.table(HELD)?;
+        let start = std::ops::Bound::Included(held_key(number, from.due_ms, from.seq));
+        self.ids_in(&table, number, start, limit)
     }
 
-    /// Whether the delayed index holds `id` (committed).
+    /// Where `id` is held: its exchange and the `held` value, looked up in each exchange's
+    /// range (an id does not name its exchange).
+    fn find_held(&self, id: DeadlineId) -> Result<Option<(String, String, [u8; 20], Vec<u8>)>> {
+        let table = self.table(HELD)?;
+        for (vhost, exchange, row) in self.held_by()? {
+            if row.count == 0 {
+                continue;
+            }
+            let key = held_key(row.number, id.due_ms, id.seq);
+            if let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? {
+                return Ok(Some((vhost, exchange, key, value.value().to_vec())));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether some exchange holds `id` (committed).
     pub fn delayed_contains(&self, id: DeadlineId) -> Result<bool> {
-        let table = self.table(DELAYED_INDEX)?;
-        let key = delayed_index_key(id.due_ms, id.seq);
-        let found = table.get(&key[..]).map_err(|e| self.damaged(e))?;
-        Ok(found.is_some())
+        let table = self.table(HELD)?;
+        for (_, _, row) in self.held_by()? {
+            let key = held_key(row.number, id.due_ms, id.seq);
+            if table.get(&key[..]).map_err(|e| self.damaged(e))?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// A held message (its body), if it is still held.
     pub fn delayed_message(&self, id: DeadlineId) -> Result<Option<DelayedMessage>> {
-        let table = self.table(DELAYED)?;
-        let key = delayed_key(id.seq);
-        let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? else {
+        let Some((vhost, exchange, key, value)) = self.find_held(id)? else {
             return Ok(None);
         };
-        let (due_ms, vhost, exchange, message) =
-            decode_delayed_value(value.value()).ok_or_else(|| self.corrupt("delayed", &key))?;
-        if due_ms != id.due_ms {
-            return Ok(None);
-        }
+        let message = decode_held_value(&value).ok_or_else(|| self.corrupt("held", &key))?;
         Ok(Some(DelayedMessage {
             id,
             vhost,
