@@ -27,6 +27,8 @@ type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;
 pub struct Snapshot {
     tx: ReadTransaction,
     path: PathBuf,
+    /// The `delayed_exchanges` rows, read once per snapshot (every id lookup needs them).
+    held_by: std::sync::OnceLock<Vec<(String, String, HeldBy)>>,
     // Keeps the handle open while the view is (the writer waits for it before reopening).
     _db: Arc<Database>,
 }
@@ -64,6 +66,7 @@ impl Snapshot {
         Ok(Snapshot {
             tx,
             path: path.to_path_buf(),
+            held_by: std::sync::OnceLock::new(),
             _db: db,
         })
     }
@@ -227,7 +230,15 @@ impl Snapshot {
     }
 
     /// Every `delayed_exchanges` row: (vhost, exchange, row), in key order.
-    fn held_by(&self) -> Result<Vec<(String, String, HeldBy)>> {
+    fn held_by(&self) -> Result<&[(String, String, HeldBy)]> {
+        if let Some(rows) = self.held_by.get() {
+            return Ok(rows);
+        }
+        let rows = self.read_held_by()?;
+        Ok(self.held_by.get_or_init(|| rows))
+    }
+
+    fn read_held_by(&self) -> Result<Vec<(String, String, HeldBy)>> {
         let table = self.table(DELAYED_EXCHANGES)?;
         let mut out = Vec::new();
         for entry in table.iter().map_err(|e| self.damaged(e))? {
@@ -320,9 +331,9 @@ impl Snapshot {
     pub fn delayed_counts(&self) -> Result<Vec<(String, String, u64, u64)>> {
         Ok(self
             .held_by()?
-            .into_iter()
+            .iter()
             .filter(|(_, _, row)| row.count > 0)
-            .map(|(vhost, exchange, row)| (vhost, exchange, row.count, row.bytes))
+            .map(|(vhost, exchange, row)| (vhost.clone(), exchange.clone(), row.count, row.bytes))
             .collect())
     }
 
@@ -343,22 +354,6 @@ impl Snapshot {
         self.ids_in(&table, number, start, limit)
     }
 
-    /// Where `id` is held: its exchange and the `held` value, looked up in each exchange's
-    /// range (an id does not name its exchange).
-    fn find_held(&self, id: DeadlineId) -> Result<Option<(String, String, [u8; 20], Vec<u8>)>> {
-        let table = self.table(HELD)?;
-        for (vhost, exchange, row) in self.held_by()? {
-            if row.count == 0 {
-                continue;
-            }
-            let key = held_key(row.number, id.due_ms, id.seq);
-            if let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? {
-                return Ok(Some((vhost, exchange, key, value.value().to_vec())));
-            }
-        }
-        Ok(None)
-    }
-
     /// Whether some exchange holds `id` (committed).
     pub fn delayed_contains(&self, id: DeadlineId) -> Result<bool> {
         let table = self.table(HELD)?;
@@ -371,17 +366,24 @@ impl Snapshot {
         Ok(false)
     }
 
-    /// A held message (its body), if it is still held.
+    /// A held message (its body), if it is still held: looked up in each exchange's range (an
+    /// id does not name its exchange).
     pub fn delayed_message(&self, id: DeadlineId) -> Result<Option<DelayedMessage>> {
-        let Some((vhost, exchange, key, value)) = self.find_held(id)? else {
-            return Ok(None);
-        };
-        let message = decode_held_value(&value).ok_or_else(|| self.corrupt("held", &key))?;
-        Ok(Some(DelayedMessage {
-            id,
-            vhost,
-            exchange,
-            message,
-        }))
+        let table = self.table(HELD)?;
+        for (vhost, exchange, row) in self.held_by()? {
+            let key = held_key(row.number, id.due_ms, id.seq);
+            let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? else {
+                continue;
+            };
+            let message =
+                decode_held_value(value.value()).ok_or_else(|| self.corrupt("held", &key))?;
+            return Ok(Some(DelayedMessage {
+                id,
+                vhost: vhost.clone(),
+                exchange: exchange.clone(),
+                message,
+            }));
+        }
+        Ok(None)
     }
 }
