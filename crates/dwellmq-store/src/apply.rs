@@ -5,15 +5,13 @@ use std::collections::BTreeMap;
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::layout::{
-    delayed_by_exchange_key, delayed_index_key, delayed_key, message_key, name_key, pair, BINDINGS,
-    DELAYED, DELAYED_BY_EXCHANGE, DELAYED_COUNTS, DELAYED_INDEX, EXCHANGES, MESSAGES,
-    MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES,
-    USERS, VHOSTS,
+    held_end, held_key, message_key, name_key, pair, BINDINGS, DELAYED_EXCHANGES, EXCHANGES, HELD,
+    MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_EXCHANGE, META_NEXT_DELAYED_SEQ,
+    META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES, USERS, VHOSTS,
 };
 use crate::ops::Op;
 use crate::records::{
-    decode_delayed_counts, decode_delayed_value, delayed_counts_value, delayed_header, expiry_word,
-    DeliveryState, QueueDef, MESSAGE_HEADER,
+    expiry_word, held_body_octets, DeliveryState, HeldBy, QueueDef, HELD_HEADER, MESSAGE_HEADER,
 };
 
 type T<'t> = Table<'t, &'static [u8], &'static [u8]>;
@@ -30,13 +28,25 @@ pub(crate) struct Tables<'t> {
     policies: T<'t>,
     messages: T<'t>,
     state: T<'t>,
-    delayed_index: T<'t>,
-    delayed: T<'t>,
-    delayed_by_exchange: T<'t>,
-    delayed_counts: T<'t>,
-    /// Per exchange, what this batch's holds and releases add to its `delayed_counts` row:
-    /// written once per batch, not once per op.
-    count_deltas: BTreeMap<Vec<u8>, (i64, i64)>,
+    delayed_exchanges: T<'t>,
+    held: T<'t>,
+    /// The `delayed_exchanges` rows (by `str16 vhost ‖ str16 exchange`), read at the batch's
+    /// first delayed op; holds and releases change them here, and the changed ones are written
+    /// once per batch (`write_delayed_counts`), not once per op.
+    held_by: Option<HeldByRows>,
+}
+
+/// This batch's view of `delayed_exchanges`.
+#[derive(Default)]
+struct HeldByRows {
+    rows: BTreeMap<Vec<u8>, HeldBy>,
+    /// Rows this batch changed.
+    dirty: std::collections::BTreeSet<Vec<u8>>,
+    /// The number the next new exchange takes (numbers are never reused).
+    next_number: u32,
+    /// The exchange the last release found its message in: releases come in runs of one
+    /// exchange, so it is tried first.
+    last_release: Option<Vec<u8>>,
 }
 
 impl<'t> Tables<'t> {
@@ -52,11 +62,9 @@ impl<'t> Tables<'t> {
             policies: tx.open_table(POLICIES)?,
             messages: tx.open_table(MESSAGES)?,
             state: tx.open_table(MESSAGE_STATE)?,
-            delayed_index: tx.open_table(DELAYED_INDEX)?,
-            delayed: tx.open_table(DELAYED)?,
-            delayed_by_exchange: tx.open_table(DELAYED_BY_EXCHANGE)?,
-            delayed_counts: tx.open_table(DELAYED_COUNTS)?,
-            count_deltas: BTreeMap::new(),
+            delayed_exchanges: tx.open_table(DELAYED_EXCHANGES)?,
+            held: tx.open_table(HELD)?,
+            held_by: None,
         })
     }
 
@@ -92,6 +100,7 @@ impl<'t> Tables<'t> {
                 for id in ids {
                     self.purge(id)?;
                 }
+                self.drop_held_under(&prefix)?;
                 for table in [
                     &mut self.exchanges,
                     &mut self.queues,
@@ -112,7 +121,8 @@ impl<'t> Tables<'t> {
             Op::PutExchange(x) => put(&mut self.exchanges, &x.key(), &x.value()),
             Op::DeleteExchange { vhost, name } => {
                 remove(&mut self.exchanges, &name_key(&[vhost, name]))?;
-                remove_prefix(&mut self.bindings, &name_key(&[vhost, name]))
+                remove_prefix(&mut self.bindings, &name_key(&[vhost, name]))?;
+                self.drop_held_under(&name_key(&[vhost, name]))
             }
             Op::PutQueue(q) => put(&mut self.queues, &q.key(), &q.value()),
             Op::DeleteQueue { vhost, name, id } => {
@@ -165,93 +175,168 @@ impl<'t> Tables<'t> {
                 exchange,
                 message,
             } => {
-                let header = delayed_header(id.due_ms, vhost, exchange);
-                let len = header.len() + message.packed_len();
-                let key = delayed_key(id.seq);
-                let mut slot = self.delayed.insert_reserve(&key[..], len)?;
+                let body = message.body_len() as u64;
+                let number = self.count_held(&name_key(&[vhost, exchange]), 1, body)?;
+                let key = held_key(number, id.due_ms, id.seq);
+                let len = HELD_HEADER + message.packed_len();
+                let mut slot = self.held.insert_reserve(&key[..], len)?;
                 let out = slot.as_mut();
-                out[..header.len()].copy_from_slice(&header);
-                message.write_packed(&mut out[header.len()..]);
-                drop(slot);
-                put(
-                    &mut self.delayed_index,
-                    &delayed_index_key(id.due_ms, id.seq),
-                    &[],
-                )?;
-                put(
-                    &mut self.delayed_by_exchange,
-                    &delayed_by_exchange_key(vhost, exchange, id.due_ms, id.seq),
-                    &[],
-                )?;
-                self.count_delayed(vhost, exchange, 1, message.body_len() as i64)
+                out[..HELD_HEADER].copy_from_slice(&body.to_be_bytes());
+                message.write_packed(&mut out[HELD_HEADER..]);
+                Ok(())
             }
-            Op::Release { id } => self.release_delayed(id.due_ms, id.seq),
+            Op::Release { id } => self.release_held(id.due_ms, id.seq),
         }
     }
 
-    /// Removes a held message from `delayed`, both indexes and its exchange's counts. A
-    /// `delayed` value whose due time is not `due_ms` belongs to another id: left alone.
-    fn release_delayed(&mut self, due_ms: u64, seq: u64) -> Result<(), redb::StorageError> {
-        let key = delayed_key(seq);
-        let held = match self.delayed.get(&key[..])? {
-            Some(value) => decode_delayed_value(value.value()),
-            None => None,
-        };
-        remove(&mut self.delayed_index, &delayed_index_key(due_ms, seq))?;
-        let Some((stored_due, vhost, exchange, message)) = held else {
-            return Ok(());
-        };
-        if stored_due != due_ms {
-            return Ok(());
+    /// The batch's `delayed_exchanges` rows, read on first use.
+    fn held_by(&mut self) -> Result<&mut HeldByRows, redb::StorageError> {
+        if self.held_by.is_none() {
+            let mut rows = BTreeMap::new();
+            for entry in self.delayed_exchanges.iter()? {
+                let (key, value) = entry?;
+                // A malformed row is skipped here; reads report it as corrupt.
+                if let Some(row) = HeldBy::decode(value.value()) {
+                    rows.insert(key.value().to_vec(), row);
+                }
+            }
+            let stored = self
+                .meta
+                .get(META_NEXT_DELAYED_EXCHANGE)?
+                .and_then(|v| v.value().try_into().ok().map(u64::from_be_bytes))
+                .unwrap_or(0);
+            // Cover every number in use whatever the counter says.
+            let in_use = rows.values().map(|r| u64::from(r.number) + 1).max();
+            let next = stored.max(in_use.unwrap_or(0));
+            self.held_by = Some(HeldByRows {
+                rows,
+                dirty: Default::default(),
+                next_number: u32::try_from(next).unwrap_or(u32::MAX),
+                last_release: None,
+            });
         }
-        remove(&mut self.delayed, &key)?;
-        remove(
-            &mut self.delayed_by_exchange,
-            &delayed_by_exchange_key(&vhost, &exchange, due_ms, seq),
-        )?;
-        self.count_delayed(&vhost, &exchange, -1, -(message.body_len() as i64))
+        Ok(self.held_by.get_or_insert_with(HeldByRows::default))
     }
 
-    /// Adds to an exchange's (count, body octets) of held messages, in this batch's deltas.
-    fn count_delayed(
+    /// Adds to an exchange's (count, body octets), giving it a number on its first hold;
+    /// returns its number.
+    fn count_held(
         &mut self,
-        vhost: &str,
-        exchange: &str,
+        name: &[u8],
         count: i64,
-        bytes: i64,
-    ) -> Result<(), redb::StorageError> {
-        let delta = self
-            .count_deltas
-            .entry(name_key(&[vhost, exchange]))
-            .or_insert((0, 0));
-        delta.0 += count;
-        delta.1 += bytes;
+        bytes: u64,
+    ) -> Result<u32, redb::StorageError> {
+        let rows = self.held_by()?;
+        let row = match rows.rows.get_mut(name) {
+            Some(row) => row,
+            None => {
+                let number = rows.next_number;
+                // 2^32 exchanges would have to be created (each holding once) to get here.
+                rows.next_number = number.checked_add(1).ok_or_else(|| {
+                    redb::StorageError::Io(std::io::Error::other(
+                        "delayed exchange numbers exhausted",
+                    ))
+                })?;
+                rows.rows.entry(name.to_vec()).or_insert(HeldBy {
+                    number,
+                    count: 0,
+                    bytes: 0,
+                })
+            }
+        };
+        if count >= 0 {
+            row.count = row.count.saturating_add(count as u64);
+            row.bytes = row.bytes.saturating_add(bytes);
+        } else {
+            row.count = row.count.saturating_sub(count.unsigned_abs());
+            row.bytes = row.bytes.saturating_sub(bytes);
+        }
+        let number = row.number;
+        rows.dirty.insert(name.to_vec());
+        Ok(number)
+    }
+
+    /// Removes a held message and its share of its exchange's counts. The op names no
+    /// exchange: each exchange's range is looked at (few exchanges; the one of the previous
+    /// release first). An id held by none is left alone.
+    fn release_held(&mut self, due_ms: u64, seq: u64) -> Result<(), redb::StorageError> {
+        let rows = self.held_by()?;
+        let mut candidates: Vec<(Vec<u8>, u32)> = Vec::with_capacity(rows.rows.len());
+        if let Some(last) = &rows.last_release {
+            if let Some(row) = rows.rows.get(last) {
+                candidates.push((last.clone(), row.number));
+            }
+        }
+        for (name, row) in &rows.rows {
+            if row.count > 0 && rows.last_release.as_ref() != Some(name) {
+                candidates.push((name.clone(), row.number));
+            }
+        }
+        for (name, number) in candidates {
+            let key = held_key(number, due_ms, seq);
+            let octets = match self.held.get(&key[..])? {
+                None => continue,
+                Some(value) => held_body_octets(value.value()).unwrap_or(0),
+            };
+            remove(&mut self.held, &key)?;
+            self.count_held(&name, -1, octets)?;
+            if let Some(rows) = self.held_by.as_mut() {
+                rows.last_release = Some(name);
+            }
+            return Ok(());
+        }
         Ok(())
     }
 
-    /// Writes the batch's count deltas into `delayed_counts` (once per commit, before it); a
-    /// row reaching 0 goes.
+    /// Removes the held messages and the `delayed_exchanges` rows of every exchange whose key
+    /// starts with `prefix` (an exchange or a vhost was deleted).
+    fn drop_held_under(&mut self, prefix: &[u8]) -> Result<(), redb::StorageError> {
+        let rows = self.held_by()?;
+        let gone: Vec<(Vec<u8>, u32)> = rows
+            .rows
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(name, row)| (name.clone(), row.number))
+            .collect();
+        for (name, _) in &gone {
+            rows.rows.remove(name);
+            rows.dirty.remove(name);
+            if rows.last_release.as_ref() == Some(name) {
+                rows.last_release = None;
+            }
+        }
+        for (name, number) in gone {
+            let start = held_key(number, 0, 0);
+            match held_end(number) {
+                Some(end) => self.held.retain_in(&start[..]..&end[..], |_, _| false)?,
+                None => self.held.retain_in(&start[..].., |_, _| false)?,
+            }
+            remove(&mut self.delayed_exchanges, &name)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the `delayed_exchanges` rows this batch changed and the next exchange number
+    /// (once per commit, before it). A row stays when its count reaches 0: its exchange keeps
+    /// its number until it is deleted.
     pub(crate) fn write_delayed_counts(&mut self) -> Result<(), redb::StorageError> {
-        for (key, (count, bytes)) in std::mem::take(&mut self.count_deltas) {
-            if (count, bytes) == (0, 0) {
-                continue;
+        let Some(rows) = self.held_by.take() else {
+            return Ok(());
+        };
+        for name in &rows.dirty {
+            if let Some(row) = rows.rows.get(name) {
+                put(&mut self.delayed_exchanges, name, &row.value())?;
             }
-            let (old_count, old_bytes) = self
-                .delayed_counts
-                .get(&key[..])?
-                .and_then(|v| decode_delayed_counts(v.value()))
-                .unwrap_or((0, 0));
-            let new_count = old_count.saturating_add_signed(count);
-            let new_bytes = old_bytes.saturating_add_signed(bytes);
-            if new_count == 0 {
-                remove(&mut self.delayed_counts, &key)?;
-            } else {
-                put(
-                    &mut self.delayed_counts,
-                    &key,
-                    &delayed_counts_value(new_count, new_bytes),
-                )?;
-            }
+        }
+        let stored = self
+            .meta
+            .get(META_NEXT_DELAYED_EXCHANGE)?
+            .and_then(|v| v.value().try_into().ok().map(u64::from_be_bytes))
+            .unwrap_or(0);
+        let next = u64::from(rows.next_number);
+        if next > stored {
+            self.meta
+                .insert(META_NEXT_DELAYED_EXCHANGE, &next.to_be_bytes()[..])?;
         }
         Ok(())
     }

@@ -26,13 +26,11 @@ pub(crate) const BINDINGS: Bin = TableDefinition::new("bindings");
 pub(crate) const POLICIES: Bin = TableDefinition::new("policies");
 pub(crate) const MESSAGES: Bin = TableDefinition::new("messages");
 pub(crate) const MESSAGE_STATE: Bin = TableDefinition::new("message_state");
-pub(crate) const DELAYED_INDEX: Bin = TableDefinition::new("delayed_index");
-pub(crate) const DELAYED: Bin = TableDefinition::new("delayed");
-pub(crate) const DELAYED_BY_EXCHANGE: Bin = TableDefinition::new("delayed_by_exchange");
-pub(crate) const DELAYED_COUNTS: Bin = TableDefinition::new("delayed_counts");
+pub(crate) const DELAYED_EXCHANGES: Bin = TableDefinition::new("delayed_exchanges");
+pub(crate) const HELD: Bin = TableDefinition::new("held");
 
 /// Every table, so that a fresh store has all of them and a read never meets a missing one.
-pub(crate) const ALL_TABLES: [Bin; 14] = [
+pub(crate) const ALL_TABLES: [Bin; 12] = [
     META,
     VHOSTS,
     USERS,
@@ -43,45 +41,41 @@ pub(crate) const ALL_TABLES: [Bin; 14] = [
     POLICIES,
     MESSAGES,
     MESSAGE_STATE,
-    DELAYED_INDEX,
-    DELAYED,
-    DELAYED_BY_EXCHANGE,
-    DELAYED_COUNTS,
+    DELAYED_EXCHANGES,
+    HELD,
 ];
 
 pub(crate) const META_APP: &[u8] = b"app";
 pub(crate) const META_FORMAT: &[u8] = b"format";
 pub(crate) const META_NEXT_DELAYED_SEQ: &[u8] = b"next_delayed_seq";
 pub(crate) const META_NEXT_QUEUE_ID: &[u8] = b"next_queue_id";
+pub(crate) const META_NEXT_DELAYED_EXCHANGE: &[u8] = b"next_delayed_exchange";
 
 /// `messages` and `message_state`: queue id, then sequence number.
 pub(crate) fn message_key(queue: u64, seq: u64) -> [u8; 16] {
     pair(queue, seq)
 }
 
-/// `delayed_index`: due time, then sequence number.
-pub(crate) fn delayed_index_key(due_ms: u64, seq: u64) -> [u8; 16] {
-    pair(due_ms, seq)
+/// `held`: `u32 exchange number ‖ u64 due_ms ‖ u64 seq` (20 octets). One exchange's messages
+/// are one key range in due order, so a release removes from the front of its range.
+pub(crate) fn held_key(exchange: u32, due_ms: u64, seq: u64) -> [u8; 20] {
+    let mut key = [0u8; 20];
+    key[..4].copy_from_slice(&exchange.to_be_bytes());
+    key[4..12].copy_from_slice(&due_ms.to_be_bytes());
+    key[12..].copy_from_slice(&seq.to_be_bytes());
+    key
 }
 
-/// `delayed`: the sequence number alone (a release knows it; the due time is in the value).
-pub(crate) fn delayed_key(seq: u64) -> [u8; 8] {
-    seq.to_be_bytes()
+/// The (due_ms, seq) of a `held` key of exchange `exchange`; `None` for another exchange's key
+/// or a malformed one.
+pub(crate) fn split_held_key(exchange: u32, key: &[u8]) -> Option<(u64, u64)> {
+    let rest = key.strip_prefix(&exchange.to_be_bytes()[..])?;
+    split_pair(rest)
 }
 
-/// `delayed_by_exchange`: `str16 vhost ‖ str16 exchange ‖ u64 due_ms ‖ u64 seq`.
-pub(crate) fn delayed_by_exchange_key(
-    vhost: &str,
-    exchange: &str,
-    due_ms: u64,
-    seq: u64,
-) -> Vec<u8> {
-    Enc::new()
-        .str16(vhost)
-        .str16(exchange)
-        .u64(due_ms)
-        .u64(seq)
-        .done()
+/// The first `held` key after every key of exchange `exchange` (`None`: it is the last number).
+pub(crate) fn held_end(exchange: u32) -> Option<[u8; 20]> {
+    exchange.checked_add(1).map(|next| held_key(next, 0, 0))
 }
 
 pub(crate) fn pair(a: u64, b: u64) -> [u8; 16] {

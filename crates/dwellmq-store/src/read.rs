@@ -11,16 +11,15 @@ use crate::codec::hex;
 use crate::codec::Dec;
 use crate::error::{Result, StoreError};
 use crate::layout::{
-    delayed_by_exchange_key, delayed_index_key, delayed_key, name_key, pair, split_pair, Bin,
-    BINDINGS, DELAYED, DELAYED_BY_EXCHANGE, DELAYED_COUNTS, DELAYED_INDEX, EXCHANGES, MESSAGES,
-    MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES,
-    USERS, VHOSTS,
+    held_end, held_key, name_key, pair, split_held_key, split_pair, Bin, BINDINGS,
+    DELAYED_EXCHANGES, EXCHANGES, HELD, MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ,
+    META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES, USERS, VHOSTS,
 };
 use crate::open::DbSlot;
 use crate::records::{
-    decode_delayed_counts, decode_delayed_value, decode_message_value, BindingDef, Definitions,
-    DelayedMessage, DeliveryState, ExchangeDef, PermissionDef, PolicyDef, QueueDef, StoredMessage,
-    UserDef, VhostDef,
+    decode_held_value, decode_message_value, BindingDef, Definitions, DelayedMessage,
+    DeliveryState, ExchangeDef, HeldBy, PermissionDef, PolicyDef, QueueDef, StoredMessage, UserDef,
+    VhostDef,
 };
 
 type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;
@@ -29,6 +28,8 @@ type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;
 pub struct Snapshot {
     tx: ReadTransaction,
     path: PathBuf,
+    /// The `delayed_exchanges` rows, read once per snapshot (every id lookup needs them).
+    held_by: std::sync::OnceLock<Vec<(String, String, HeldBy)>>,
     // Keeps the handle open while the view is (the writer waits for it before reopening).
     _db: Arc<Database>,
 }
@@ -66,6 +67,7 @@ impl Snapshot {
         Ok(Snapshot {
             tx,
             path: path.to_path_buf(),
+            held_by: std::sync::OnceLock::new(),
             _db: db,
         })
     }
@@ -267,57 +269,119 @@ impl Snapshot {
 
     /// How many messages delayed exchanges hold (no scan: redb keeps the count).
     pub fn delayed_count(&self) -> Result<u64> {
-        self.table(DELAYED_INDEX)?
-            .len()
-            .map_err(|e| self.damaged(e))
+        self.table(HELD)?.len().map_err(|e| self.damaged(e))
     }
 
-    /// Up to `limit` delayed ids in (due, seq) order, strictly after `after` (the index only:
-    /// no body is read). A far tier refills from here.
-    pub fn delayed_ids(&self, after: Option<DeadlineId>, limit: usize) -> Result<Vec<DeadlineId>> {
-        let table = self.table(DELAYED_INDEX)?;
-        let range = match after {
-            None => table.range::<&[u8]>(..),
-            Some(id) => {
-                let key = delayed_index_key(id.due_ms, id.seq);
-                table.range::<&[u8]>((
-                    std::ops::Bound::Excluded(&key[..]),
-                    std::ops::Bound::Unbounded,
-                ))
-            }
+    /// Every `delayed_exchanges` row: (vhost, exchange, row), in key order.
+    fn held_by(&self) -> Result<&[(String, String, HeldBy)]> {
+        if let Some(rows) = self.held_by.get() {
+            return Ok(rows);
         }
-        .map_err(|e| self.damaged(e))?;
+        let rows = self.read_held_by()?;
+        Ok(self.held_by.get_or_init(|| rows))
+    }
+
+    fn read_held_by(&self) -> Result<Vec<(String, String, HeldBy)>> {
+        let table = self.table(DELAYED_EXCHANGES)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(|e| self.damaged(e))? {
+            let (key, value) = entry.map_err(|e| self.damaged(e))?;
+            let mut k = Dec::new(key.value());
+            let names = (k.str16(), k.str16(), k.end());
+            let (Some(vhost), Some(exchange), Some(()), Some(row)) =
+                (names.0, names.1, names.2, HeldBy::decode(value.value()))
+            else {
+                return Err(self.corrupt("delayed_exchanges", key.value()));
+            };
+            out.push((vhost, exchange, row));
+        }
+        Ok(out)
+    }
+
+    /// One exchange's number in `held`, if it ever held a message.
+    fn number_of(&self, vhost: &str, exchange: &str) -> Result<Option<u32>> {
+        let table = self.table(DELAYED_EXCHANGES)?;
+        let key = name_key(&[vhost, exchange]);
+        let value = table.get(&key[..]).map_err(|e| self.damaged(e))?;
+        match value {
+            None => Ok(None),
+            Some(v) => HeldBy::decode(v.value())
+                .map(|row| Some(row.number))
+                .ok_or_else(|| self.corrupt("delayed_exchanges", &key)),
+        }
+    }
+
+    /// Up to `limit` ids of one exchange (by number) in (due, seq) order, from `start` on.
+    fn ids_in(
+        &self,
+        table: &Table,
+        number: u32,
+        start: std::ops::Bound<[u8; 20]>,
+        limit: usize,
+    ) -> Result<Vec<DeadlineId>> {
+        use std::ops::Bound;
+        let end = match held_end(number) {
+            Some(end) => Bound::Excluded(end),
+            None => Bound::Unbounded,
+        };
+        let as_slice = |b: &Bound<[u8; 20]>| -> Bound<Vec<u8>> {
+            match b {
+                Bound::Included(k) => Bound::Included(k.to_vec()),
+                Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+                Bound::Unbounded => Bound::Unbounded,
+            }
+        };
+        let (start, end) = (as_slice(&start), as_slice(&end));
+        let range = table
+            .range::<&[u8]>((
+                start.as_ref().map(|k| k.as_slice()),
+                end.as_ref().map(|k| k.as_slice()),
+            ))
+            .map_err(|e| self.damaged(e))?;
         let mut out = Vec::with_capacity(limit.min(4096));
         for entry in range.take(limit) {
             let (key, _) = entry.map_err(|e| self.damaged(e))?;
-            let (due_ms, seq) = split_pair(key.value())
-                .ok_or_else(|| self.corrupt("delayed_index", key.value()))?;
+            let (due_ms, seq) = split_held_key(number, key.value())
+                .ok_or_else(|| self.corrupt("held", key.value()))?;
             out.push(DeadlineId { due_ms, seq });
         }
+        Ok(out)
+    }
+
+    /// Up to `limit` delayed ids of every exchange in (due, seq) order, strictly after `after`
+    /// (keys only: no body is read). A far tier refills from here. Each exchange's range is
+    /// read from `after` on and the pages are merged (there are few exchanges).
+    pub fn delayed_ids(&self, after: Option<DeadlineId>, limit: usize) -> Result<Vec<DeadlineId>> {
+        let table = self.table(HELD)?;
+        let mut out = Vec::new();
+        for (_, _, row) in self.held_by()? {
+            if row.count == 0 {
+                continue;
+            }
+            let start = match after {
+                None => std::ops::Bound::Included(held_key(row.number, 0, 0)),
+                Some(id) => std::ops::Bound::Excluded(held_key(row.number, id.due_ms, id.seq)),
+            };
+            out.extend(self.ids_in(&table, row.number, start, limit)?);
+        }
+        out.sort_unstable();
+        out.truncate(limit);
         Ok(out)
     }
 
     /// (vhost, exchange, count, body octets) of every exchange holding messages (one row per
     /// exchange: no scan of the messages).
     pub fn delayed_counts(&self) -> Result<Vec<(String, String, u64, u64)>> {
-        let table = self.table(DELAYED_COUNTS)?;
-        let mut out = Vec::new();
-        for entry in table.range::<&[u8]>(..).map_err(|e| self.damaged(e))? {
-            let (key, value) = entry.map_err(|e| self.damaged(e))?;
-            let mut k = Dec::new(key.value());
-            let names = (k.str16(), k.str16());
-            let (Some(vhost), Some(exchange), Some((count, bytes))) =
-                (names.0, names.1, decode_delayed_counts(value.value()))
-            else {
-                return Err(self.corrupt("delayed_counts", key.value()));
-            };
-            out.push((vhost, exchange, count, bytes));
-        }
-        Ok(out)
+        Ok(self
+            .held_by()?
+            .iter()
+            .filter(|(_, _, row)| row.count > 0)
+            .map(|(vhost, exchange, row)| (vhost.clone(), exchange.clone(), row.count, row.bytes))
+            .collect())
     }
 
     /// Up to `limit` ids of messages `exchange` holds, in (due, seq) order from `from`
-    /// (inclusive): the per-exchange index, no body read (listing, purge).
+    /// (inclusive): one key range, no body read (listing, purge).
     pub fn delayed_ids_of(
         &self,
         vhost: &str,
@@ -325,50 +389,44 @@ impl Snapshot {
         from: DeadlineId,
         limit: usize,
     ) -> Result<Vec<DeadlineId>> {
-        let table = self.table(DELAYED_BY_EXCHANGE)?;
-        let prefix = name_key(&[vhost, exchange]);
-        let start = delayed_by_exchange_key(vhost, exchange, from.due_ms, from.seq);
-        let range = table
-            .range::<&[u8]>(&start[..]..)
-            .map_err(|e| self.damaged(e))?;
-        let mut out = Vec::with_capacity(limit.min(4096));
-        for entry in range.take(limit) {
-            let (key, _) = entry.map_err(|e| self.damaged(e))?;
-            let Some(rest) = key.value().strip_prefix(&prefix[..]) else {
-                break;
-            };
-            let (due_ms, seq) =
-                split_pair(rest).ok_or_else(|| self.corrupt("delayed_by_exchange", key.value()))?;
-            out.push(DeadlineId { due_ms, seq });
-        }
-        Ok(out)
-    }
-
-    /// Whether the delayed index holds `id` (committed).
-    pub fn delayed_contains(&self, id: DeadlineId) -> Result<bool> {
-        let table = self.table(DELAYED_INDEX)?;
-        let key = delayed_index_key(id.due_ms, id.seq);
-        let found = table.get(&key[..]).map_err(|e| self.damaged(e))?;
-        Ok(found.is_some())
-    }
-
-    /// A held message (its body), if it is still held.
-    pub fn delayed_message(&self, id: DeadlineId) -> Result<Option<DelayedMessage>> {
-        let table = self.table(DELAYED)?;
-        let key = delayed_key(id.seq);
-        let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? else {
-            return Ok(None);
+        let Some(number) = self.number_of(vhost, exchange)? else {
+            return Ok(Vec::new());
         };
-        let (due_ms, vhost, exchange, message) =
-            decode_delayed_value(value.value()).ok_or_else(|| self.corrupt("delayed", &key))?;
-        if due_ms != id.due_ms {
-            return Ok(None);
+        let table = self.table(HELD)?;
+        let start = std::ops::Bound::Included(held_key(number, from.due_ms, from.seq));
+        self.ids_in(&table, number, start, limit)
+    }
+
+    /// Whether some exchange holds `id` (committed).
+    pub fn delayed_contains(&self, id: DeadlineId) -> Result<bool> {
+        let table = self.table(HELD)?;
+        for (_, _, row) in self.held_by()? {
+            let key = held_key(row.number, id.due_ms, id.seq);
+            if table.get(&key[..]).map_err(|e| self.damaged(e))?.is_some() {
+                return Ok(true);
+            }
         }
-        Ok(Some(DelayedMessage {
-            id,
-            vhost,
-            exchange,
-            message,
-        }))
+        Ok(false)
+    }
+
+    /// A held message (its body), if it is still held: looked up in each exchange's range (an
+    /// id does not name its exchange).
+    pub fn delayed_message(&self, id: DeadlineId) -> Result<Option<DelayedMessage>> {
+        let table = self.table(HELD)?;
+        for (vhost, exchange, row) in self.held_by()? {
+            let key = held_key(row.number, id.due_ms, id.seq);
+            let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? else {
+                continue;
+            };
+            let message =
+                decode_held_value(value.value()).ok_or_else(|| self.corrupt("held", &key))?;
+            return Ok(Some(DelayedMessage {
+                id,
+                vhost: vhost.clone(),
+                exchange: exchange.clone(),
+                message,
+            }));
+        }
+        Ok(None)
     }
 }

@@ -518,28 +518,46 @@ pub(crate) fn decode_message_value(value: &[u8]) -> Option<(u64, bool, PackedMes
     Some((word & !DELIVERED_BIT, word & DELIVERED_BIT != 0, packed))
 }
 
-/// `delayed` value: `u64 due_ms ‖ str16 vhost ‖ str16 exchange ‖ packed message`.
-pub(crate) fn delayed_header(due_ms: u64, vhost: &str, exchange: &str) -> Vec<u8> {
-    Enc::new().u64(due_ms).str16(vhost).str16(exchange).done()
+/// `held` value: `u64 body octets ‖ packed message` (the body size lets a release keep its
+/// exchange's octets right without unpacking).
+pub(crate) const HELD_HEADER: usize = 8;
+
+/// The body octets a `held` value records.
+pub(crate) fn held_body_octets(value: &[u8]) -> Option<u64> {
+    Dec::new(value).u64()
 }
 
-pub(crate) fn decode_delayed_value(value: &[u8]) -> Option<(u64, String, String, PackedMessage)> {
+pub(crate) fn decode_held_value(value: &[u8]) -> Option<PackedMessage> {
     let mut v = Dec::new(value);
-    let due_ms = v.u64()?;
-    let vhost = v.str16()?;
-    let exchange = v.str16()?;
-    let packed = PackedMessage::from_boxed(v.rest().into())?;
-    Some((due_ms, vhost, exchange, packed))
+    v.u64()?;
+    PackedMessage::from_boxed(v.rest().into())
 }
 
-/// `delayed_counts` value: `u64 count ‖ u64 body octets`.
-pub(crate) fn delayed_counts_value(count: u64, bytes: u64) -> Vec<u8> {
-    Enc::new().u64(count).u64(bytes).done()
+/// A `delayed_exchanges` row: the exchange's number in `held`, and what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeldBy {
+    pub(crate) number: u32,
+    pub(crate) count: u64,
+    pub(crate) bytes: u64,
 }
 
-pub(crate) fn decode_delayed_counts(value: &[u8]) -> Option<(u64, u64)> {
-    let mut v = Dec::new(value);
-    let counts = (v.u64()?, v.u64()?);
-    v.end()?;
-    Some(counts)
+impl HeldBy {
+    /// `u32 number ‖ u64 count ‖ u64 body octets`.
+    pub(crate) fn value(&self) -> Vec<u8> {
+        Enc::new()
+            .u32(self.number)
+            .u64(self.count)
+            .u64(self.bytes)
+            .done()
+    }
+    pub(crate) fn decode(value: &[u8]) -> Option<Self> {
+        let mut v = Dec::new(value);
+        let row = HeldBy {
+            number: v.u32()?,
+            count: v.u64()?,
+            bytes: v.u64()?,
+        };
+        v.end()?;
+        Some(row)
+    }
 }

@@ -331,3 +331,73 @@ fn each_exchange_has_its_own_due_order_and_counts_kept_without_a_scan() {
     assert_eq!(ids, [5, 1]);
     assert_eq!(snap.delayed_count().unwrap(), 3);
 }
+
+#[test]
+fn the_global_due_order_merges_every_exchange_and_a_deleted_exchange_drops_what_it_held() {
+    let dir = Scratch::new("delayed-merge");
+    let store = Store::open(dir.path()).expect("open");
+    store
+        .write(vec![
+            hold_for("a", 4_000, 1, b"a4"),
+            hold_for("b", 1_000, 2, b"b1"),
+            hold_for("a", 2_000, 3, b"a2"),
+            hold_for("c", 3_000, 4, b"c3"),
+            hold_for("b", 5_000, 5, b"b5"),
+        ])
+        .expect("commit");
+    let pairs = |ids: Vec<DeadlineId>| ids.iter().map(|id| id.seq).collect::<Vec<_>>();
+    let snap = store.snapshot().unwrap();
+    assert_eq!(pairs(snap.delayed_ids(None, 10).unwrap()), [2, 3, 4, 1, 5]);
+    // A page strictly after an id, across exchanges.
+    let after = DeadlineId {
+        due_ms: 2_000,
+        seq: 3,
+    };
+    assert_eq!(pairs(snap.delayed_ids(Some(after), 2).unwrap()), [4, 1]);
+    let held = snap
+        .delayed_message(DeadlineId {
+            due_ms: 3_000,
+            seq: 4,
+        })
+        .unwrap()
+        .expect("held");
+    assert_eq!(held.exchange, "c");
+    drop(snap);
+
+    // Deleting an exchange drops its messages; one recreated under the same name does not
+    // see them again.
+    store
+        .write(vec![Op::DeleteExchange {
+            vhost: "/".into(),
+            name: "a".into(),
+        }])
+        .expect("commit");
+    store
+        .write(vec![hold_for("a", 9_000, 6, b"new")])
+        .expect("commit");
+    let snap = store.snapshot().unwrap();
+    assert_eq!(pairs(snap.delayed_ids(None, 10).unwrap()), [2, 4, 5, 6]);
+    let start = DeadlineId { due_ms: 0, seq: 0 };
+    assert_eq!(
+        pairs(snap.delayed_ids_of("/", "a", start, 10).unwrap()),
+        [6]
+    );
+    assert_eq!(snap.delayed_count().unwrap(), 4);
+    let a = snap
+        .delayed_counts()
+        .unwrap()
+        .into_iter()
+        .find(|(_, x, _, _)| x == "a")
+        .expect("a holds one");
+    assert_eq!((a.2, a.3), (1, 3));
+    drop(snap);
+
+    // Deleting the vhost drops every exchange's messages.
+    store
+        .write(vec![Op::DeleteVhost { name: "/".into() }])
+        .expect("commit");
+    let snap = store.snapshot().unwrap();
+    assert_eq!(snap.delayed_count().unwrap(), 0);
+    assert!(snap.delayed_counts().unwrap().is_empty());
+    assert!(snap.delayed_ids(None, 10).unwrap().is_empty());
+}

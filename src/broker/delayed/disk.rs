@@ -1,5 +1,5 @@
 //! The disk tier: messages held by durable delayed exchanges beyond the scheduler's horizon
-//! live only in the store (tables `delayed`, `delayed_index`, `delayed_by_exchange`); RAM keeps
+//! live only in the store (table `held`, one key range per exchange); RAM keeps
 //! a bounded window of their ids, read from the index in batches as time advances. A message
 //! moves into the scheduler's wheel (its body read from the store) a horizon before it is due,
 //! exactly as the in-memory far tier's messages do.
