@@ -760,13 +760,19 @@ mod tests {
 
     /// A vhost with a delayed fanout exchange `d` bound to queue `q`.
     fn setup() -> (Arc<VHost>, Arc<Exchange>, Arc<Queue>) {
+        setup_with(false)
+    }
+
+    /// As [`setup`], with the exchange durable or not (the disk tier's tests use a durable
+    /// one).
+    pub(super) fn setup_with(durable: bool) -> (Arc<VHost>, Arc<Exchange>, Arc<Queue>) {
         let vhost = Arc::new(VHost::new("/".into()));
         let exchange = vhost
             .declare_exchange(ExchangeSpec {
                 name: "d".into(),
                 kind: DeclaredType::Delayed,
                 passive: false,
-                durable: false,
+                durable,
                 auto_delete: false,
                 internal: false,
                 arguments: [("x-delayed-type", FieldValue::from("fanout"))]

@@ -3,17 +3,16 @@
 
 use std::sync::Arc;
 
-use dwellmq_codec::{BasicProperties, FieldTable, FieldValue};
-use dwellmq_core::routing::{Binding, Destination};
+use dwellmq_codec::BasicProperties;
 use dwellmq_core::Message;
 
 use super::disk::WINDOW_BATCH;
 use super::held::Held;
 use super::DelayedMessages;
-use crate::broker::exchange::{DeclaredType, Exchange};
+use crate::broker::exchange::Exchange;
 use crate::broker::memory::MemoryMonitor;
 use crate::broker::queue::Queue;
-use crate::broker::vhost::{ExchangeSpec, QueueSpec, VHost};
+use crate::broker::vhost::VHost;
 
 const DAY_MS: u64 = 86_400_000;
 
@@ -41,42 +40,7 @@ impl Drop for TempStore {
 
 /// A vhost with a durable delayed fanout exchange `d` bound to queue `q`.
 fn durable_setup() -> (Arc<VHost>, Arc<Exchange>, Arc<Queue>) {
-    let vhost = Arc::new(VHost::new("/".into()));
-    let exchange = vhost
-        .declare_exchange(ExchangeSpec {
-            name: "d".into(),
-            kind: DeclaredType::Delayed,
-            passive: false,
-            durable: true,
-            auto_delete: false,
-            internal: false,
-            arguments: [("x-delayed-type", FieldValue::from("fanout"))]
-                .into_iter()
-                .collect(),
-        })
-        .unwrap();
-    let queue = vhost
-        .declare_queue(
-            QueueSpec {
-                name: "q".into(),
-                passive: false,
-                durable: false,
-                exclusive: false,
-                auto_delete: false,
-                arguments: FieldTable::new(),
-            },
-            1,
-        )
-        .unwrap();
-    vhost
-        .bind(Binding {
-            source: "d".into(),
-            destination: Destination::Queue("q".into()),
-            routing_key: "".into(),
-            arguments: FieldTable::new(),
-        })
-        .unwrap();
-    (vhost, exchange, queue)
+    super::tests::setup_with(true)
 }
 
 fn message(body: Vec<u8>) -> Arc<Message> {
