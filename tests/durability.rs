@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
 use common::*;
 use dwellmq::{ApplyTo, Broker, BrokerConfig, BrokerHandle, Policy, PolicyDefinition};
 use lapin::options::{
@@ -13,28 +11,6 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, ExchangeKind};
-
-/// A data directory removed when dropped.
-struct DataDir(PathBuf);
-
-impl DataDir {
-    fn new(name: &str) -> DataDir {
-        let dir =
-            std::env::temp_dir().join(format!("dwellmq-durability-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        DataDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for DataDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn on_disk(dir: &DataDir) -> BrokerConfig {
     BrokerConfig {

@@ -6,12 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::connect;
+use common::{connect, DataDir};
 use dwellmq::{Broker, BrokerConfig, BrokerHandle, Limits, StoreFaults};
 use futures_lite::StreamExt;
 use lapin::options::{
@@ -19,28 +18,6 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Event};
-
-/// A data directory removed when dropped.
-struct DataDir(PathBuf);
-
-impl DataDir {
-    fn new(name: &str) -> DataDir {
-        let dir =
-            std::env::temp_dir().join(format!("dwellmq-faults-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        DataDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for DataDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn config(dir: &DataDir, faults: Option<Arc<StoreFaults>>) -> BrokerConfig {
     BrokerConfig {

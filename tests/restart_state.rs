@@ -6,7 +6,6 @@
 mod common;
 mod http_client;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
@@ -18,28 +17,6 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, ExchangeKind};
 use serde_json::json;
-
-/// A data directory removed when dropped.
-struct DataDir(PathBuf);
-
-impl DataDir {
-    fn new(name: &str) -> DataDir {
-        let dir =
-            std::env::temp_dir().join(format!("dwellmq-restart-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        DataDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for DataDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A broker on `dir` whose manual clock starts at `start_ms`.
 async fn start_at(dir: &DataDir, start_ms: u64) -> BrokerHandle {

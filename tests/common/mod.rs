@@ -2,8 +2,12 @@
 //! real AMQP client (lapin) connected to it.
 #![allow(dead_code)]
 
+mod data_dir;
 mod ops;
 pub mod raw;
+
+#[allow(unused_imports)] // not every test file uses a data directory
+pub use data_dir::DataDir;
 
 #[allow(unused_imports)] // not every test file uses every helper
 pub use ops::*;
