@@ -456,8 +456,9 @@ impl DelayedMessages {
             }
         }
         // The releases and the routed copies go in one store group: one commit holds both, so
-        // a crash can neither lose a released message nor deliver it twice.
-        let store = self.store.get().cloned();
+        // a crash can neither lose a released message nor deliver it twice (nothing to group
+        // when no released message is stored).
+        let store = self.store.get().filter(|_| !stored.is_empty()).cloned();
         let _group = store.as_ref().map(|store| store.group());
         let mut released = 0;
         let mut unroutable = 0;
