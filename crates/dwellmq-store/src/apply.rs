@@ -68,6 +68,42 @@ impl<'t> Tables<'t> {
         })
     }
 
+    /// Removes the messages (and their state records) of a batch's `Forget`s, applied last
+    /// and in key order: consumers ack in queue order, so the forgets of one queue come in
+    /// runs of consecutive sequence numbers, and one range removal per run rewrites each leaf
+    /// once where a removal per key would descend and rebalance the tree every time.
+    ///
+    /// Deferring them is safe: a message's key is never written again once forgotten, and a
+    /// state write after its forget cannot occur (the message is gone).
+    pub(crate) fn forget_all(
+        &mut self,
+        forgets: &mut [(u64, u64)],
+    ) -> Result<(), redb::StorageError> {
+        forgets.sort_unstable();
+        let mut rest = &forgets[..];
+        while let Some(&(queue, first)) = rest.first() {
+            let run = 1 + rest
+                .windows(2)
+                .take_while(|w| w[1].0 == queue && w[1].1 == w[0].1.wrapping_add(1))
+                .count();
+            let last = rest[run - 1].1;
+            if run == 1 {
+                let key = message_key(queue, first);
+                remove(&mut self.messages, &key)?;
+                remove(&mut self.state, &key)?;
+            } else {
+                // Every key between the two is one of the run's (sequence numbers are
+                // consecutive within the queue's prefix).
+                let (from, to) = (message_key(queue, first), message_key(queue, last));
+                for table in [&mut self.messages, &mut self.state] {
+                    table.retain_in(&from[..]..=&to[..], |_, _| false)?;
+                }
+            }
+            rest = &rest[run..];
+        }
+        Ok(())
+    }
+
     /// Raises the stored sequence counters to cover what this batch wrote.
     pub(crate) fn raise_counters(
         &mut self,

@@ -401,3 +401,61 @@ fn the_global_due_order_merges_every_exchange_and_a_deleted_exchange_drops_what_
     assert!(snap.delayed_counts().unwrap().is_empty());
     assert!(snap.delayed_ids(None, 10).unwrap().is_empty());
 }
+
+#[test]
+fn forgets_in_runs_remove_exactly_their_messages_and_states() {
+    let dir = Scratch::new("forget-runs");
+    let store = Store::open(dir.path()).expect("open");
+    let mut ops = Vec::new();
+    for queue in [4u64, 5, 6] {
+        for seq in 1..=12u64 {
+            ops.push(persist(queue, seq, format!("q{queue}-{seq}").as_bytes()));
+        }
+    }
+    ops.push(persist(6, u64::MAX - 1, b"last-but-one"));
+    ops.push(persist(6, u64::MAX, b"last"));
+    store.write(ops).expect("commit");
+    let redelivered = DeliveryState {
+        redelivered: true,
+        ..DeliveryState::default()
+    };
+    let states = [(4, 3), (4, 9), (5, 6)].map(|(queue, seq)| Op::SetState {
+        queue,
+        seq,
+        state: redelivered,
+    });
+    store.write(states.to_vec()).expect("commit");
+
+    // Runs (4: 2-5, 7-8; 5: 6; 6: the last two), out of order and across queues, in one
+    // batch: neighbours of each run, and the state of a message kept, must stay.
+    let forget = |queue, seqs: &[u64]| -> Vec<Op> {
+        seqs.iter().map(|&seq| Op::Forget { queue, seq }).collect()
+    };
+    let mut ops = forget(4, &[5, 2, 8, 3, 7, 4]);
+    ops.extend(forget(6, &[u64::MAX, u64::MAX - 1]));
+    ops.extend(forget(5, &[6]));
+    store.write(ops).expect("commit");
+    store.close();
+
+    let store = Store::open(dir.path()).expect("reopen");
+    let snap = store.snapshot().unwrap();
+    let seqs = |queue| -> Vec<u64> {
+        let messages = snap.queue_messages(queue, 0, 100).unwrap();
+        messages.iter().map(|m| m.seq).collect()
+    };
+    assert_eq!(seqs(4), [1, 6, 9, 10, 11, 12]);
+    assert_eq!(seqs(5), [1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12]);
+    assert_eq!(seqs(6), (1..=12).collect::<Vec<_>>());
+    let four = snap.queue_messages(4, 9, 1).unwrap();
+    assert_eq!(four[0].state, redelivered, "a kept message keeps its state");
+    // A forgotten message's state went with it: persisting the same key anew (which the
+    // broker never does, but the store must not resurrect a stale state) reads clean.
+    drop(snap);
+    store.write(vec![persist(4, 3, b"again")]).expect("commit");
+    let snap = store.snapshot().unwrap();
+    let again = snap.queue_messages(4, 3, 1).unwrap();
+    assert_eq!(
+        (again[0].seq, again[0].state),
+        (3, DeliveryState::default())
+    );
+}
