@@ -15,6 +15,7 @@ mod backend;
 mod codec;
 mod error;
 pub mod faults;
+mod id_hash;
 mod layout;
 mod open;
 mod ops;

@@ -5,7 +5,6 @@
 //! commit ends, so under light load a submission commits alone and at once, and under heavy load
 //! the batches grow by themselves.
 
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -17,6 +16,7 @@ use redb::{CommitError, Durability, StorageError, TransactionError};
 use crate::alarm::{Alarms, StoreAlarm};
 use crate::apply::Tables;
 use crate::error::StoreError;
+use crate::id_hash::IdHashMap;
 use crate::open::{panic_message, DbSlot, Opener};
 use crate::ops::{Completion, Done, Op, Receipt};
 
@@ -229,9 +229,16 @@ impl Writer {
         {
             let mut tables = Tables::open(&tx).map_err(|e| database_error(path, &e))?;
             let all = self.carry.iter().chain(batch.iter().flat_map(|s| &s.ops));
+            let mut forgets = Vec::new();
             for op in all {
-                tables.apply(op).map_err(|e| storage_error(path, e))?;
+                match op {
+                    Op::Forget { queue, seq } => forgets.push((*queue, *seq)),
+                    op => tables.apply(op).map_err(|e| storage_error(path, e))?,
+                }
             }
+            tables
+                .forget_all(&mut forgets)
+                .map_err(|e| storage_error(path, e))?;
             let next_delayed_seq = batch
                 .iter()
                 .flat_map(|s| &s.ops)
@@ -307,9 +314,9 @@ pub(crate) fn elide(batch: &mut [Submission]) -> usize {
         Delayed(u64),
     }
     // Where each not-yet-forgotten write of this batch sits.
-    let mut written: HashMap<Key, (usize, usize)> = HashMap::new();
+    let mut written: IdHashMap<Key, (usize, usize)> = IdHashMap::default();
     // State writes not yet overtaken by a forget (a message may change state several times).
-    let mut states: HashMap<(u64, u64), Vec<(usize, usize)>> = HashMap::new();
+    let mut states: IdHashMap<(u64, u64), Vec<(usize, usize)>> = IdHashMap::default();
     let mut dead: Vec<(usize, usize)> = Vec::new();
     for (s, submission) in batch.iter().enumerate() {
         for (o, op) in submission.ops.iter().enumerate() {
