@@ -11,7 +11,7 @@ use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
 use super::confirms::Confirms;
 use super::settle::Settlement;
 use super::{Channel, ConnContext};
-use crate::broker::exchange::ExchangeKind;
+use crate::broker::exchange::{Exchange, ExchangeKind};
 use crate::broker::persist::PublishTicket;
 use crate::broker::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
 use crate::server::outbound::Outbound;
@@ -19,6 +19,9 @@ use crate::server::outbound::Outbound;
 /// A complete message as published, before routing.
 pub(super) struct Publication {
     exchange: ShortStr,
+    /// The exchange as found when the content completed, routed through at once (one lookup
+    /// per publish); `None` in a transaction, which looks it up again at `tx.commit`.
+    found: Option<Arc<Exchange>>,
     routing_key: ShortStr,
     mandatory: bool,
     message: Arc<Message>,
@@ -203,8 +206,10 @@ impl Channel {
             Some(Box::new(charge)),
             bcc.as_ref().map(bcc_keys).unwrap_or_default(),
         );
+        let transactional = matches!(self.mode, PublishMode::Transactional { .. });
         let publication = Publication {
             exchange: pending.method.exchange,
+            found: (!transactional).then_some(exchange),
             routing_key: pending.method.routing_key,
             mandatory: pending.method.mandatory,
             message,
@@ -229,7 +234,7 @@ impl Channel {
     fn route_and_enqueue_with(
         &mut self,
         cx: &mut ConnContext<'_>,
-        publication: Publication,
+        mut publication: Publication,
         tx_ticket: Option<&Arc<PublishTicket>>,
     ) {
         let confirm_tag = match &mut self.mode {
@@ -262,11 +267,14 @@ impl Channel {
             self.confirm(confirm_tag);
             return;
         }
-        // The exchange was checked when the content completed; a concurrent delete makes the
-        // message unroutable, as in RabbitMQ.
+        // The exchange found when the content completed routes it; at `tx.commit` it is looked
+        // up again, and one deleted meanwhile makes the message unroutable, as in RabbitMQ.
         // Taken out for the call, so that the channel can be borrowed meanwhile.
         let mut routing = std::mem::take(&mut self.routing);
-        let exchange = cx.vhost.exchange(&publication.exchange).ok();
+        let exchange = publication
+            .found
+            .take()
+            .or_else(|| cx.vhost.exchange(&publication.exchange).ok());
         match &exchange {
             Some(exchange) => cx.vhost.route(
                 exchange,
