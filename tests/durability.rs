@@ -839,3 +839,69 @@ async fn purging_or_deleting_a_delayed_exchange_drops_its_disk_held_messages_for
     assert_eq!(broker.delayed_total(), 0);
     broker.shutdown().await;
 }
+
+/// Under the system clock a durable exchange's messages due beyond the horizon are held on
+/// disk, and the disk mover thread brings them into the timer's wheel ahead of time: each is
+/// released in due order and none before its time (publish order differs from due order).
+#[tokio::test]
+async fn disk_held_messages_are_released_in_due_order_under_the_system_clock() {
+    let dir = DataDir::new("mover");
+    let broker = start_on(&dir).await;
+    let (_connection, ch) = channel(&broker).await;
+    delayed_exchange(&ch, "later", true).await;
+    declare(&ch, "due", true, FieldTable::default()).await;
+    ch.queue_bind(
+        "due".into(),
+        "later".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let mut consumer = consume_no_ack(&ch, "due").await;
+    // Delays 1.2 s to 2.15 s, 50 ms apart, published in a shuffled order and pipelined (the
+    // confirms are awaited afterwards), so that due order is delay order.
+    let delays: Vec<u64> = (0..20u64).map(|k| 1_200 + 50 * ((k * 7) % 20)).collect();
+    let sent = std::time::Instant::now();
+    let mut confirms = Vec::new();
+    for &delay in &delays {
+        let mut headers = FieldTable::default();
+        headers.insert("x-delay".into(), AMQPValue::LongLongInt(delay as i64));
+        let confirm = ch
+            .basic_publish(
+                "later".into(),
+                "k".into(),
+                BasicPublishOptions::default(),
+                delay.to_string().as_bytes(),
+                BasicProperties::default().with_headers(headers),
+            )
+            .await
+            .expect("publish sent");
+        confirms.push(confirm);
+    }
+    for confirm in confirms {
+        assert!(confirm.await.expect("confirm").is_ack());
+    }
+    let mut released = Vec::new();
+    for _ in &delays {
+        let body = next_body(&mut consumer).await;
+        let delay: u64 = body.parse().expect("a delay");
+        // Never early: due at the broker's receipt plus the delay, which is after `sent`
+        // (less the broker clock's millisecond rounding).
+        let waited = sent.elapsed().as_millis() as u64;
+        assert!(
+            waited + 2 >= delay,
+            "{delay} ms message released after {waited} ms"
+        );
+        released.push(delay);
+    }
+    let mut in_due_order = delays.clone();
+    in_due_order.sort_unstable();
+    assert_eq!(released, in_due_order);
+    assert_eq!(broker.delayed_count("/", "later"), 0);
+    broker.shutdown().await;
+}

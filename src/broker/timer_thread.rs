@@ -7,6 +7,11 @@
 //! precision where the runtime's timer rounds up to whole milliseconds. It sleeps until the next
 //! deadline and is unparked early when a message needs it sooner. Under a manual clock there is
 //! no such thread: `BrokerHandle::advance` releases what is due itself.
+//!
+//! With a data directory a second thread, the disk mover, moves messages held on disk into the
+//! wheel a horizon before they are due: reading their bodies from the store takes milliseconds
+//! at times (the writer's commit holds the pages it flushes), and the timer thread must not
+//! wait for that, nor for the lock the mover holds meanwhile.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -23,12 +28,21 @@ const MOVE_IN_BUDGET: Duration = Duration::from_micros(300);
 #[derive(Default)]
 pub(crate) struct TimerControl {
     thread: OnceLock<Thread>,
+    mover: OnceLock<Thread>,
     stop: AtomicBool,
 }
 
 impl TimerControl {
-    /// Makes the timer thread look at its deadlines again (a sooner one has arrived).
+    /// Makes the timer thread (and the disk mover) look at their deadlines again (a sooner
+    /// one has arrived).
     pub(crate) fn wake(&self) {
+        self.wake_timer();
+        if let Some(mover) = self.mover.get() {
+            mover.unpark();
+        }
+    }
+
+    fn wake_timer(&self) {
         if let Some(thread) = self.thread.get() {
             thread.unpark();
         }
@@ -41,11 +55,28 @@ impl TimerControl {
     }
 }
 
-/// Starts the timer thread for `state` (system clock only).
+/// Starts the timer thread for `state` (system clock only), and the disk mover when messages
+/// are held on disk; joining the timer thread joins both.
 pub(crate) fn spawn(state: Arc<BrokerState>) -> std::io::Result<JoinHandle<()>> {
+    let mover = match state.delayed.has_disk() {
+        true => {
+            let state = Arc::clone(&state);
+            Some(
+                std::thread::Builder::new()
+                    .name("dwellmq-disk-mover".into())
+                    .spawn(move || run_disk_mover(&state))?,
+            )
+        }
+        false => None,
+    };
     std::thread::Builder::new()
         .name("dwellmq-timer".into())
-        .spawn(move || run(&state))
+        .spawn(move || {
+            run(&state);
+            if let Some(mover) = mover {
+                let _ = mover.join();
+            }
+        })
 }
 
 fn run(state: &BrokerState) {
@@ -62,6 +93,33 @@ fn run(state: &BrokerState) {
                 state.delayed.move_in(now, Some(MOVE_IN_BUDGET));
             }
             Some(due) => std::thread::park_timeout(until_wall_ms(due)),
+            None => std::thread::park(),
+        }
+    }
+}
+
+/// How long the mover waits before trying again when moving in failed (a store read error).
+const MOVER_RETRY: Duration = Duration::from_millis(100);
+
+fn run_disk_mover(state: &BrokerState) {
+    let _ = state.timer.mover.set(std::thread::current());
+    state.delayed.hand_disk_to_mover();
+    // The timer thread may be asleep until a disk move-in it no longer makes.
+    state.timer.wake_timer();
+    while !state.timer.stop.load(Ordering::Acquire) {
+        let now = state.clock.now_ms();
+        match state.delayed.next_disk_move() {
+            Some(at) if at <= now => {
+                if state.delayed.move_in_disk(now) > 0 {
+                    // The timer thread's next deadline may be sooner now.
+                    state.timer.wake_timer();
+                } else {
+                    // Due but not moved: the store refused the read (logged); try again soon
+                    // rather than spin.
+                    std::thread::park_timeout(MOVER_RETRY);
+                }
+            }
+            Some(at) => std::thread::park_timeout(until_wall_ms(at)),
             None => std::thread::park(),
         }
     }

@@ -254,6 +254,32 @@ impl DiskTier {
         Ok([caught_up, on_time, pending].into_iter().flatten().min())
     }
 
+    /// Stored ids of (up to `n` of) the committed messages the next [`DiskTier::pop_due`]s
+    /// up to `up_to_ms` take out: their bodies can be read before the lock is taken again.
+    pub(super) fn upcoming_stored(
+        &mut self,
+        up_to_ms: u64,
+        n: usize,
+    ) -> Result<Vec<DeadlineId>, StoreError> {
+        // As `pop_due` would: a window that ran dry is refilled from the index.
+        self.next()?;
+        let mut ids = Vec::new();
+        if let Some(c) = &self.catch_up {
+            if c.next_due_ms() <= up_to_ms {
+                ids.extend(c.window.ids.iter().take(n).copied());
+            }
+        }
+        ids.extend(
+            self.main
+                .ids
+                .iter()
+                .take_while(|id| id.due_ms <= up_to_ms)
+                .take(n)
+                .copied(),
+        );
+        Ok(ids)
+    }
+
     /// Takes the next message due at or before `up_to_ms` out (it goes into the wheel; the
     /// caller submits its `Release` once it is released, or cancelled).
     pub(super) fn pop_due(&mut self, up_to_ms: u64) -> Result<Option<Leaving>, StoreError> {

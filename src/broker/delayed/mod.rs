@@ -108,6 +108,9 @@ pub(crate) struct DelayedMessages {
     /// Messages of durable exchanges held on disk beyond the horizon (with a store). Taken
     /// before `inner` when both are needed.
     disk: Arc<Mutex<Option<DiskTier>>>,
+    /// The disk mover thread moves the disk tier's messages into the wheel (system clock with
+    /// a store): the timer thread then never waits on `disk` or on a store read.
+    disk_mover: std::sync::atomic::AtomicBool,
     inner: Mutex<Inner>,
     memory: Arc<MemoryMonitor>,
     /// Taken before `inner` by the one releasing thread at a time.
@@ -173,6 +176,7 @@ impl DelayedMessages {
     pub(crate) fn new(now_ms: u64, memory: Arc<MemoryMonitor>) -> Self {
         DelayedMessages {
             disk: Arc::new(Mutex::new(None)),
+            disk_mover: std::sync::atomic::AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 scheduler: Scheduler::new(now_ms),
                 stored_as: BTreeMap::new(),
@@ -190,6 +194,48 @@ impl DelayedMessages {
     /// Messages held by durable exchanges go to `store` from now on.
     pub(crate) fn set_store(&self, store: Arc<dwellmq_store::Store>) {
         let _ = self.store.set(store);
+    }
+
+    /// Whether messages of durable exchanges are held on disk (the broker has a data directory).
+    pub(crate) fn has_disk(&self) -> bool {
+        self.disk.lock().is_some()
+    }
+
+    /// From now on the calling thread (the disk mover) moves disk-held messages into the
+    /// wheel ([`DelayedMessages::next_disk_move`], [`DelayedMessages::move_in_disk`]); the
+    /// timer thread's `next_wake` and `move_in` leave the disk tier alone.
+    pub(crate) fn hand_disk_to_mover(&self) {
+        self.disk_mover
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn mover_moves_disk(&self) -> bool {
+        self.disk_mover.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// When the disk mover must next move messages into the wheel (a horizon before the
+    /// earliest disk-held one is due); `None` when none is held on disk.
+    pub(crate) fn next_disk_move(&self) -> Option<u64> {
+        let mut disk = self.disk.lock();
+        let disk = disk.as_mut()?;
+        let mut inner = self.inner.lock();
+        inner.correct_failed(disk);
+        match disk.next() {
+            Ok(next) => next.map(|id| id.due_ms.saturating_sub(HORIZON_MS)),
+            Err(e) => {
+                // Looked at again within a horizon.
+                tracing::error!(error = %e, "reading the delayed index failed");
+                Some(inner.scheduler.horizon_ms())
+            }
+        }
+    }
+
+    /// The disk mover's round: moves every disk-held message due within the horizon of
+    /// `now_ms` into the wheel. Returns how many it moved.
+    pub(crate) fn move_in_disk(&self, now_ms: u64) -> usize {
+        let mut moved = 0;
+        self.move_in_from_disk(now_ms, None, Instant::now(), &mut moved);
+        moved
     }
 
     /// Holds messages of durable exchanges beyond the horizon on disk only, from now on;
@@ -279,10 +325,17 @@ impl DelayedMessages {
         let inner = &mut *guard;
         let far = inner.scheduler.horizon_ms() < due_ms;
         let to_disk = far && disk_guard.as_ref().is_some_and(|d| d.is_some());
-        let next_wake = if to_disk {
-            self.next_wake_locked(disk_guard.as_mut().and_then(|d| d.as_mut()), inner)
-        } else {
-            None
+        let next_wake = match (to_disk, self.mover_moves_disk()) {
+            (false, _) => None,
+            (true, false) => {
+                self.next_wake_locked(disk_guard.as_mut().and_then(|d| d.as_mut()), inner)
+            }
+            // The mover's next move (it sleeps until then).
+            (true, true) => disk_guard
+                .as_mut()
+                .and_then(|d| d.as_mut())
+                .and_then(|disk| disk.next().ok().flatten())
+                .map(|id| id.due_ms.saturating_sub(HORIZON_MS)),
         };
         let index = inner.index_for(vhost, exchange);
         index.count += 1;
@@ -403,6 +456,9 @@ impl DelayedMessages {
 
     /// When the timer thread must next act.
     pub(crate) fn next_wake(&self) -> Option<u64> {
+        if self.mover_moves_disk() {
+            return self.inner.lock().scheduler.next_wake();
+        }
         let mut disk = self.disk.lock();
         let mut inner = self.inner.lock();
         self.next_wake_locked(disk.as_mut(), &mut inner)
@@ -545,7 +601,10 @@ impl DelayedMessages {
             });
             if round == MoveIn::Done {
                 drop(guard);
-                return self.move_in_from_disk(now_ms, budget, started);
+                if self.mover_moves_disk() {
+                    return true;
+                }
+                return self.move_in_from_disk(now_ms, budget, started, &mut 0);
             }
             // Moved-in messages already due (moving in fell behind) are released first.
             let release_due = scheduler.wheel_due(now_ms);
@@ -558,9 +617,18 @@ impl DelayedMessages {
 
     /// Moves the disk-held messages due within the horizon of `now_ms` into the wheel, a batch
     /// per lock hold, reading their bodies from the store. Stops early as `move_in` does.
-    fn move_in_from_disk(&self, now_ms: u64, budget: Option<Duration>, started: Instant) -> bool {
+    fn move_in_from_disk(
+        &self,
+        now_ms: u64,
+        budget: Option<Duration>,
+        started: Instant,
+        moved: &mut usize,
+    ) -> bool {
         let up_to = now_ms.saturating_add(HORIZON_MS);
         loop {
+            // Bodies are read before the lock is taken for the move: a store read can take
+            // milliseconds, and publishers to durable delayed exchanges wait for this lock.
+            let mut read_ahead = self.read_upcoming(up_to);
             let mut disk_guard = self.disk.lock();
             let Some(disk) = disk_guard.as_mut() else {
                 return true;
@@ -579,7 +647,7 @@ impl DelayedMessages {
             if moving.is_empty() {
                 return true;
             }
-            let bodies = match read_bodies(disk.store(), &mut moving) {
+            let bodies = match read_bodies(disk.store(), &mut moving, &mut read_ahead) {
                 Ok(bodies) => bodies,
                 Err(e) => {
                     tracing::error!(error = %e, "reading delayed messages failed; retried");
@@ -587,6 +655,7 @@ impl DelayedMessages {
                     return true;
                 }
             };
+            *moved += moving.len();
             let mut guard = self.inner.lock();
             let inner = &mut *guard;
             let mut dropped = Vec::new();
@@ -663,22 +732,59 @@ impl DelayedMessages {
     }
 }
 
-/// Reads the bodies of the messages moving in that are not in RAM, from one snapshot.
+/// Bodies read ahead of a move-in, by stored id.
+type ReadAhead = BTreeMap<DeadlineId, dwellmq_store::DelayedMessage>;
+
+impl DelayedMessages {
+    /// Reads the bodies of the disk-held messages the next move-in up to `up_to_ms` takes out
+    /// (the disk lock is held only to find their ids). A failed read leaves them to the
+    /// move-in itself, which reports it.
+    fn read_upcoming(&self, up_to_ms: u64) -> ReadAhead {
+        let (ids, store) = {
+            let mut disk = self.disk.lock();
+            let Some(disk) = disk.as_mut() else {
+                return ReadAhead::new();
+            };
+            match disk.upcoming_stored(up_to_ms, MOVE_IN_BATCH) {
+                Ok(ids) if !ids.is_empty() => (ids, Arc::clone(disk.store())),
+                _ => return ReadAhead::new(),
+            }
+        };
+        let Ok(snapshot) = store.snapshot() else {
+            return ReadAhead::new();
+        };
+        ids.into_iter()
+            .filter_map(|id| Some((id, snapshot.delayed_message(id).ok()??)))
+            .collect()
+    }
+}
+
+/// Reads the bodies of the messages moving in that are not in RAM (nor read ahead), from one
+/// snapshot.
 fn read_bodies(
     store: &dwellmq_store::Store,
     moving: &mut [Leaving],
+    read_ahead: &mut ReadAhead,
 ) -> Result<Vec<Option<dwellmq_store::DelayedMessage>>, dwellmq_store::StoreError> {
-    let snapshot = match moving.iter().any(|m| m.held.is_none()) {
-        true => Some(store.snapshot()?),
-        false => None,
-    };
-    moving
+    let mut bodies: Vec<Option<dwellmq_store::DelayedMessage>> = moving
         .iter()
-        .map(|m| match (&m.held, &snapshot) {
-            (None, Some(snapshot)) => snapshot.delayed_message(m.stored),
-            _ => Ok(None),
+        .map(|m| match m.held {
+            None => read_ahead.remove(&m.stored),
+            Some(_) => None,
         })
-        .collect()
+        .collect();
+    let missing = |(m, body): (&Leaving, &Option<dwellmq_store::DelayedMessage>)| {
+        m.held.is_none() && body.is_none()
+    };
+    if moving.iter().zip(bodies.iter()).any(missing) {
+        let snapshot = store.snapshot()?;
+        for (m, body) in moving.iter().zip(bodies.iter_mut()) {
+            if m.held.is_none() && body.is_none() {
+                *body = snapshot.delayed_message(m.stored)?;
+            }
+        }
+    }
+    Ok(bodies)
 }
 
 /// The index of an exchange, created if it holds nothing yet.
