@@ -37,4 +37,4 @@ pub use records::{
     PermissionDef, PermissionPatterns, PolicyDef, QueueDef, StoredMessage, UserDef, VhostDef,
 };
 pub use redb::{BackendError, StorageBackend};
-pub use store::{Store, StoreStats};
+pub use store::{Group, Store, StoreStats};

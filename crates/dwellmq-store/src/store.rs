@@ -127,6 +127,7 @@ impl Store {
             weight: weight(&ops),
             ops,
             done: Some(Box::new(done)),
+            grouped: false,
         });
     }
 
@@ -136,6 +137,7 @@ impl Store {
             weight: weight(&ops),
             ops,
             done: None,
+            grouped: false,
         });
     }
 
@@ -152,27 +154,44 @@ impl Store {
         rx.recv().unwrap_or(Err(StoreError::Closed))
     }
 
-    fn send(&self, submission: Submission) {
+    fn send(&self, mut submission: Submission) {
         let sender = self.sender.read();
         let Some(sender) = sender.as_ref() else {
             fail(submission);
             return;
         };
+        let grouped = GROUP.with(|g| g.get().0 == self.group_key() && g.get().1 > 0);
+        submission.grouped = grouped;
         let weight = submission.weight;
         self.alarms.queued(weight);
         if let Err(mpsc::SendError(submission)) = sender.send(submission) {
             self.alarms.drained(weight);
             fail(submission);
+        } else if grouped {
+            // After the send: the writer takes every submission counted here.
+            self.counters.grouped_sent.fetch_add(1, Ordering::Release);
         }
     }
 
-    /// While the returned guard lives, the writer does not gather a batch: everything
-    /// submitted meanwhile (from any thread) goes into one commit (unless it exceeds the
-    /// batch limits, `StoreOptions::max_batch` / `max_batch_ops`). A delayed release's
-    /// `Persist`s and its `Release` are submitted under one group, so that a crash cannot
-    /// leave the message both in its queue and held. Hold it briefly: commits wait for it.
-    pub fn group(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
-        self.gate.read_recursive()
+    /// Tells this store's groups from another store's on the same thread.
+    fn group_key(&self) -> usize {
+        Arc::as_ptr(&self.gate) as usize
+    }
+
+    /// While the returned guard lives, the writer does not gather a batch, and what this
+    /// thread submits meanwhile goes into one commit, however far it exceeds the batch limits
+    /// (`StoreOptions::max_batch` / `max_batch_ops`; other threads' submissions join it as
+    /// far as the limits allow). A delayed release's `Persist`s and its `Release` are submitted
+    /// under one group, so that a crash cannot leave the message both in its queue and held.
+    /// Hold it briefly: commits wait for it.
+    pub fn group(&self) -> Group<'_> {
+        let gate = self.gate.read_recursive();
+        let key = self.group_key();
+        GROUP.with(|g| {
+            let (current, depth) = g.get();
+            g.set((key, if current == key { depth + 1 } else { 1 }));
+        });
+        Group { _gate: gate }
     }
 
     /// Octets queued for the writer and not yet committed (what the backlog alarm watches).
@@ -266,5 +285,28 @@ impl Drop for Store {
 fn fail(submission: Submission) {
     if let Some(done) = submission.done {
         done(Err(StoreError::Closed));
+    }
+}
+
+thread_local! {
+    /// The store whose group this thread holds (by [`Store::group_key`]), and how deep.
+    static GROUP: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// A store group (see [`Store::group`]): what this thread submits while it lives commits
+/// together.
+pub struct Group<'a> {
+    _gate: parking_lot::RwLockReadGuard<'a, ()>,
+}
+
+impl Drop for Group<'_> {
+    fn drop(&mut self) {
+        GROUP.with(|g| {
+            let (key, depth) = g.get();
+            g.set(match depth {
+                0 | 1 => (0, 0),
+                deeper => (key, deeper - 1),
+            });
+        });
     }
 }

@@ -29,6 +29,8 @@ pub(crate) struct Submission {
     /// What it counts for in the backlog (see [`crate::alarm::weight`]), taken when queued.
     pub(crate) weight: u64,
     pub(crate) done: Option<Done>,
+    /// Sent under a [`crate::Store::group`]: it must commit with the rest of its group.
+    pub(crate) grouped: bool,
 }
 
 /// What the writer counts (see [`crate::StoreStats`]).
@@ -39,6 +41,8 @@ pub(crate) struct Counters {
     pub(crate) submissions: AtomicU64,
     pub(crate) ops_written: AtomicU64,
     pub(crate) ops_elided: AtomicU64,
+    /// Submissions sent under a group so far (counted after they are in the channel).
+    pub(crate) grouped_sent: AtomicU64,
     /// The next queue id the store must cover, raised by [`crate::Store::allocate_queue_id`]
     /// and written with the next commit.
     pub(crate) next_queue_id: AtomicU64,
@@ -79,6 +83,8 @@ impl Writer {
         let max_retry = self.opener.options.retry_interval.max(FIRST_RETRY);
         let mut retry = FIRST_RETRY;
         let mut batch: Vec<Submission> = Vec::new();
+        // Grouped submissions taken from the channel so far.
+        let mut grouped_taken = 0u64;
         loop {
             // While writes fail, nobody may submit again (the broker blocks publishers): probe
             // with an empty commit now and then, so that the alarm clears once the disk works.
@@ -101,15 +107,20 @@ impl Writer {
             };
             retry = FIRST_RETRY;
             let mut ops = first.ops.len();
+            grouped_taken += u64::from(first.grouped);
             batch.push(first);
             // An open group (`Store::group`) is waited for: the rest of it joins this batch.
             let gate = self.gate.write();
+            // Every group is closed now, and all it sent is in the channel and counted.
+            let grouped_sent = self.counters.grouped_sent.load(Ordering::Acquire);
             // A transaction's dirty pages stay in memory until it commits: bulk submissions
-            // split over several commits rather than make one huge one.
-            while batch.len() < max_batch && ops < max_ops {
+            // split over several commits rather than make one huge one. A group is never
+            // split, whatever its size (nor is a single submission).
+            while (batch.len() < max_batch && ops < max_ops) || grouped_taken < grouped_sent {
                 match rx.try_recv() {
                     Ok(next) => {
                         ops += next.ops.len();
+                        grouped_taken += u64::from(next.grouped);
                         batch.push(next);
                     }
                     Err(_) => break,

@@ -310,3 +310,50 @@ fn what_a_group_submits_goes_into_one_commit_even_while_the_writer_is_idle() {
     assert_eq!(first, second, "one commit for the whole group");
     store.close();
 }
+
+#[test]
+fn a_group_larger_than_the_batch_limits_still_commits_whole() {
+    let dir = Scratch::new("big-group");
+    let (mut options, faults) = faulty_options();
+    options.max_batch_ops = 50;
+    let store = Store::open_with(dir.path(), options).expect("open");
+    let first = hold_writer_in_a_commit(&store, &faults);
+    let (tx, rx) = mpsc::channel();
+    let done = |tx: &mpsc::Sender<Completion>| {
+        let tx = tx.clone();
+        move |r| {
+            let _ = tx.send(r);
+        }
+    };
+    // Ungrouped submissions before and after the group are still split at the limit.
+    for seq in 0..30 {
+        store.submit(vec![persist(7, seq)], done(&tx));
+    }
+    let group = store.group();
+    for seq in 30..150 {
+        store.submit(vec![persist(7, seq)], done(&tx));
+    }
+    drop(group);
+    for seq in 150..200 {
+        store.submit(vec![persist(7, seq)], done(&tx));
+    }
+    faults.resume();
+    first.recv().unwrap().expect("first");
+    let commits: Vec<u64> = (0..200)
+        .map(|_| {
+            rx.recv()
+                .unwrap()
+                .expect("committed")
+                .commit
+                .expect("written")
+        })
+        .collect();
+    let grouped = &commits[30..150];
+    assert!(
+        grouped.iter().all(|&c| c == grouped[0]),
+        "the group's 120 submissions in one commit: {grouped:?}"
+    );
+    let mut distinct = commits.clone();
+    distinct.dedup();
+    assert!(distinct.len() >= 2, "the rest still split: {distinct:?}");
+}
