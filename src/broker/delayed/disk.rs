@@ -140,6 +140,9 @@ pub(super) struct DiskTier {
     catch_up: Option<CatchUp>,
     pending: BTreeMap<DeadlineId, Held>,
     leaving: BTreeSet<DeadlineId>,
+    /// Leaving ids whose `Release` commit failed: the writer carries a failed removal into
+    /// its next commit, so the next release commit that succeeds removed them too.
+    release_carried: Vec<DeadlineId>,
     /// Holds whose commit failed (their publishers were nacked): their exchanges' counts are
     /// corrected by the next caller that holds the scheduler's lock.
     failed: Vec<(ExchangeKey, u64)>,
@@ -164,6 +167,7 @@ impl DiskTier {
             }),
             pending: BTreeMap::new(),
             leaving: BTreeSet::new(),
+            release_carried: Vec::new(),
             failed: Vec::new(),
             len,
         }
@@ -226,10 +230,19 @@ impl DiskTier {
         self.leaving.insert(id);
     }
 
-    /// Their `Release` is committed: a refill may no longer find them.
-    pub(super) fn released(&mut self, ids: &[DeadlineId]) {
+    /// Their `Release` commit ended: once committed, a refill may no longer find them. A
+    /// failed one is carried by the writer into its next commit; they are forgotten with the
+    /// next release that commits (so `leaving` does not grow for good while writes fail).
+    pub(super) fn released(&mut self, ids: &[DeadlineId], committed: bool) {
+        if !committed {
+            self.release_carried.extend_from_slice(ids);
+            return;
+        }
         for id in ids {
             self.leaving.remove(id);
+        }
+        for id in std::mem::take(&mut self.release_carried) {
+            self.leaving.remove(&id);
         }
     }
 

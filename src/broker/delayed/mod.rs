@@ -278,10 +278,8 @@ impl DelayedMessages {
             store.submit(ops, move |outcome| {
                 // A failed removal is retried by the writer in its next commit; until it is
                 // known to be gone the ids stay marked as leaving.
-                if outcome.is_ok() {
-                    if let Some(disk) = disk.lock().as_mut() {
-                        disk.released(&ids);
-                    }
+                if let Some(disk) = disk.lock().as_mut() {
+                    disk.released(&ids, outcome.is_ok());
                 }
             });
         }

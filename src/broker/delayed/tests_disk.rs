@@ -31,6 +31,19 @@ impl TempStore {
     }
 }
 
+impl TempStore {
+    /// As `new`, over a backend that fails on demand.
+    fn faulty(name: &str) -> (TempStore, Arc<dwellmq_store::faults::Faults>) {
+        let dir = std::env::temp_dir().join(format!("dwellmq-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let faults = Arc::new(dwellmq_store::faults::Faults::default());
+        let options = dwellmq_store::faults::options(Arc::clone(&faults));
+        let store = dwellmq_store::Store::open_with(&dir, options).expect("store opens");
+        let store = Arc::new(store);
+        (TempStore { dir, store }, faults)
+    }
+}
+
 impl Drop for TempStore {
     fn drop(&mut self) {
         self.store.shutdown();
@@ -148,4 +161,44 @@ fn a_durable_message_due_within_the_horizon_is_released_once_though_its_hold_is_
     assert_eq!(released, 11);
     assert_eq!(queue.message_count(), 11);
     assert_eq!(delayed.len(), 0);
+}
+
+#[test]
+fn releases_whose_commit_failed_are_forgotten_once_a_later_release_commits() {
+    use std::sync::atomic::Ordering;
+    let (temp, faults) = TempStore::faulty("disk-tier-failed-release");
+    let (vhost, exchange, queue) = durable_setup();
+    let memory = MemoryMonitor::new(u64::MAX);
+    let delayed = DelayedMessages::new(0, Arc::clone(&memory));
+    delayed.set_store(Arc::clone(&temp.store));
+    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    for i in 0..10u64 {
+        delayed.hold(&vhost, &exchange, message(vec![i as u8]), 5_000 + i);
+    }
+    delayed.hold(&vhost, &exchange, message(b"later".to_vec()), 20_000);
+    temp.store.write(Vec::new()).expect("commit");
+    let serve_until = |until: u64| {
+        while let Some(now) = delayed.next_wake().filter(|&now| now <= until) {
+            delayed.release_due(now);
+            delayed.move_in(now, None);
+        }
+    };
+
+    // The ten are released while writes fail: their removal stays to do.
+    faults.fail_writes.store(true, Ordering::SeqCst);
+    serve_until(10_000);
+    assert_eq!(queue.message_count(), 10);
+    assert!(temp.store.write(Vec::new()).is_err(), "writes fail");
+    let (resident, _) = delayed.disk_resident().expect("a disk tier");
+    assert!(resident >= 10, "{resident}: the ten are still leaving");
+
+    // Writes work again: the next release that commits takes the carried ones along.
+    faults.fail_writes.store(false, Ordering::SeqCst);
+    temp.store.write(Vec::new()).expect("writes work again");
+    serve_until(20_000);
+    temp.store.write(Vec::new()).expect("commit");
+    assert_eq!(queue.message_count(), 11);
+    assert_eq!(delayed.disk_resident().expect("a disk tier"), (0, 0));
+    let snapshot = temp.store.snapshot().expect("snapshot");
+    assert_eq!(snapshot.delayed_count().expect("count"), 0);
 }
