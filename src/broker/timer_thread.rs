@@ -9,9 +9,9 @@
 //! no such thread: `BrokerHandle::advance` releases what is due itself.
 //!
 //! With a data directory a second thread, the disk mover, moves messages held on disk into the
-//! wheel a horizon before they are due: reading their bodies from the store takes milliseconds
-//! at times (the writer's commit holds the pages it flushes), and the timer thread must not
-//! wait for that, nor for the lock the mover holds meanwhile.
+//! wheel a horizon before they are due. Reading their bodies from the store, and waiting for
+//! the disk tier's lock (whose holder the OS may have descheduled), take milliseconds at times
+//! on a busy machine: the timer thread must wait for neither.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
