@@ -85,19 +85,33 @@ pub(crate) fn reporting_definitions_to<R>(ticket: &Arc<PublishTicket>, f: impl F
     f()
 }
 
-/// Submits definition changes; a failure is logged (the object exists in memory, and the
-/// next restart will not have it) and reported to the method that made them, if it waits.
-fn write(store: &Store, ops: Vec<Op>) {
-    let ticket = DEFINITION_TICKET.with(|t| t.borrow().clone());
+/// Submits `ops` counted on `ticket`, which hears once their commit ends (a confirm, or a
+/// declare-ok, waits for it); `then` sees the outcome first, on the writer thread.
+pub(crate) fn submit_counted(
+    store: &Store,
+    ops: Vec<Op>,
+    ticket: Option<&Arc<PublishTicket>>,
+    then: impl FnOnce(&dwellmq_store::Completion) + Send + 'static,
+) {
+    let ticket = ticket.cloned();
     if let Some(ticket) = &ticket {
         ticket.add();
     }
     store.submit(ops, move |outcome| {
-        if let Err(e) = &outcome {
-            tracing::error!(error = %e, "writing a durable definition failed");
-        }
+        then(&outcome);
         if let Some(ticket) = ticket {
             ticket.complete(outcome.is_ok());
+        }
+    });
+}
+
+/// Submits definition changes; a failure is logged (the object exists in memory, and the
+/// next restart will not have it) and reported to the method that made them, if it waits.
+fn write(store: &Store, ops: Vec<Op>) {
+    let ticket = DEFINITION_TICKET.with(|t| t.borrow().clone());
+    submit_counted(store, ops, ticket.as_ref(), |outcome| {
+        if let Err(e) = outcome {
+            tracing::error!(error = %e, "writing a durable definition failed");
         }
     });
 }

@@ -293,16 +293,9 @@ impl Queue {
             delivered,
             message: dwellmq_store::Payload::Message(message),
         };
-        let ticket = ticket.cloned();
-        if let Some(ticket) = &ticket {
-            ticket.add();
-        }
-        store.submit(vec![op], move |outcome| {
-            if let Err(e) = &outcome {
+        super::persist::submit_counted(store, vec![op], ticket, |outcome| {
+            if let Err(e) = outcome {
                 tracing::warn!(error = %e, "persisting a message failed");
-            }
-            if let Some(ticket) = ticket {
-                ticket.complete(outcome.is_ok());
             }
         });
     }

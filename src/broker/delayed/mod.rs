@@ -218,16 +218,7 @@ impl DelayedMessages {
     pub(crate) fn next_disk_move(&self) -> Option<u64> {
         let mut disk = self.disk.lock();
         let disk = disk.as_mut()?;
-        let mut inner = self.inner.lock();
-        inner.correct_failed(disk);
-        match disk.next() {
-            Ok(next) => next.map(|id| id.due_ms.saturating_sub(HORIZON_MS)),
-            Err(e) => {
-                // Looked at again within a horizon.
-                tracing::error!(error = %e, "reading the delayed index failed");
-                Some(inner.scheduler.horizon_ms())
-            }
-        }
+        disk_move_at(disk, &mut self.inner.lock())
     }
 
     /// The disk mover's round: moves every disk-held message due within the horizon of
@@ -332,8 +323,7 @@ impl DelayedMessages {
             (true, true) => disk_guard
                 .as_mut()
                 .and_then(|d| d.as_mut())
-                .and_then(|disk| disk.next().ok().flatten())
-                .map(|id| id.due_ms.saturating_sub(HORIZON_MS)),
+                .and_then(|disk| disk_move_at(disk, inner)),
         };
         let index = inner.index_for(vhost, exchange);
         index.count += 1;
@@ -404,21 +394,14 @@ impl DelayedMessages {
             exchange: exchange.name.to_string(),
             message: dwellmq_store::Payload::Message(original),
         };
-        let ticket = ticket.cloned();
-        if let Some(ticket) = &ticket {
-            ticket.add();
-        }
-        store.submit(vec![op], move |outcome| {
-            if let Err(e) = &outcome {
+        crate::broker::persist::submit_counted(store, vec![op], ticket, move |outcome| {
+            if let Err(e) = outcome {
                 tracing::warn!(error = %e, "storing a delayed message failed");
             }
             if let Some(disk) = on_disk {
                 if let Some(disk) = disk.lock().as_mut() {
                     disk.committed(id, outcome.is_ok());
                 }
-            }
-            if let Some(ticket) = ticket {
-                ticket.complete(outcome.is_ok());
             }
         });
         wake
@@ -464,17 +447,7 @@ impl DelayedMessages {
 
     fn next_wake_locked(&self, disk: Option<&mut DiskTier>, inner: &mut Inner) -> Option<u64> {
         let scheduler = inner.scheduler.next_wake();
-        let disk = disk.and_then(|disk| {
-            inner.correct_failed(disk);
-            match disk.next() {
-                Ok(next) => next.map(|id| id.due_ms.saturating_sub(HORIZON_MS)),
-                Err(e) => {
-                    // Looked at again within a horizon.
-                    tracing::error!(error = %e, "reading the delayed index failed");
-                    Some(inner.scheduler.horizon_ms())
-                }
-            }
-        });
+        let disk = disk.and_then(|disk| disk_move_at(disk, inner));
         match (scheduler, disk) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -727,6 +700,20 @@ impl DelayedMessages {
     /// Drops a held message that will never be released (cancelled or purged).
     fn discard(&self, kept: Kept) {
         self.memory.release_bytes(kept.charged_by_holder());
+    }
+}
+
+/// When `disk`'s first message must move into the wheel (a horizon before it is due), after
+/// correcting the counts of holds whose commit failed.
+fn disk_move_at(disk: &mut DiskTier, inner: &mut Inner) -> Option<u64> {
+    inner.correct_failed(disk);
+    match disk.next() {
+        Ok(next) => next.map(|id| id.due_ms.saturating_sub(HORIZON_MS)),
+        Err(e) => {
+            // Looked at again within a horizon.
+            tracing::error!(error = %e, "reading the delayed index failed");
+            Some(inner.scheduler.horizon_ms())
+        }
     }
 }
 
