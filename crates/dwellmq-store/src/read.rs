@@ -324,14 +324,6 @@ impl Snapshot {
             Some(end) => Bound::Excluded(end),
             None => Bound::Unbounded,
         };
-        let as_slice = |b: &Bound<[u8; 20]>| -> Bound<Vec<u8>> {
-            match b {
-                Bound::Included(k) => Bound::Included(k.to_vec()),
-                Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
-                Bound::Unbounded => Bound::Unbounded,
-            }
-        };
-        let (start, end) = (as_slice(&start), as_slice(&end));
         let range = table
             .range::<&[u8]>((
                 start.as_ref().map(|k| k.as_slice()),

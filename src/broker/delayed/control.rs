@@ -187,13 +187,16 @@ impl DelayedMessages {
             return false;
         }
         let found = disk.store().snapshot().and_then(|snapshot| {
-            let stored = snapshot.delayed_message(deadline)?;
-            if let Some(stored) = &stored {
+            // (its exchange, its body octets), if committed.
+            let stored = snapshot.delayed_message(deadline)?.map(|stored| {
                 let key: ExchangeKey = (
                     ShortStr::from(stored.vhost.as_str()),
                     ShortStr::from(stored.exchange.as_str()),
                 );
-                if of.is_some_and(|of| *of != key) {
+                (key, stored.message.body_len() as u64)
+            });
+            if let (Some(of), Some((key, _))) = (of, &stored) {
+                if of != key {
                     return Ok(None);
                 }
             }
@@ -202,13 +205,7 @@ impl DelayedMessages {
                 Taken::Pending(held) => {
                     Some((held.exchange_key().clone(), held.message.body_len() as u64))
                 }
-                Taken::Stored => stored.map(|stored| {
-                    let key = (
-                        ShortStr::from(stored.vhost.as_str()),
-                        ShortStr::from(stored.exchange.as_str()),
-                    );
-                    (key, stored.message.body_len() as u64)
-                }),
+                Taken::Stored => stored,
             })
         });
         match found {
