@@ -10,16 +10,7 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, ExchangeKind};
 
 async fn delayed_exchange(ch: &Channel, name: &str, inner: &str) {
-    let mut args = FieldTable::default();
-    args.insert("x-delayed-type".into(), AMQPValue::LongString(inner.into()));
-    ch.exchange_declare(
-        name.into(),
-        ExchangeKind::Custom("x-delayed-message".into()),
-        ExchangeDeclareOptions::default(),
-        args,
-    )
-    .await
-    .unwrap();
+    declare_delayed(ch, name, inner, false).await;
 }
 
 fn delay_headers(value: AMQPValue) -> FieldTable {

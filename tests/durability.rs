@@ -391,22 +391,7 @@ async fn a_failed_write_nacks_the_publishes_it_carried_and_later_ones_are_acked(
 }
 
 async fn delayed_exchange(ch: &Channel, name: &str, durable: bool) {
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-delayed-type".into(),
-        AMQPValue::LongString("direct".into()),
-    );
-    ch.exchange_declare(
-        name.into(),
-        ExchangeKind::Custom("x-delayed-message".into()),
-        ExchangeDeclareOptions {
-            durable,
-            ..Default::default()
-        },
-        args,
-    )
-    .await
-    .unwrap();
+    declare_delayed(ch, name, "direct", durable).await;
 }
 
 /// Publishes to a delayed exchange with confirms; true for an ack.
@@ -437,23 +422,7 @@ async fn messages_held_by_a_durable_delayed_exchange_survive_a_restart_at_their_
     };
     let broker = Broker::start(config(T0_MS)).await.unwrap();
     let (connection, ch) = channel(&broker).await;
-    delayed_exchange(&ch, "reminders", true).await;
-    delayed_exchange(&ch, "scratch", false).await;
-    declare(&ch, "due", true, FieldTable::default()).await;
-    for exchange in ["reminders", "scratch"] {
-        ch.queue_bind(
-            "due".into(),
-            exchange.into(),
-            "k".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    }
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    delayed_into_due(&ch, &[("reminders", true), ("scratch", false)]).await;
     assert!(publish_delayed(&ch, "reminders", "in 5 s", 5_000).await);
     assert!(publish_delayed(&ch, "reminders", "in 1 s", 1_000).await);
     assert!(publish_delayed(&ch, "reminders", "in 1 h", 3_600_000).await);
@@ -507,20 +476,7 @@ async fn delayed_messages_that_fell_due_during_an_outage_are_caught_up_at_a_boun
     };
     let broker = Broker::start(config(T0_MS)).await.unwrap();
     let (connection, ch) = channel(&broker).await;
-    delayed_exchange(&ch, "reminders", true).await;
-    declare(&ch, "due", true, FieldTable::default()).await;
-    ch.queue_bind(
-        "due".into(),
-        "reminders".into(),
-        "k".into(),
-        QueueBindOptions::default(),
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    delayed_into_due(&ch, &[("reminders", true)]).await;
     // Published newest-due first: they come out oldest first all the same.
     for i in (1..=25).rev() {
         assert!(publish_delayed(&ch, "reminders", &format!("{i:02}"), 1_000 + i).await);
@@ -659,6 +615,20 @@ async fn an_injected_write_failure_nacks_and_a_restart_keeps_only_what_was_writt
 
 const DAY_MS: i64 = 86_400_000;
 
+/// Declares the delayed exchanges (name, durable) and a durable queue `due` bound to each with
+/// key `k`, and puts the channel in confirm mode.
+async fn delayed_into_due(ch: &Channel, exchanges: &[(&str, bool)]) {
+    for &(name, durable) in exchanges {
+        delayed_exchange(ch, name, durable).await;
+    }
+    declare(ch, "due", true, FieldTable::default()).await;
+    let names: Vec<&str> = exchanges.iter().map(|&(name, _)| name).collect();
+    bind_all(ch, "due", &names).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+}
+
 /// Binds queue `queue` to each of `exchanges` with key `k`.
 async fn bind_all(ch: &Channel, queue: &str, exchanges: &[&str]) {
     for exchange in exchanges {
@@ -683,13 +653,7 @@ async fn messages_held_on_disk_are_listed_cancelled_and_released_in_order_days_a
     };
     let broker = Broker::start(config(T0_MS)).await.unwrap();
     let (connection, ch) = channel(&broker).await;
-    delayed_exchange(&ch, "reminders", true).await;
-    delayed_exchange(&ch, "scratch", false).await;
-    declare(&ch, "due", true, FieldTable::default()).await;
-    bind_all(&ch, "due", &["reminders", "scratch"]).await;
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    delayed_into_due(&ch, &[("reminders", true), ("scratch", false)]).await;
     // Beyond the scheduler's horizon (held on disk) but for "soon", published out of order.
     for (body, delay_ms) in [
         ("day 3", 3 * DAY_MS),
@@ -796,14 +760,7 @@ async fn purging_or_deleting_a_delayed_exchange_drops_its_disk_held_messages_for
     };
     let broker = Broker::start(config(T0_MS)).await.unwrap();
     let (connection, ch) = channel(&broker).await;
-    delayed_exchange(&ch, "purged", true).await;
-    delayed_exchange(&ch, "deleted", true).await;
-    delayed_exchange(&ch, "kept", true).await;
-    declare(&ch, "due", true, FieldTable::default()).await;
-    bind_all(&ch, "due", &["purged", "deleted", "kept"]).await;
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    delayed_into_due(&ch, &[("purged", true), ("deleted", true), ("kept", true)]).await;
     let memory_before = broker.memory_used();
     // More than one purge chunk each.
     assert!(publish_many_delayed(&ch, "purged", 2_500, DAY_MS).await);
@@ -848,20 +805,7 @@ async fn disk_held_messages_are_released_in_due_order_under_the_system_clock() {
     let dir = DataDir::new("mover");
     let broker = start_on(&dir).await;
     let (_connection, ch) = channel(&broker).await;
-    delayed_exchange(&ch, "later", true).await;
-    declare(&ch, "due", true, FieldTable::default()).await;
-    ch.queue_bind(
-        "due".into(),
-        "later".into(),
-        "k".into(),
-        QueueBindOptions::default(),
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    delayed_into_due(&ch, &[("later", true)]).await;
     let mut consumer = consume_no_ack(&ch, "due").await;
     // Delays 1.2 s to 2.15 s, 50 ms apart, published in a shuffled order and pipelined (the
     // confirms are awaited afterwards), so that due order is delay order.

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use futures_lite::{Stream, StreamExt};
 use lapin::options::{
-    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, QueueDeclareOptions,
+    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, ExchangeDeclareOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer, ExchangeKind};
 
 use super::{amqp_error, consume_no_ack, declare_queue, eventually, next_body, sync, TestBroker};
 
@@ -175,4 +176,21 @@ pub async fn round_trip(connection: &Connection, queue: &str) -> Channel {
 pub async fn depth(t: &TestBroker, ch: &Channel, queue: &str) -> usize {
     sync(ch).await;
     ready(t, queue)
+}
+
+/// Declares an `x-delayed-message` exchange routing as `inner` (`x-delayed-type`).
+pub async fn declare_delayed(ch: &Channel, name: &str, inner: &str, durable: bool) {
+    let mut args = FieldTable::default();
+    args.insert("x-delayed-type".into(), AMQPValue::LongString(inner.into()));
+    ch.exchange_declare(
+        name.into(),
+        ExchangeKind::Custom("x-delayed-message".into()),
+        ExchangeDeclareOptions {
+            durable,
+            ..Default::default()
+        },
+        args,
+    )
+    .await
+    .unwrap();
 }

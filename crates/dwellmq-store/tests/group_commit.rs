@@ -30,6 +30,25 @@ fn wait_for_sync(faults: &Faults, more_than: u64) {
 }
 
 /// Starts a commit and holds it in its fsync; returns the completion of that first commit.
+/// A completion that sends its outcome to `tx`.
+fn sending_to(tx: &mpsc::Sender<Completion>) -> impl FnOnce(Completion) + Send + 'static {
+    let tx = tx.clone();
+    move |outcome| {
+        let _ = tx.send(outcome);
+    }
+}
+
+/// A store whose commits take at most 50 ops, its writer held in a first commit.
+fn bounded_store_held_in_a_commit(
+    dir: &Scratch,
+) -> (Store, Arc<Faults>, mpsc::Receiver<Completion>) {
+    let (mut options, faults) = faulty_options();
+    options.max_batch_ops = 50;
+    let store = Store::open_with(dir.path(), options).expect("open");
+    let first = hold_writer_in_a_commit(&store, &faults);
+    (store, faults, first)
+}
+
 fn hold_writer_in_a_commit(store: &Store, faults: &Faults) -> mpsc::Receiver<Completion> {
     let before = faults.syncs.load(Ordering::SeqCst);
     faults.pause();
@@ -256,16 +275,10 @@ fn the_last_handle_may_be_dropped_in_a_completion() {
 #[test]
 fn a_burst_is_split_into_commits_of_bounded_size() {
     let dir = Scratch::new("bounded");
-    let (mut options, faults) = faulty_options();
-    options.max_batch_ops = 50;
-    let store = Store::open_with(dir.path(), options).expect("open");
-    let first = hold_writer_in_a_commit(&store, &faults);
+    let (store, faults, first) = bounded_store_held_in_a_commit(&dir);
     let (tx, rx) = mpsc::channel();
     for seq in 0..200 {
-        let tx = tx.clone();
-        store.submit(vec![persist(6, seq)], move |r| {
-            let _ = tx.send(r);
-        });
+        store.submit(vec![persist(6, seq)], sending_to(&tx));
     }
     faults.resume();
     first.recv().unwrap().expect("first");
@@ -291,18 +304,12 @@ fn what_a_group_submits_goes_into_one_commit_even_while_the_writer_is_idle() {
     let dir = Scratch::new("group");
     let store = Store::open(dir.path()).expect("open");
     let (tx, rx) = mpsc::channel();
-    let done = |tx: &mpsc::Sender<Completion>| {
-        let tx = tx.clone();
-        move |r| {
-            let _ = tx.send(r);
-        }
-    };
     let group = store.group();
-    store.submit(vec![persist(1, 0)], done(&tx));
+    store.submit(vec![persist(1, 0)], sending_to(&tx));
     // An idle writer takes the first submission at once; without the group it would commit
     // it alone before the second arrives.
     std::thread::sleep(Duration::from_millis(50));
-    store.submit(vec![Op::Forget { queue: 1, seq: 7 }], done(&tx));
+    store.submit(vec![Op::Forget { queue: 1, seq: 7 }], sending_to(&tx));
     drop(group);
     let first = rx.recv().unwrap().expect("committed");
     let second = rx.recv().unwrap().expect("committed");
@@ -314,28 +321,19 @@ fn what_a_group_submits_goes_into_one_commit_even_while_the_writer_is_idle() {
 #[test]
 fn a_group_larger_than_the_batch_limits_still_commits_whole() {
     let dir = Scratch::new("big-group");
-    let (mut options, faults) = faulty_options();
-    options.max_batch_ops = 50;
-    let store = Store::open_with(dir.path(), options).expect("open");
-    let first = hold_writer_in_a_commit(&store, &faults);
+    let (store, faults, first) = bounded_store_held_in_a_commit(&dir);
     let (tx, rx) = mpsc::channel();
-    let done = |tx: &mpsc::Sender<Completion>| {
-        let tx = tx.clone();
-        move |r| {
-            let _ = tx.send(r);
-        }
-    };
     // Ungrouped submissions before and after the group are still split at the limit.
     for seq in 0..30 {
-        store.submit(vec![persist(7, seq)], done(&tx));
+        store.submit(vec![persist(7, seq)], sending_to(&tx));
     }
     let group = store.group();
     for seq in 30..150 {
-        store.submit(vec![persist(7, seq)], done(&tx));
+        store.submit(vec![persist(7, seq)], sending_to(&tx));
     }
     drop(group);
     for seq in 150..200 {
-        store.submit(vec![persist(7, seq)], done(&tx));
+        store.submit(vec![persist(7, seq)], sending_to(&tx));
     }
     faults.resume();
     first.recv().unwrap().expect("first");
