@@ -64,6 +64,10 @@ struct Connection {
     /// A reply waiting for a store commit (`tx.commit-ok`, a declare-ok): nothing more is
     /// read meanwhile.
     commit_wait: Arc<CommitWait>,
+    /// When the bytes in the buffer were read (broker clock, ms): a delayed message is due
+    /// its `x-delay` after it reached the broker, not after the broker got to it in a long
+    /// read (or after a pause).
+    received_ms: u64,
 }
 
 /// What the frame loop should do next.
@@ -237,6 +241,7 @@ async fn run<R: AsyncRead + Unpin>(
         counts: MessageCounts::default(),
         stopped_early: false,
         commit_wait: CommitWait::new(),
+        received_ms: state.clock.now_ms(),
     };
     let heartbeat = Duration::from_secs(u64::from(negotiated.heartbeat_secs));
     let mut ticker = tokio::time::interval(if heartbeat.is_zero() {
@@ -285,6 +290,7 @@ async fn run<R: AsyncRead + Unpin>(
                 Ok(0) | Err(_) => break Err(FaultOrExit::Exit),
                 Ok(_) => {
                     last_read = Instant::now();
+                    conn.received_ms = conn.state.clock.now_ms();
                     match conn.handle_input(buf, &listed.info) {
                         Ok(Flow::Continue) => unprocessed = conn.stopped_early,
                         Ok(Flow::Closed) => break Ok(()),
@@ -440,6 +446,7 @@ impl Connection {
                 consumer_cancel_notify: self.capabilities.consumer_cancel_notify,
                 counts: &mut self.counts,
                 commit_wait: &self.commit_wait,
+                received_ms: self.received_ms,
             },
             &mut self.channels,
         )

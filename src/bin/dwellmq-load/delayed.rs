@@ -52,7 +52,8 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     let worst: usize = options.get("worst", 0)?;
     // Measure scheduling (publish to confirm) only, without waiting for the releases.
     let schedule_only = options.get("schedule-only", false)?;
-    // Optional CSV of every sample (due µs since publishing started, lateness ms) for plotting.
+    // Optional CSV of every sample (due µs since publishing started, lateness ms, index in
+    // publish order) for plotting.
     let dump = options.string("dump", "");
     // Publish rate cap in messages per second (0 = as fast as confirms allow).
     let rate: u64 = options.get("rate", 0)?;
@@ -329,8 +330,8 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
     if !dump.is_empty() {
         use std::io::Write;
         let mut file = std::io::BufWriter::new(std::fs::File::create(&dump)?);
-        for (due, late, _) in &samples {
-            writeln!(file, "{},{late:.3}", due.saturating_sub(started_us))?;
+        for (due, late, index) in &samples {
+            writeln!(file, "{},{late:.3},{index}", due.saturating_sub(started_us))?;
         }
         file.flush()?;
     }

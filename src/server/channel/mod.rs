@@ -52,6 +52,8 @@ pub(crate) struct ConnContext<'a> {
     pub(crate) counts: &'a mut MessageCounts,
     /// Where a reply that must wait for a store commit (`tx.commit-ok`) waits.
     pub(crate) commit_wait: &'a Arc<CommitWait>,
+    /// When the frames being handled were read (broker clock, ms).
+    pub(crate) received_ms: u64,
 }
 
 impl ConnContext<'_> {

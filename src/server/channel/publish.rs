@@ -316,7 +316,9 @@ impl Channel {
         if !routing.delayed.is_empty() {
             // Routability was checked now (so `mandatory` is honest); the queues are chosen
             // again at release, from the bindings as they are then.
-            let due_ms = cx.state.clock.now_ms().saturating_add(publication.delay_ms);
+            // Due its delay after the publish reached the broker (its read), however long the
+            // frames read with it took to handle.
+            let due_ms = cx.received_ms.saturating_add(publication.delay_ms);
             let held = held_message(cx, &publication);
             for exchange in routing.delayed.drain(..) {
                 cx.state.hold_delayed_confirmed(
