@@ -29,6 +29,10 @@ pub(super) const WINDOW_BATCH: usize = 4096;
 /// messages due before its end add to it); what is cut is committed and read again later.
 const WINDOW_MAX: usize = 4 * WINDOW_BATCH;
 
+/// A window holding fewer ids than this is refilled ahead, outside the lock
+/// ([`DiskTier::begin_refill`]).
+const REFILL_AHEAD_BELOW: usize = WINDOW_BATCH / 4;
+
 /// Ids of one range of the index, in (due, seq) order.
 #[derive(Debug)]
 struct Window {
@@ -78,6 +82,12 @@ impl Window {
         leaving: &BTreeSet<DeadlineId>,
     ) -> Result<(), StoreError> {
         let ids = snapshot.delayed_ids(self.loaded_to, WINDOW_BATCH)?;
+        self.merge(ids, leaving);
+        Ok(())
+    }
+
+    /// Adds a page of the index read after `loaded_to` (all of it in one snapshot).
+    fn merge(&mut self, ids: Vec<DeadlineId>, leaving: &BTreeSet<DeadlineId>) {
         self.exhausted = ids.len() < WINDOW_BATCH;
         for id in ids {
             if !self.in_range(id) {
@@ -89,7 +99,11 @@ impl Window {
                 self.ids.insert(id);
             }
         }
-        Ok(())
+    }
+
+    /// Whether a refill should be read ahead (outside the lock), before the window runs dry.
+    fn running_low(&self) -> bool {
+        !self.exhausted && self.ids.len() < REFILL_AHEAD_BELOW
     }
 
     /// Keeps RAM bounded: cuts the window back to its first [`WINDOW_BATCH`] ids.
@@ -146,7 +160,32 @@ pub(super) struct DiskTier {
     /// Holds whose commit failed (their publishers were nacked): their exchanges' counts are
     /// corrected by the next caller that holds the scheduler's lock.
     failed: Vec<(ExchangeKey, u64)>,
+    /// A page of the index being read outside the lock ([`DiskTier::begin_refill`]).
+    refilling: Option<Refilling>,
     len: u64,
+}
+
+/// What happened while a page of the index was being read outside the lock, from a snapshot
+/// that may predate it.
+#[derive(Debug)]
+struct Refilling {
+    /// The catch-up window's page, or the main window's.
+    catch_up: bool,
+    /// The page starts after this id (the window's `loaded_to` when the read began; the page
+    /// is dropped if that changed meanwhile).
+    after: Option<DeadlineId>,
+    /// Holds committed meanwhile beyond the window: the snapshot may not show them, and the
+    /// page may reach past them.
+    committed: Vec<DeadlineId>,
+    /// Ids whose `Release` committed meanwhile: still leaving until the page is merged, as
+    /// the snapshot may still show them.
+    released: Vec<DeadlineId>,
+}
+
+/// A page of the index to read outside the lock, then hand to [`DiskTier::end_refill`].
+pub(super) struct RefillRead {
+    pub(super) store: Arc<Store>,
+    pub(super) after: Option<DeadlineId>,
 }
 
 impl DiskTier {
@@ -169,6 +208,7 @@ impl DiskTier {
             leaving: BTreeSet::new(),
             release_carried: Vec::new(),
             failed: Vec::new(),
+            refilling: None,
             len,
         }
     }
@@ -214,6 +254,9 @@ impl DiskTier {
         } else {
             // Beyond the window: the index brings it back when the window gets there.
             self.main.exhausted = false;
+            if let Some(refilling) = self.refilling.as_mut().filter(|r| !r.catch_up) {
+                refilling.committed.push(id);
+            }
         }
     }
 
@@ -238,10 +281,74 @@ impl DiskTier {
             self.release_carried.extend_from_slice(ids);
             return;
         }
-        for id in ids {
+        let carried = std::mem::take(&mut self.release_carried);
+        if let Some(refilling) = self.refilling.as_mut() {
+            refilling.released.extend_from_slice(ids);
+            refilling.released.extend(carried);
+            return;
+        }
+        for id in ids.iter().chain(&carried) {
             self.leaving.remove(id);
         }
-        for id in std::mem::take(&mut self.release_carried) {
+    }
+
+    /// When a window runs low, marks a page of the index as being read and says where it
+    /// starts: the caller reads it outside the lock (a read of thousands of keys takes long
+    /// enough for publishers waiting on the lock to notice) and hands it to
+    /// [`DiskTier::end_refill`]. `None` when no window needs one, or one is being read.
+    pub(super) fn begin_refill(&mut self) -> Option<RefillRead> {
+        if self.refilling.is_some() {
+            return None;
+        }
+        let (catch_up, window) = match &self.catch_up {
+            Some(c) if c.window.running_low() => (true, &c.window),
+            _ if self.main.running_low() => (false, &self.main),
+            _ => return None,
+        };
+        let after = window.loaded_to;
+        self.refilling = Some(Refilling {
+            catch_up,
+            after,
+            committed: Vec::new(),
+            released: Vec::new(),
+        });
+        Some(RefillRead {
+            store: Arc::clone(&self.store),
+            after,
+        })
+    }
+
+    /// Merges a page read after [`DiskTier::begin_refill`] (dropped if its window moved on
+    /// meanwhile: a refill under the lock, or a cut), then forgets the releases that committed
+    /// during the read.
+    pub(super) fn end_refill(&mut self, read: Result<Vec<DeadlineId>, StoreError>) {
+        let Some(refilling) = self.refilling.take() else {
+            return;
+        };
+        let window = match (&mut self.catch_up, refilling.catch_up) {
+            (Some(c), true) => Some(&mut c.window),
+            (_, false) => Some(&mut self.main),
+            (None, true) => None,
+        };
+        match (window, read) {
+            (Some(window), Ok(ids)) if window.loaded_to == refilling.after => {
+                window.merge(ids, &self.leaving);
+                for id in refilling.committed {
+                    if !window.loaded(id) {
+                        window.exhausted = false;
+                    } else if !self.leaving.contains(&id) {
+                        window.ids.insert(id);
+                    }
+                }
+                window.bound();
+            }
+            (_, Err(e)) => {
+                // Read again under the lock when the window runs dry, which reports it.
+                tracing::warn!(error = %e, "reading the delayed index ahead failed");
+            }
+            _ => {}
+        }
+        for id in refilling.released {
             self.leaving.remove(&id);
         }
     }

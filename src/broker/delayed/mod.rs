@@ -111,6 +111,10 @@ pub(crate) struct DelayedMessages {
     /// The disk mover thread moves the disk tier's messages into the wheel (system clock with
     /// a store): the timer thread then never waits on `disk` or on a store read.
     disk_mover: std::sync::atomic::AtomicBool,
+    /// When the disk mover next moves messages in, as it last planned under the disk tier's
+    /// lock (`u64::MAX`: none held on disk). A hold beyond the horizon wakes the mover only
+    /// when it must move in sooner, without reading the index itself.
+    mover_plan: std::sync::atomic::AtomicU64,
     inner: Mutex<Inner>,
     memory: Arc<MemoryMonitor>,
     /// Taken before `inner` by the one releasing thread at a time.
@@ -177,6 +181,7 @@ impl DelayedMessages {
         DelayedMessages {
             disk: Arc::new(Mutex::new(None)),
             disk_mover: std::sync::atomic::AtomicBool::new(false),
+            mover_plan: std::sync::atomic::AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 scheduler: Scheduler::new(now_ms),
                 stored_as: BTreeMap::new(),
@@ -216,9 +221,29 @@ impl DelayedMessages {
     /// When the disk mover must next move messages into the wheel (a horizon before the
     /// earliest disk-held one is due); `None` when none is held on disk.
     pub(crate) fn next_disk_move(&self) -> Option<u64> {
+        self.refill_disk_ahead();
         let mut disk = self.disk.lock();
         let disk = disk.as_mut()?;
-        disk_move_at(disk, &mut self.inner.lock())
+        let at = disk_move_at(disk, &mut self.inner.lock());
+        // Under the lock: a hold either is in this plan or sees it.
+        self.mover_plan
+            .store(at.unwrap_or(u64::MAX), std::sync::atomic::Ordering::Relaxed);
+        at
+    }
+
+    /// Reads the next page of the disk tier's index outside its lock once a window runs low,
+    /// so that moving in rarely waits for a read under it.
+    fn refill_disk_ahead(&self) {
+        let Some(read) = self.disk.lock().as_mut().and_then(|d| d.begin_refill()) else {
+            return;
+        };
+        let page = read
+            .store
+            .snapshot()
+            .and_then(|snapshot| snapshot.delayed_ids(read.after, disk::WINDOW_BATCH));
+        if let Some(disk) = self.disk.lock().as_mut() {
+            disk.end_refill(page);
+        }
     }
 
     /// The disk mover's round: moves every disk-held message due within the horizon of
@@ -319,11 +344,8 @@ impl DelayedMessages {
             (true, false) => {
                 self.next_wake_locked(disk_guard.as_mut().and_then(|d| d.as_mut()), inner)
             }
-            // The mover's next move (it sleeps until then).
-            (true, true) => disk_guard
-                .as_mut()
-                .and_then(|d| d.as_mut())
-                .and_then(|disk| disk_move_at(disk, inner)),
+            // The mover's plan (it sleeps until then), set under the disk tier's lock.
+            (true, true) => Some(self.mover_plan.load(std::sync::atomic::Ordering::Relaxed)),
         };
         let index = inner.index_for(vhost, exchange);
         index.count += 1;
@@ -597,6 +619,7 @@ impl DelayedMessages {
     ) -> bool {
         let up_to = now_ms.saturating_add(HORIZON_MS);
         loop {
+            self.refill_disk_ahead();
             // Bodies are read before the lock is taken for the move: a store read can take
             // milliseconds, and publishers to durable delayed exchanges wait for this lock.
             let mut read_ahead = self.read_upcoming(up_to);

@@ -202,3 +202,69 @@ fn releases_whose_commit_failed_are_forgotten_once_a_later_release_commits() {
     let snapshot = temp.store.snapshot().expect("snapshot");
     assert_eq!(snapshot.delayed_count().expect("count"), 0);
 }
+
+#[test]
+fn a_page_read_outside_the_lock_keeps_holds_and_releases_that_committed_during_the_read() {
+    let temp = TempStore::new("disk-tier-refill-ahead");
+    let (vhost, exchange, queue) = durable_setup();
+    let delayed = DelayedMessages::new(0, MemoryMonitor::new(u64::MAX));
+    delayed.set_store(Arc::clone(&temp.store));
+    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    // As under the system clock: holds leave the index to the disk mover.
+    delayed.hand_disk_to_mover();
+    // Nothing fell due while the broker was down: the catch-up window is done with.
+    assert_eq!(delayed.next_disk_move(), None);
+    let hold = |due: u64| delayed.hold(&vhost, &exchange, message(due.to_be_bytes().to_vec()), due);
+    // Ten held and committed: the window has not read them yet.
+    for i in 0..10 {
+        hold(DAY_MS + 10 * i);
+    }
+    temp.store.write(Vec::new()).expect("commit");
+    let first = delayed.list("/", "d", 1)[0].id;
+
+    // A page of the index starts being read: its snapshot shows those ten.
+    let read = delayed.disk.lock().as_mut().and_then(|d| d.begin_refill());
+    let read = read.expect("an empty window reads ahead");
+    let snapshot = read.store.snapshot().expect("snapshot");
+    // Meanwhile, five more are held (three due among the ten, two after them) and committed,
+    // and the first of the ten is cancelled and its removal committed.
+    for due in [
+        DAY_MS + 5,
+        DAY_MS + 45,
+        DAY_MS + 85,
+        DAY_MS + 500,
+        DAY_MS + 600,
+    ] {
+        hold(due);
+    }
+    assert!(delayed.cancel(first));
+    temp.store.write(Vec::new()).expect("commit");
+    let page = snapshot.delayed_ids(read.after, super::disk::WINDOW_BATCH);
+    assert_eq!(page.as_ref().map(Vec::len).ok(), Some(10));
+    delayed
+        .disk
+        .lock()
+        .as_mut()
+        .expect("a disk tier")
+        .end_refill(page);
+
+    // The nine left of the page and the three committed among them are in the window; the
+    // cancelled one is not back, and the two beyond are left to the next page.
+    assert_eq!(delayed.disk_resident(), Some((12, 14)));
+    // As the disk mover and the timer thread would: every deadline at its time.
+    let mut released = 0;
+    loop {
+        let (move_at, wake_at) = (delayed.next_disk_move(), delayed.next_wake());
+        let Some(now) = [move_at, wake_at].into_iter().flatten().min() else {
+            break;
+        };
+        if move_at.is_some_and(|at| at <= now) {
+            delayed.move_in_disk(now);
+        }
+        released += delayed.release_due(now);
+        delayed.move_in(now, None);
+        temp.store.write(Vec::new()).expect("commit");
+    }
+    assert_eq!((released, queue.message_count()), (14, 14));
+    assert_eq!(delayed.disk_resident(), Some((0, 0)));
+}
