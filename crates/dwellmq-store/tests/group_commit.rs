@@ -38,6 +38,19 @@ fn sending_to(tx: &mpsc::Sender<Completion>) -> impl FnOnce(Completion) + Send +
     }
 }
 
+/// The commit numbers of the next `n` completions, in the order they arrive.
+fn commit_numbers(rx: &mpsc::Receiver<Completion>, n: usize) -> Vec<u64> {
+    (0..n)
+        .map(|_| {
+            rx.recv()
+                .expect("completion")
+                .expect("committed")
+                .commit
+                .expect("written")
+        })
+        .collect()
+}
+
 /// A store whose commits take at most 50 ops, its writer held in a first commit.
 fn bounded_store_held_in_a_commit(
     dir: &Scratch,
@@ -53,9 +66,7 @@ fn hold_writer_in_a_commit(store: &Store, faults: &Faults) -> mpsc::Receiver<Com
     let before = faults.syncs.load(Ordering::SeqCst);
     faults.pause();
     let (tx, rx) = mpsc::channel();
-    store.submit(vec![persist(1, 0)], move |r| {
-        let _ = tx.send(r);
-    });
+    store.submit(vec![persist(1, 0)], sending_to(&tx));
     wait_for_sync(faults, before);
     rx
 }
@@ -282,15 +293,7 @@ fn a_burst_is_split_into_commits_of_bounded_size() {
     }
     faults.resume();
     first.recv().unwrap().expect("first");
-    let mut commits: Vec<u64> = (0..200)
-        .map(|_| {
-            rx.recv()
-                .unwrap()
-                .expect("committed")
-                .commit
-                .expect("written")
-        })
-        .collect();
+    let mut commits = commit_numbers(&rx, 200);
     commits.dedup();
     assert_eq!(
         commits,
@@ -337,15 +340,7 @@ fn a_group_larger_than_the_batch_limits_still_commits_whole() {
     }
     faults.resume();
     first.recv().unwrap().expect("first");
-    let commits: Vec<u64> = (0..200)
-        .map(|_| {
-            rx.recv()
-                .unwrap()
-                .expect("committed")
-                .commit
-                .expect("written")
-        })
-        .collect();
+    let commits = commit_numbers(&rx, 200);
     let grouped = &commits[30..150];
     assert!(
         grouped.iter().all(|&c| c == grouped[0]),
