@@ -9,10 +9,6 @@ use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, ExchangeKind};
 
-async fn delayed_exchange(ch: &Channel, name: &str, inner: &str) {
-    declare_delayed(ch, name, inner, false).await;
-}
-
 fn delay_headers(value: AMQPValue) -> FieldTable {
     let mut headers = FieldTable::default();
     headers.insert("x-delay".into(), value);
@@ -43,7 +39,7 @@ async fn publish_delayed(
 
 async fn setup(t: &TestBroker, inner: &str) -> Channel {
     let ch = t.channel().await;
-    delayed_exchange(&ch, "delayed", inner).await;
+    declare_delayed(&ch, "delayed", inner, false).await;
     declare_queue(&ch, "out").await;
     ch.queue_bind(
         "out".into(),
@@ -239,7 +235,7 @@ async fn each_delayed_type_routes_like_its_base_type() {
         ("d-topic", "topic", "a.*"),
         ("d-fanout", "fanout", "ignored"),
     ] {
-        delayed_exchange(&ch, exchange, kind).await;
+        declare_delayed(&ch, exchange, kind, false).await;
         declare_queue(&ch, exchange).await;
         ch.queue_bind(
             exchange.into(),
@@ -253,7 +249,7 @@ async fn each_delayed_type_routes_like_its_base_type() {
         publish_delayed(&ch, exchange, "k", "m", Some(AMQPValue::LongInt(10))).await;
         publish_delayed(&ch, exchange, "a.b", "m", Some(AMQPValue::LongInt(10))).await;
     }
-    delayed_exchange(&ch, "d-headers", "headers").await;
+    declare_delayed(&ch, "d-headers", "headers", false).await;
     declare_queue(&ch, "d-headers").await;
     let mut match_args = FieldTable::default();
     match_args.insert("kind".into(), AMQPValue::LongString("invoice".into()));
@@ -463,7 +459,7 @@ async fn mandatory_is_checked_at_publish_not_at_release() {
 async fn exchange_to_exchange_binding_from_a_delayed_exchange() {
     let t = start_manual().await;
     let ch = t.channel().await;
-    delayed_exchange(&ch, "delayed", "topic").await;
+    declare_delayed(&ch, "delayed", "topic", false).await;
     ch.exchange_declare(
         "fan".into(),
         ExchangeKind::Fanout,
@@ -617,7 +613,7 @@ async fn through_a_binding_without_delay_or_without_route_now() {
 async fn released_messages_are_not_held_again_by_a_second_delayed_exchange() {
     let t = start_manual().await;
     let ch = setup(&t, "direct").await;
-    delayed_exchange(&ch, "first", "fanout").await;
+    declare_delayed(&ch, "first", "fanout", false).await;
     ch.exchange_bind(
         "delayed".into(),
         "first".into(),
@@ -664,7 +660,7 @@ async fn deleting_a_delayed_exchange_drops_what_it_holds() {
         .unwrap();
     assert_eq!(t.broker.delayed_count("/", "delayed"), 0);
     // A new exchange of the same name does not inherit the old messages.
-    delayed_exchange(&ch, "delayed", "direct").await;
+    declare_delayed(&ch, "delayed", "direct", false).await;
     ch.queue_bind(
         "out".into(),
         "delayed".into(),

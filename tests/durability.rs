@@ -390,10 +390,6 @@ async fn a_failed_write_nacks_the_publishes_it_carried_and_later_ones_are_acked(
     broker.shutdown().await;
 }
 
-async fn delayed_exchange(ch: &Channel, name: &str, durable: bool) {
-    declare_delayed(ch, name, "direct", durable).await;
-}
-
 /// Publishes to a delayed exchange with confirms; true for an ack.
 async fn publish_delayed(ch: &Channel, exchange: &str, body: &str, delay_ms: i64) -> bool {
     let mut headers = FieldTable::default();
@@ -619,7 +615,7 @@ const DAY_MS: i64 = 86_400_000;
 /// key `k`, and puts the channel in confirm mode.
 async fn delayed_into_due(ch: &Channel, exchanges: &[(&str, bool)]) {
     for &(name, durable) in exchanges {
-        delayed_exchange(ch, name, durable).await;
+        declare_delayed(ch, name, "direct", durable).await;
     }
     declare(ch, "due", true, FieldTable::default()).await;
     let names: Vec<&str> = exchanges.iter().map(|&(name, _)| name).collect();
@@ -785,7 +781,7 @@ async fn purging_or_deleting_a_delayed_exchange_drops_its_disk_held_messages_for
     assert_eq!(broker.delayed_count("/", "kept"), 1);
     let (_connection, ch) = channel(&broker).await;
     // Declared again, the deleted exchange holds nothing.
-    delayed_exchange(&ch, "deleted", true).await;
+    declare_delayed(&ch, "deleted", "direct", true).await;
     bind_all(&ch, "due", &["deleted"]).await;
     assert_eq!(broker.delayed_count("/", "deleted"), 0);
     broker.advance(std::time::Duration::from_millis(3 * DAY_MS as u64));
