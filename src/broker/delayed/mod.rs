@@ -112,8 +112,9 @@ pub(crate) struct DelayedMessages {
     /// a store): the timer thread then never waits on `disk` or on a store read.
     disk_mover: std::sync::atomic::AtomicBool,
     /// When the disk mover next moves messages in, as it last planned under the disk tier's
-    /// lock (`u64::MAX`: none held on disk). A hold beyond the horizon wakes the mover only
-    /// when it must move in sooner, without reading the index itself.
+    /// lock (`u64::MAX`: none held on disk; 0 until its first plan, which it is about to make
+    /// and which will count every hold before it). A hold beyond the horizon wakes the mover
+    /// only when it must move in sooner, without reading the index itself.
     mover_plan: std::sync::atomic::AtomicU64,
     inner: Mutex<Inner>,
     memory: Arc<MemoryMonitor>,
