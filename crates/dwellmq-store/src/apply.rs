@@ -310,11 +310,11 @@ impl<'t> Tables<'t> {
         }
         for (name, number) in candidates {
             let key = held_key(number, due_ms, seq);
-            let octets = match self.held.get(&key[..])? {
+            // One descent: the removal hands back the value it took out.
+            let octets = match self.held.remove(&key[..])? {
                 None => continue,
                 Some(value) => held_body_octets(value.value()).unwrap_or(0),
             };
-            remove(&mut self.held, &key)?;
             self.count_held(&name, -1, octets)?;
             if let Some(rows) = self.held_by.as_mut() {
                 rows.last_release = Some(name);
