@@ -492,7 +492,7 @@ async fn check_accounting(broker: &BrokerHandle) {
         for queue in vhost.queues() {
             if let Ok(deleted) = vhost.delete_queue_instance(&queue) {
                 for exchange in &deleted.removed_exchanges {
-                    state.delayed.purge_exchange(&vhost.name, exchange);
+                    state.delayed.forget_exchange(&vhost.name, exchange);
                 }
             }
         }
@@ -502,7 +502,7 @@ async fn check_accounting(broker: &BrokerHandle) {
             }
             if let Ok(removed) = vhost.delete_exchange(&exchange.name, false) {
                 for gone in &removed {
-                    state.delayed.purge_exchange(&vhost.name, gone);
+                    state.delayed.forget_exchange(&vhost.name, gone);
                 }
             }
         }

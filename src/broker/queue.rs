@@ -333,7 +333,7 @@ impl Queue {
         if let Ok(deleted) = vhost.delete_queue_instance(self) {
             super::consumer::notify_cancelled(&deleted.consumers);
             for exchange in &deleted.removed_exchanges {
-                self.runtime.delayed.purge_exchange(&self.vhost, exchange);
+                self.runtime.delayed.forget_exchange(&self.vhost, exchange);
             }
         }
     }

@@ -41,7 +41,7 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
             if let Ok(deleted) = vhost.delete_queue_instance(&queue) {
                 crate::broker::consumer::notify_cancelled(&deleted.consumers);
                 for gone in &deleted.removed_exchanges {
-                    state.delayed.purge_exchange(&vhost.name, gone);
+                    state.delayed.forget_exchange(&vhost.name, gone);
                 }
                 removed.queues += 1;
             }
@@ -52,7 +52,7 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
             }
             if let Ok(gone) = vhost.delete_exchange(&exchange.name, false) {
                 for name in &gone {
-                    state.delayed.purge_exchange(&vhost.name, name);
+                    state.delayed.forget_exchange(&vhost.name, name);
                 }
                 removed.exchanges += gone.len();
             }

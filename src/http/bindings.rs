@@ -314,7 +314,7 @@ pub(crate) async fn delete(
     permit_binding(&user, &vhost.name, &binding.source, &binding.destination)?;
     let removed = vhost.unbind(&binding)?;
     for gone in &removed {
-        api.state.delayed.purge_exchange(&vhost.name, gone);
+        api.state.delayed.forget_exchange(&vhost.name, gone);
     }
     Ok(StatusCode::NO_CONTENT)
 }

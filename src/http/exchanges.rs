@@ -186,7 +186,7 @@ pub(crate) async fn delete(
     let removed = vhost.delete_exchange(name, query.if_unused)?;
     // What the AMQP side's `forget_exchanges` does: held messages go with their exchange.
     for gone in &removed {
-        api.state.delayed.purge_exchange(&vhost.name, gone);
+        api.state.delayed.forget_exchange(&vhost.name, gone);
     }
     Ok(StatusCode::NO_CONTENT)
 }

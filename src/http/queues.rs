@@ -173,7 +173,7 @@ pub(crate) async fn delete(
     let deleted = vhost.delete_queue(&name, query.if_unused, query.if_empty, None)?;
     notify_cancelled(&deleted.consumers);
     for gone in &deleted.removed_exchanges {
-        api.state.delayed.purge_exchange(&vhost.name, gone);
+        api.state.delayed.forget_exchange(&vhost.name, gone);
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,6 +1,7 @@
 //! Inspection and operator control of held messages: counts, listing, cancel, purge.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use dwellmq_codec::ShortStr;
@@ -13,11 +14,21 @@ use super::held::{ExchangeKey, Held};
 use super::{id_of, key_of, DelayedId, DelayedMessageInfo, DelayedMessages, Entry, PURGE_CHUNK};
 
 impl DelayedMessages {
-    /// Drops every message held for `exchange` in `vhost` (the exchange was deleted, or an
-    /// operator purged it); returns how many.
+    /// Drops every message `exchange` in `vhost` holds now (an operator purged it; what is
+    /// published to it meanwhile stays); returns how many.
     pub(crate) fn purge_exchange(&self, vhost: &ShortStr, exchange: &ShortStr) -> usize {
+        self.drop_logged(vhost, exchange, false)
+    }
+
+    /// Drops every message held for `exchange` in `vhost`, which was deleted (an exchange
+    /// declared under its name meanwhile keeps its own); returns how many.
+    pub(crate) fn forget_exchange(&self, vhost: &ShortStr, exchange: &ShortStr) -> usize {
+        self.drop_logged(vhost, exchange, true)
+    }
+
+    fn drop_logged(&self, vhost: &ShortStr, exchange: &ShortStr, deleted: bool) -> usize {
         let started = Instant::now();
-        let dropped = self.drop_held_by(vhost, exchange);
+        let dropped = self.drop_held_by(vhost, exchange, deleted);
         if dropped > 0 {
             tracing::info!(
                 vhost = %vhost,
@@ -30,15 +41,23 @@ impl DelayedMessages {
         dropped
     }
 
-    /// Removes the exchange's index, then its messages a chunk per lock hold (releases and
-    /// publishers get the lock in between), and frees them outside the lock.
-    fn drop_held_by(&self, vhost: &ShortStr, exchange: &ShortStr) -> usize {
+    /// Marks the exchange's messages as being dropped (every one numbered below the mark),
+    /// then drops them: those in the far tier a chunk per lock hold (releases and publishers
+    /// get the lock in between), those on disk, those in the wheel; frees them outside the
+    /// lock.
+    fn drop_held_by(&self, vhost: &ShortStr, exchange: &ShortStr, deleted: bool) -> usize {
         let key = key_of(vhost, exchange);
-        let Some(index) = self.inner.lock().exchanges.remove(&key) else {
-            return 0;
-        };
+        match self.start_dropping(&key, deleted) {
+            Some(dropping) => self.finish_dropping(&key, dropping),
+            None => 0,
+        }
+    }
+
+    /// Drops what [`DelayedMessages::start_dropping`] marked; returns how many.
+    pub(super) fn finish_dropping(&self, key: &ExchangeKey, dropping: Dropping) -> usize {
+        let Dropping { beyond, mark, kept } = dropping;
         let mut dropped = 0;
-        let mut beyond = index.beyond.into_iter();
+        let mut beyond = beyond.into_iter();
         let mut chunk: Vec<Entry> = Vec::with_capacity(PURGE_CHUNK);
         let mut stored = Vec::new();
         loop {
@@ -51,6 +70,9 @@ impl DelayedMessages {
                             if held.stored {
                                 stored.push(inner.stored_id(id));
                             }
+                            if kept {
+                                inner.forget(held, None);
+                            }
                         }
                         chunk.push(entry);
                     }
@@ -62,23 +84,41 @@ impl DelayedMessages {
             dropped += chunk.len();
             self.discard_entries(&mut chunk);
         }
-        dropped += self.drop_disk_held_by(&key);
+        dropped += self.drop_disk_held_by(key, mark, kept);
         // What already moved into the wheel: a second or so of messages.
         {
-            let mut inner = self.inner.lock();
+            let mut guard = self.inner.lock();
+            let inner = &mut *guard;
+            let stored_as = &inner.stored_as;
             let ids: Vec<DeadlineId> = inner
                 .scheduler
                 .in_wheel()
                 .filter_map(|(id, entry)| match entry {
-                    Entry::Release(held) if held.belongs_to(&key) && held.stored => Some(id),
+                    Entry::Release(held) if held.belongs_to(key) => {
+                        // A message caught up with after a restart is numbered by its store id.
+                        let seq = stored_as.get(&id.seq).map_or(id.seq, |s| s.seq);
+                        (seq < mark).then_some(id)
+                    }
                     _ => None,
                 })
                 .collect();
-            stored.extend(ids.into_iter().map(|id| inner.stored_id(id)));
-            inner.scheduler.drain_wheel_where(
-                |entry| matches!(entry, Entry::Release(held) if held.belongs_to(&key)),
-                &mut chunk,
-            );
+            for id in ids {
+                let Some(entry) = inner.scheduler.cancel(id) else {
+                    continue;
+                };
+                if let Entry::Release(held) = &entry {
+                    if held.stored {
+                        stored.push(inner.stored_id(id));
+                    }
+                    if kept {
+                        inner.forget(held, None);
+                    }
+                }
+                chunk.push(entry);
+            }
+            if inner.purging.get(key) == Some(&mark) {
+                inner.purging.remove(key);
+            }
         }
         self.release_stored(stored);
         dropped += chunk.len();
@@ -86,47 +126,113 @@ impl DelayedMessages {
         dropped
     }
 
-    /// Drops the exchange's messages held on disk, [`PURGE_CHUNK`] per lock hold and per
-    /// submitted removal (the per-exchange index is read a chunk at a time), then its pending
-    /// ones; returns how many.
-    fn drop_disk_held_by(&self, key: &ExchangeKey) -> usize {
+    /// Sets the mark below which the exchange's messages are dropped, and takes its far-tier
+    /// ids out of its index. `None` when it holds nothing.
+    ///
+    /// The mark is the scheduler's next number: a message published from now on is above
+    /// it. Unless the exchange was deleted and the index already points at an exchange
+    /// declared under its name since (a publish to it came between the deletion and this):
+    /// then that exchange keeps its index and its messages, numbered from `since_seq` on.
+    pub(super) fn start_dropping(&self, key: &ExchangeKey, deleted: bool) -> Option<Dropping> {
+        loop {
+            let target = Arc::clone(&self.inner.lock().exchanges.get(key)?.target);
+            // Asked outside the lock: routing holds the vhost's lock while it holds messages.
+            let taken_over = deleted && target.vhost.is_current(&target.exchange);
+            let mut guard = self.inner.lock();
+            let inner = &mut *guard;
+            let next_seq = inner.scheduler.next_seq();
+            let index = inner.exchanges.get_mut(key)?;
+            if !Arc::ptr_eq(&index.target, &target) {
+                continue; // Changed meanwhile: ask again.
+            }
+            let dropping = if taken_over {
+                let mark = index.since_seq;
+                let old: Vec<(u64, u64)> = index
+                    .beyond
+                    .iter()
+                    .filter(|&&(_, seq)| seq < mark)
+                    .copied()
+                    .collect();
+                for due_seq in &old {
+                    index.beyond.remove(due_seq);
+                }
+                Dropping {
+                    beyond: old,
+                    mark,
+                    kept: true,
+                }
+            } else {
+                let index = inner.exchanges.remove(key)?;
+                Dropping {
+                    beyond: index.beyond.into_iter().collect(),
+                    mark: next_seq,
+                    kept: false,
+                }
+            };
+            let purging = inner.purging.entry(key.clone()).or_insert(0);
+            *purging = (*purging).max(dropping.mark);
+            return Some(dropping);
+        }
+    }
+
+    /// Drops the exchange's messages numbered below `mark` held on disk: its pending ones
+    /// (every hold below the mark is submitted by now), then the stored ones, [`PURGE_CHUNK`]
+    /// per lock hold and per submitted removal (the per-exchange index is read a chunk at a
+    /// time); returns how many. With `kept`, they are taken out of the exchange's counts.
+    fn drop_disk_held_by(&self, key: &ExchangeKey, mark: u64, kept: bool) -> usize {
         let mut dropped = 0;
         let mut from = DeadlineId { due_ms: 0, seq: 0 };
+        let mut pending_done = false;
         loop {
             let mut disk_guard = self.disk.lock();
             let Some(disk) = disk_guard.as_mut() else {
                 return dropped;
             };
+            disk.purge_round();
+            let mut pending_held = Vec::new();
+            if !pending_done {
+                pending_done = true;
+                let pending: Vec<DeadlineId> = disk
+                    .pending_of(key)
+                    .map(|(id, _)| id)
+                    .filter(|id| id.seq < mark)
+                    .collect();
+                if let Ok(snapshot) = disk.store().snapshot() {
+                    for id in pending {
+                        if let Ok(Taken::Pending(held)) = disk.take(id, &snapshot) {
+                            pending_held.push((id, held));
+                        }
+                    }
+                }
+            }
             let chunk = disk.store().snapshot().and_then(|snapshot| {
                 let ids = snapshot.delayed_ids_of(&key.0, &key.1, from, PURGE_CHUNK)?;
                 let mut taken = Vec::with_capacity(ids.len());
-                for &id in &ids {
+                for &id in ids.iter().filter(|id| id.seq < mark) {
                     if !matches!(disk.take(id, &snapshot)?, Taken::No) {
                         taken.push(id);
                     }
                 }
                 Ok((ids.last().copied(), taken))
             });
-            let (last, taken) = match chunk {
+            let (last, mut taken) = match chunk {
                 Ok(chunk) => chunk,
                 Err(e) => {
                     tracing::error!(error = %e, "dropping a delayed exchange's stored messages failed");
-                    return dropped;
+                    (None, Vec::new())
                 }
             };
-            let pending: Vec<DeadlineId> = match last {
-                Some(_) => Vec::new(),
-                None => disk.pending_of(key).map(|(id, _)| id).collect(),
-            };
-            let mut taken = taken;
-            if let Ok(snapshot) = disk.store().snapshot() {
-                for id in pending {
-                    if let Ok(Taken::Pending(_)) = disk.take(id, &snapshot) {
-                        taken.push(id);
-                    }
+            if kept {
+                let mut inner = self.inner.lock();
+                for (_, held) in &pending_held {
+                    inner.forget(held, None);
                 }
+                // Their sizes are not read back: the counts of an exchange that raced in
+                // under a deleted one's name lose only the count.
+                inner.forget_stored(key, taken.len());
             }
             drop(disk_guard);
+            taken.extend(pending_held.iter().map(|(id, _)| *id));
             dropped += taken.len();
             // A pending one's Hold was submitted first: its Release follows it.
             self.release_stored(taken);
@@ -575,6 +681,17 @@ pub(crate) struct ListPage {
 }
 
 /// The id after `id` in (due, seq) order.
+/// What a purge drops (see [`DelayedMessages::start_dropping`]).
+pub(super) struct Dropping {
+    /// The exchange's messages in the far tier, as (due, seq).
+    beyond: Vec<(u64, u64)>,
+    /// Its messages are numbered below this.
+    mark: u64,
+    /// Its index stays (it holds an exchange declared under the name since): what is dropped
+    /// is taken out of its counts.
+    kept: bool,
+}
+
 fn successor(id: DeadlineId) -> DeadlineId {
     match id.seq.checked_add(1) {
         Some(seq) => DeadlineId { seq, ..id },

@@ -163,6 +163,8 @@ pub(super) struct DiskTier {
     /// A page of the index being read outside the lock ([`DiskTier::begin_refill`]).
     refilling: Option<Refilling>,
     len: u64,
+    /// Lock holds of purges so far ([`DiskTier::purge_round`]).
+    purge_rounds: u64,
 }
 
 /// What happened while a page of the index was being read outside the lock, from a snapshot
@@ -210,6 +212,7 @@ impl DiskTier {
             failed: Vec::new(),
             refilling: None,
             len,
+            purge_rounds: 0,
         }
     }
 
@@ -499,6 +502,18 @@ impl DiskTier {
     fn taken(&mut self, id: DeadlineId) {
         self.len = self.len.saturating_sub(1);
         self.leaving.insert(id);
+    }
+
+    /// A purge takes the lock to read a page of its exchange's ids and take them out. A body
+    /// read before this from an older snapshot must not be used: the page may not have shown
+    /// a message that snapshot still has.
+    pub(super) fn purge_round(&mut self) {
+        self.purge_rounds += 1;
+    }
+
+    /// Purge lock holds so far: a move-in compares it with the count its bodies were read at.
+    pub(super) fn purge_rounds(&self) -> u64 {
+        self.purge_rounds
     }
 
     /// How many ids are being taken out (a listing reads that many more).

@@ -81,6 +81,9 @@ struct ExchangeIndex {
     beyond: BTreeSet<(u64, u64)>,
     count: usize,
     bytes: u64,
+    /// The scheduler's next sequence number when `target` was set: every message held for
+    /// `target` is numbered at least this (see [`Inner::purging`]).
+    since_seq: u64,
 }
 
 struct Inner {
@@ -91,6 +94,11 @@ struct Inner {
     /// B-trees, not hash maps: a hash map holding many entries stalls everything using it for
     /// milliseconds whenever it rehashes.
     exchanges: BTreeMap<ExchangeKey, ExchangeIndex>,
+    /// Exchanges whose messages are being dropped (deleted, or purged by an operator): stored
+    /// messages of that name numbered below the mark are theirs, whatever exchange of that
+    /// name holds messages meanwhile (one declared again after a deletion). A message the
+    /// disk mover takes out under such a mark is dropped, not moved into the wheel.
+    purging: BTreeMap<ExchangeKey, u64>,
     unroutable: u64,
 }
 
@@ -187,6 +195,7 @@ impl DelayedMessages {
                 scheduler: Scheduler::new(now_ms),
                 stored_as: BTreeMap::new(),
                 exchanges: BTreeMap::new(),
+                purging: BTreeMap::new(),
                 unroutable: 0,
             }),
             memory,
@@ -369,7 +378,8 @@ impl DelayedMessages {
                 }
             }
             if inner.scheduler.is_far(id) {
-                index_of(&mut inner.exchanges, vhost, exchange)
+                inner
+                    .index_for(vhost, exchange)
                     .beyond
                     .insert((id.due_ms, id.seq));
             }
@@ -623,11 +633,17 @@ impl DelayedMessages {
             self.refill_disk_ahead();
             // Bodies are read before the lock is taken for the move: a store read can take
             // milliseconds, and publishers to durable delayed exchanges wait for this lock.
-            let mut read_ahead = self.read_upcoming(up_to);
+            let (read_at, mut read_ahead) = self.read_upcoming(up_to);
             let mut disk_guard = self.disk.lock();
             let Some(disk) = disk_guard.as_mut() else {
                 return true;
             };
+            if disk.purge_rounds() != read_at {
+                // Read from a snapshot that may predate a purge's listing: a message the
+                // purge could not see any more (its exchange's deletion committed) would
+                // still have its body here.
+                read_ahead.clear();
+            }
             let mut moving: Vec<Leaving> = Vec::with_capacity(MOVE_IN_BATCH);
             while moving.len() < MOVE_IN_BATCH {
                 match disk.pop_due(up_to) {
@@ -670,6 +686,8 @@ impl DelayedMessages {
                     }
                     (None, None) => None,
                 };
+                // Taken out just before a purge of its exchange began: it goes with the rest.
+                let held = held.filter(|h| !inner.is_purged(h.exchange_key(), leaving.stored));
                 let Some(held) = held else {
                     // Its exchange is gone (its purge is under way), or it was removed.
                     dropped.push(leaving.stored);
@@ -746,25 +764,28 @@ type ReadAhead = BTreeMap<DeadlineId, dwellmq_store::DelayedMessage>;
 
 impl DelayedMessages {
     /// Reads the bodies of the disk-held messages the next move-in up to `up_to_ms` takes out
-    /// (the disk lock is held only to find their ids). A failed read leaves them to the
-    /// move-in itself, which reports it.
-    fn read_upcoming(&self, up_to_ms: u64) -> ReadAhead {
-        let (ids, store) = {
+    /// (the disk lock is held only to find their ids), with the disk tier's purge round they
+    /// were read in. A failed read leaves them to the move-in itself, which reports it.
+    fn read_upcoming(&self, up_to_ms: u64) -> (u64, ReadAhead) {
+        let (ids, store, round) = {
             let mut disk = self.disk.lock();
             let Some(disk) = disk.as_mut() else {
-                return ReadAhead::new();
+                return (0, ReadAhead::new());
             };
+            let round = disk.purge_rounds();
             match disk.upcoming_stored(up_to_ms, MOVE_IN_BATCH) {
-                Ok(ids) if !ids.is_empty() => (ids, Arc::clone(disk.store())),
-                _ => return ReadAhead::new(),
+                Ok(ids) if !ids.is_empty() => (ids, Arc::clone(disk.store()), round),
+                _ => return (round, ReadAhead::new()),
             }
         };
         let Ok(snapshot) = store.snapshot() else {
-            return ReadAhead::new();
+            return (round, ReadAhead::new());
         };
-        ids.into_iter()
+        let bodies = ids
+            .into_iter()
             .filter_map(|id| Some((id, snapshot.delayed_message(id).ok()??)))
-            .collect()
+            .collect();
+        (round, bodies)
     }
 }
 
@@ -796,11 +817,13 @@ fn read_bodies(
     Ok(bodies)
 }
 
-/// The index of an exchange, created if it holds nothing yet.
+/// The index of an exchange, created if it holds nothing yet; `next_seq` is the number its
+/// next message gets.
 fn index_of<'a>(
     exchanges: &'a mut BTreeMap<ExchangeKey, ExchangeIndex>,
     vhost: &Arc<VHost>,
     exchange: &Arc<Exchange>,
+    next_seq: u64,
 ) -> &'a mut ExchangeIndex {
     let index = exchanges
         .entry(key_of(&vhost.name, &exchange.name))
@@ -809,18 +832,27 @@ fn index_of<'a>(
             beyond: BTreeSet::new(),
             count: 0,
             bytes: 0,
+            since_seq: next_seq,
         });
     if !index.target.is(vhost, exchange) {
         // A publish that raced with the exchange's deletion left an index for the old
         // exchange; its messages are dropped at release, and new ones point here.
         index.target = Target::new(vhost, exchange);
+        index.since_seq = next_seq;
     }
     index
 }
 
 impl Inner {
     fn index_for(&mut self, vhost: &Arc<VHost>, exchange: &Arc<Exchange>) -> &mut ExchangeIndex {
-        index_of(&mut self.exchanges, vhost, exchange)
+        let next_seq = self.scheduler.next_seq();
+        index_of(&mut self.exchanges, vhost, exchange, next_seq)
+    }
+
+    /// Whether the stored message `stored` of exchange `key` belongs to one whose messages
+    /// are being dropped ([`Inner::purging`]).
+    fn is_purged(&self, key: &ExchangeKey, stored: DeadlineId) -> bool {
+        self.purging.get(key).is_some_and(|&mark| stored.seq < mark)
     }
 
     /// The store's id of a held message the scheduler knows as `scheduled`.
@@ -840,6 +872,20 @@ impl Inner {
         if let Some(index) = self.exchanges.get_mut(key) {
             index.count = index.count.saturating_sub(1);
             index.bytes = index.bytes.saturating_sub(bytes);
+            if index.count == 0 {
+                self.exchanges.remove(key);
+            }
+        }
+    }
+
+    /// Takes `n` messages dropped from the disk, their sizes unknown, out of the counts of
+    /// exchange `key`.
+    fn forget_stored(&mut self, key: &ExchangeKey, n: usize) {
+        if n == 0 {
+            return;
+        }
+        if let Some(index) = self.exchanges.get_mut(key) {
+            index.count = index.count.saturating_sub(n);
             if index.count == 0 {
                 self.exchanges.remove(key);
             }
@@ -947,7 +993,7 @@ mod tests {
         assert_eq!(delayed.release_due(10), 1);
         assert_eq!(queue.message_count(), 0);
         assert_eq!(delayed.unroutable(), 0);
-        assert_eq!(delayed.purge_exchange(&"/".into(), &"d".into()), 1);
+        assert_eq!(delayed.forget_exchange(&"/".into(), &"d".into()), 1);
         assert_eq!(delayed.len(), 0);
         assert_eq!(memory.used(), 0);
     }

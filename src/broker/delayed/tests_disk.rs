@@ -268,3 +268,134 @@ fn a_page_read_outside_the_lock_keeps_holds_and_releases_that_committed_during_t
     assert_eq!((released, queue.message_count()), (14, 14));
     assert_eq!(delayed.disk_resident(), Some((0, 0)));
 }
+
+/// Declares exchange `d` again (durable, delayed fanout) after its deletion, bound to a new
+/// queue `q2`.
+fn declare_again(vhost: &Arc<VHost>) -> (Arc<Exchange>, Arc<Queue>) {
+    use crate::broker::exchange::DeclaredType;
+    use crate::broker::vhost::{ExchangeSpec, QueueSpec};
+    use dwellmq_codec::{FieldTable, FieldValue};
+    use dwellmq_core::routing::{Binding, Destination};
+    let exchange = vhost
+        .declare_exchange(ExchangeSpec {
+            name: "d".into(),
+            kind: DeclaredType::Delayed,
+            passive: false,
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            arguments: [("x-delayed-type", FieldValue::from("fanout"))]
+                .into_iter()
+                .collect(),
+        })
+        .expect("declared again");
+    let spec = QueueSpec {
+        name: "q2".into(),
+        passive: false,
+        durable: false,
+        exclusive: false,
+        auto_delete: false,
+        arguments: FieldTable::new(),
+    };
+    let queue = vhost.declare_queue(spec, 1).expect("q2");
+    let binding = Binding {
+        source: "d".into(),
+        destination: Destination::Queue("q2".into()),
+        routing_key: "".into(),
+        arguments: FieldTable::new(),
+    };
+    vhost.bind(binding).expect("bound");
+    (exchange, queue)
+}
+
+/// Serves every deadline at its time, committing as it goes; returns how many were released.
+fn serve_all(delayed: &DelayedMessages, store: &dwellmq_store::Store) -> usize {
+    let mut released = 0;
+    while let Some(now) = delayed.next_wake() {
+        released += delayed.release_due(now);
+        delayed.move_in(now, None);
+        store.write(Vec::new()).expect("commit");
+    }
+    released
+}
+
+#[test]
+fn an_exchange_declared_again_while_its_deleted_namesake_is_purged_keeps_its_messages() {
+    let temp = TempStore::new("disk-tier-declared-again");
+    let (vhost, old, old_queue) = durable_setup();
+    let delayed = DelayedMessages::new(0, MemoryMonitor::new(u64::MAX));
+    delayed.set_store(Arc::clone(&temp.store));
+    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    let hold = |exchange: &Arc<Exchange>, due: u64| {
+        delayed.hold(&vhost, exchange, message(due.to_be_bytes().to_vec()), due);
+    };
+    // The old exchange: two in the wheel, three on disk a day away, three two days away.
+    for due in [500, 700, DAY_MS, DAY_MS + 2, DAY_MS + 4] {
+        hold(&old, due);
+    }
+    for due in [2 * DAY_MS, 2 * DAY_MS + 2, 2 * DAY_MS + 4] {
+        hold(&old, due);
+    }
+    temp.store.write(Vec::new()).expect("commit");
+
+    // Deleted; its purge begins.
+    vhost.delete_exchange("d", false).expect("deleted");
+    let key = super::key_of(&vhost.name, &"d".into());
+    let dropping = delayed
+        .start_dropping(&key, true)
+        .expect("it holds messages");
+    // Meanwhile another connection declares `d` again and publishes to it, due among the old
+    // ones everywhere: in the wheel, a day away, two days away.
+    let (new, new_queue) = declare_again(&vhost);
+    for due in [600, DAY_MS + 1, DAY_MS + 3, 2 * DAY_MS + 1, 2 * DAY_MS + 3] {
+        hold(&new, due);
+    }
+    temp.store.write(Vec::new()).expect("commit");
+    // And the disk mover takes the day-away ones out before the purge gets to them: the
+    // old ones must not go out through the new exchange.
+    delayed.move_in(DAY_MS - 100, None);
+    // The purge drops the other five (the mover dropped three).
+    assert_eq!(delayed.finish_dropping(&key, dropping), 5);
+    assert_eq!(delayed.stats("/", "d"), (5, 40));
+
+    assert_eq!(serve_all(&delayed, &temp.store), 5);
+    assert_eq!(new_queue.message_count(), 5);
+    assert_eq!(old_queue.message_count(), 0);
+    assert_eq!(delayed.len(), 0);
+    assert_eq!(delayed.disk_resident(), Some((0, 0)));
+    let snapshot = temp.store.snapshot().expect("snapshot");
+    assert_eq!(snapshot.delayed_count().expect("count"), 0);
+}
+
+#[test]
+fn a_deleted_exchange_whose_namesake_already_published_loses_only_its_own_messages() {
+    let temp = TempStore::new("disk-tier-taken-over");
+    let (vhost, old, old_queue) = durable_setup();
+    let delayed = DelayedMessages::new(0, MemoryMonitor::new(u64::MAX));
+    delayed.set_store(Arc::clone(&temp.store));
+    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    let hold = |exchange: &Arc<Exchange>, due: u64| {
+        delayed.hold(&vhost, exchange, message(due.to_be_bytes().to_vec()), due);
+    };
+    for due in [500, 1_500, 5_000, DAY_MS] {
+        hold(&old, due);
+    }
+    temp.store.write(Vec::new()).expect("commit");
+    // Deleted, declared again and published to before the deleting connection drops the
+    // old one's messages: the index now points at the new exchange.
+    vhost.delete_exchange("d", false).expect("deleted");
+    let (new, new_queue) = declare_again(&vhost);
+    for due in [600, 1_600, 5_100, DAY_MS + 1] {
+        hold(&new, due);
+    }
+    temp.store.write(Vec::new()).expect("commit");
+    assert_eq!(delayed.forget_exchange(&vhost.name, &"d".into()), 4);
+    assert_eq!(delayed.stats("/", "d").0, 4);
+
+    assert_eq!(serve_all(&delayed, &temp.store), 4);
+    assert_eq!(new_queue.message_count(), 4);
+    assert_eq!(old_queue.message_count(), 0);
+    assert_eq!(delayed.len(), 0);
+    let snapshot = temp.store.snapshot().expect("snapshot");
+    assert_eq!(snapshot.delayed_count().expect("count"), 0);
+}

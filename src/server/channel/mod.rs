@@ -60,7 +60,7 @@ impl ConnContext<'_> {
     /// Drops what the broker keeps for exchanges that no longer exist (held delayed messages).
     pub(crate) fn forget_exchanges(&self, names: &[ShortStr]) {
         for name in names {
-            self.state.delayed.purge_exchange(&self.vhost.name, name);
+            self.state.delayed.forget_exchange(&self.vhost.name, name);
         }
     }
 }

@@ -136,6 +136,12 @@ impl<T, F: FarTier<T>> Scheduler<T, F> {
         self.place(id, item)
     }
 
+    /// The sequence number the next scheduled or allocated item gets: every item numbered so
+    /// far is below it.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     /// Numbers later items from `seq` on at least (a store's items use the ones below).
     pub fn reserve_below(&mut self, seq: u64) {
         self.next_seq = self.next_seq.max(seq);
