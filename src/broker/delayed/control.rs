@@ -136,7 +136,8 @@ impl DelayedMessages {
     pub(super) fn start_dropping(&self, key: &ExchangeKey, deleted: bool) -> Option<Dropping> {
         loop {
             let target = Arc::clone(&self.inner.lock().exchanges.get(key)?.target);
-            // Asked outside the lock: routing holds the vhost's lock while it holds messages.
+            // Asked before the scheduler's lock is taken: the vhost's exchange table has its
+            // own lock, never to be taken under this one.
             let taken_over = deleted && target.vhost.is_current(&target.exchange);
             let mut guard = self.inner.lock();
             let inner = &mut *guard;
@@ -680,7 +681,6 @@ pub(crate) struct ListPage {
     pub(crate) limit: usize,
 }
 
-/// The id after `id` in (due, seq) order.
 /// What a purge drops (see [`DelayedMessages::start_dropping`]).
 pub(super) struct Dropping {
     /// The exchange's messages in the far tier, as (due, seq).
@@ -692,6 +692,7 @@ pub(super) struct Dropping {
     kept: bool,
 }
 
+/// The id after `id` in (due, seq) order.
 fn successor(id: DeadlineId) -> DeadlineId {
     match id.seq.checked_add(1) {
         Some(seq) => DeadlineId { seq, ..id },

@@ -81,8 +81,9 @@ struct ExchangeIndex {
     beyond: BTreeSet<(u64, u64)>,
     count: usize,
     bytes: u64,
-    /// The scheduler's next sequence number when `target` was set: every message held for
-    /// `target` is numbered at least this (see [`Inner::purging`]).
+    /// The scheduler's next sequence number when the index was made or `target` last changed:
+    /// every message published to `target` since is numbered at least this (a purge of a
+    /// deleted namesake drops only what is below it; see [`Inner::purging`]).
     since_seq: u64,
 }
 
