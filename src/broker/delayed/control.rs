@@ -65,17 +65,7 @@ impl DelayedMessages {
                 let mut inner = self.inner.lock();
                 for (due_ms, seq) in beyond.by_ref().take(PURGE_CHUNK) {
                     let id = id_of(DelayedId { due_ms, seq });
-                    if let Some(entry) = inner.scheduler.cancel(id) {
-                        if let Entry::Release(held) = &entry {
-                            if held.stored {
-                                stored.push(inner.stored_id(id));
-                            }
-                            if kept {
-                                inner.forget(held, None);
-                            }
-                        }
-                        chunk.push(entry);
-                    }
+                    chunk.extend(inner.cancel_dropped(id, kept, &mut stored));
                 }
             }
             if chunk.is_empty() {
@@ -103,18 +93,7 @@ impl DelayedMessages {
                 })
                 .collect();
             for id in ids {
-                let Some(entry) = inner.scheduler.cancel(id) else {
-                    continue;
-                };
-                if let Entry::Release(held) = &entry {
-                    if held.stored {
-                        stored.push(inner.stored_id(id));
-                    }
-                    if kept {
-                        inner.forget(held, None);
-                    }
-                }
-                chunk.push(entry);
+                chunk.extend(inner.cancel_dropped(id, kept, &mut stored));
             }
             if inner.purging.get(key) == Some(&mark) {
                 inner.purging.remove(key);

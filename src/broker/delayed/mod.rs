@@ -879,6 +879,26 @@ impl Inner {
         }
     }
 
+    /// Cancels `id` for a purge: notes its store id in `stored` if the store holds it, and
+    /// with `kept` (its index stays) takes it out of its exchange's counts.
+    fn cancel_dropped(
+        &mut self,
+        id: DeadlineId,
+        kept: bool,
+        stored: &mut Vec<DeadlineId>,
+    ) -> Option<Entry> {
+        let entry = self.scheduler.cancel(id)?;
+        if let Entry::Release(held) = &entry {
+            if held.stored {
+                stored.push(self.stored_id(id));
+            }
+            if kept {
+                self.forget(held, None);
+            }
+        }
+        Some(entry)
+    }
+
     /// Takes `n` messages dropped from the disk, their sizes unknown, out of the counts of
     /// exchange `key`.
     fn forget_stored(&mut self, key: &ExchangeKey, n: usize) {

@@ -51,6 +51,15 @@ impl Drop for TempStore {
     }
 }
 
+/// A holder at time 0 whose durable exchanges hold on `temp`'s store, beyond the horizon on
+/// disk only.
+fn on_disk(temp: &TempStore, memory: Arc<MemoryMonitor>) -> DelayedMessages {
+    let delayed = DelayedMessages::new(0, memory);
+    delayed.set_store(Arc::clone(&temp.store));
+    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    delayed
+}
+
 /// A vhost with a durable delayed fanout exchange `d` bound to queue `q`.
 fn durable_setup() -> (Arc<VHost>, Arc<Exchange>, Arc<Queue>) {
     super::tests::setup_with(true)
@@ -82,9 +91,7 @@ fn ids_of_messages_held_on_disk_stay_bounded_in_ram_and_all_are_released_when_du
     let temp = TempStore::new("disk-tier");
     let (vhost, exchange, queue) = durable_setup();
     let memory = MemoryMonitor::new(u64::MAX);
-    let delayed = DelayedMessages::new(0, Arc::clone(&memory));
-    delayed.set_store(Arc::clone(&temp.store));
-    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    let delayed = on_disk(&temp, Arc::clone(&memory));
     const N: u64 = 50_000;
     // Due over three days from tomorrow on, in no particular order.
     let due_of = |i: u64| DAY_MS + (i * 7_919) % (3 * DAY_MS);
@@ -141,9 +148,7 @@ fn a_durable_message_due_within_the_horizon_is_released_once_though_its_hold_is_
     let temp = TempStore::new("disk-tier-near");
     let (vhost, exchange, queue) = durable_setup();
     let memory = MemoryMonitor::new(u64::MAX);
-    let delayed = DelayedMessages::new(0, Arc::clone(&memory));
-    delayed.set_store(Arc::clone(&temp.store));
-    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    let delayed = on_disk(&temp, Arc::clone(&memory));
     // One far message (held on disk: its committed hold makes the window read the index
     // again) and ten near ones (held in the wheel, their holds written all the same).
     delayed.hold(&vhost, &exchange, message(b"far".to_vec()), 10_000);
@@ -169,9 +174,7 @@ fn releases_whose_commit_failed_are_forgotten_once_a_later_release_commits() {
     let (temp, faults) = TempStore::faulty("disk-tier-failed-release");
     let (vhost, exchange, queue) = durable_setup();
     let memory = MemoryMonitor::new(u64::MAX);
-    let delayed = DelayedMessages::new(0, Arc::clone(&memory));
-    delayed.set_store(Arc::clone(&temp.store));
-    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    let delayed = on_disk(&temp, Arc::clone(&memory));
     for i in 0..10u64 {
         delayed.hold(&vhost, &exchange, message(vec![i as u8]), 5_000 + i);
     }
@@ -207,9 +210,7 @@ fn releases_whose_commit_failed_are_forgotten_once_a_later_release_commits() {
 fn a_page_read_outside_the_lock_keeps_holds_and_releases_that_committed_during_the_read() {
     let temp = TempStore::new("disk-tier-refill-ahead");
     let (vhost, exchange, queue) = durable_setup();
-    let delayed = DelayedMessages::new(0, MemoryMonitor::new(u64::MAX));
-    delayed.set_store(Arc::clone(&temp.store));
-    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    let delayed = on_disk(&temp, MemoryMonitor::new(u64::MAX));
     // As under the system clock: holds leave the index to the disk mover.
     delayed.hand_disk_to_mover();
     // Nothing fell due while the broker was down: the catch-up window is done with.
@@ -323,9 +324,7 @@ fn serve_all(delayed: &DelayedMessages, store: &dwellmq_store::Store) -> usize {
 fn an_exchange_declared_again_while_its_deleted_namesake_is_purged_keeps_its_messages() {
     let temp = TempStore::new("disk-tier-declared-again");
     let (vhost, old, old_queue) = durable_setup();
-    let delayed = DelayedMessages::new(0, MemoryMonitor::new(u64::MAX));
-    delayed.set_store(Arc::clone(&temp.store));
-    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    let delayed = on_disk(&temp, MemoryMonitor::new(u64::MAX));
     let hold = |exchange: &Arc<Exchange>, due: u64| {
         delayed.hold(&vhost, exchange, message(due.to_be_bytes().to_vec()), due);
     };
@@ -371,9 +370,7 @@ fn an_exchange_declared_again_while_its_deleted_namesake_is_purged_keeps_its_mes
 fn a_deleted_exchange_whose_namesake_already_published_loses_only_its_own_messages() {
     let temp = TempStore::new("disk-tier-taken-over");
     let (vhost, old, old_queue) = durable_setup();
-    let delayed = DelayedMessages::new(0, MemoryMonitor::new(u64::MAX));
-    delayed.set_store(Arc::clone(&temp.store));
-    delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
+    let delayed = on_disk(&temp, MemoryMonitor::new(u64::MAX));
     let hold = |exchange: &Arc<Exchange>, due: u64| {
         delayed.hold(&vhost, exchange, message(due.to_be_bytes().to_vec()), due);
     };
