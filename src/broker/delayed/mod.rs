@@ -136,6 +136,9 @@ pub(crate) struct DelayedMessages {
     store: std::sync::OnceLock<Arc<dwellmq_store::Store>>,
     /// A test's injected fault: this many more message writes fail (see [`WriteFaults`]).
     pub(crate) write_faults: WriteFaults,
+    /// Runs once, between a move-in's read ahead and its lock hold: a test's way in there.
+    #[cfg(test)]
+    after_read_ahead: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 /// The test double's "fail the next N writes": each message write to the store (a queue's
@@ -204,6 +207,8 @@ impl DelayedMessages {
             lateness: lateness::Lateness::default(),
             store: std::sync::OnceLock::new(),
             write_faults: WriteFaults::default(),
+            #[cfg(test)]
+            after_read_ahead: Mutex::new(None),
         }
     }
 
@@ -635,6 +640,10 @@ impl DelayedMessages {
             // Bodies are read before the lock is taken for the move: a store read can take
             // milliseconds, and publishers to durable delayed exchanges wait for this lock.
             let (read_at, mut read_ahead) = self.read_upcoming(up_to);
+            #[cfg(test)]
+            if let Some(hook) = self.after_read_ahead.lock().take() {
+                hook();
+            }
             let mut disk_guard = self.disk.lock();
             let Some(disk) = disk_guard.as_mut() else {
                 return true;
