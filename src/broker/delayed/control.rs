@@ -209,7 +209,9 @@ impl DelayedMessages {
                 }
                 // Their sizes are not read back: the counts of an exchange that raced in
                 // under a deleted one's name lose only the count.
-                inner.forget_stored(key, taken.len());
+                if !taken.is_empty() {
+                    inner.forget_counts(key, taken.len(), 0);
+                }
             }
             drop(disk_guard);
             taken.extend(pending_held.iter().map(|(id, _)| *id));
@@ -296,7 +298,7 @@ impl DelayedMessages {
         });
         match found {
             Ok(Some((key, bytes))) => {
-                inner.forget_counts(&key, bytes);
+                inner.forget_counts(&key, 1, bytes);
                 drop(guard);
                 drop(disk_guard);
                 self.release_stored(vec![deadline]);

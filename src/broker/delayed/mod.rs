@@ -395,7 +395,7 @@ impl DelayedMessages {
         if let Some(disk) = disk {
             if self.write_faults.take() {
                 // As a failed commit: not held, and nacked.
-                inner.forget_counts(held.exchange_key(), body_len);
+                inner.forget_counts(held.exchange_key(), 1, body_len);
                 fail_injected(ticket);
                 return wake;
             }
@@ -873,14 +873,18 @@ impl Inner {
     /// Takes holds whose commit failed out of their exchanges' counts.
     fn correct_failed(&mut self, disk: &mut DiskTier) {
         for (key, bytes) in disk.take_failed() {
-            self.forget_counts(&key, bytes);
+            self.forget_counts(&key, 1, bytes);
         }
     }
 
-    /// Takes one message out of its exchange's counts.
-    fn forget_counts(&mut self, key: &ExchangeKey, bytes: u64) {
+    /// Takes `count` messages of `bytes` body octets in all out of their exchange's counts,
+    /// and the index with them once it counts none.
+    ///
+    /// Saturating: a message of a deleted exchange released while a new exchange of the same
+    /// name already holds messages is counted against the new index.
+    fn forget_counts(&mut self, key: &ExchangeKey, count: usize, bytes: u64) {
         if let Some(index) = self.exchanges.get_mut(key) {
-            index.count = index.count.saturating_sub(1);
+            index.count = index.count.saturating_sub(count);
             index.bytes = index.bytes.saturating_sub(bytes);
             if index.count == 0 {
                 self.exchanges.remove(key);
@@ -908,36 +912,14 @@ impl Inner {
         Some(entry)
     }
 
-    /// Takes `n` messages dropped from the disk, their sizes unknown, out of the counts of
-    /// exchange `key`.
-    fn forget_stored(&mut self, key: &ExchangeKey, n: usize) {
-        if n == 0 {
-            return;
-        }
-        if let Some(index) = self.exchanges.get_mut(key) {
-            index.count = index.count.saturating_sub(n);
-            if index.count == 0 {
-                self.exchanges.remove(key);
-            }
-        }
-    }
-
     /// Takes a message leaving the holder out of its exchange's counts (and, for one still in
     /// the far tier, out of its exchange's due order).
     fn forget(&mut self, held: &Held, beyond: Option<(u64, u64)>) {
         let key = held.exchange_key();
-        if let Some(index) = self.exchanges.get_mut(key) {
-            if let Some(due_seq) = beyond {
-                index.beyond.remove(&due_seq);
-            }
-            // Saturating: a message of a deleted exchange released while a new exchange of
-            // the same name already holds messages is counted against the new index.
-            index.count = index.count.saturating_sub(1);
-            index.bytes = index.bytes.saturating_sub(held.message.body_len() as u64);
-            if index.count == 0 {
-                self.exchanges.remove(key);
-            }
+        if let (Some(index), Some(due_seq)) = (self.exchanges.get_mut(key), beyond) {
+            index.beyond.remove(&due_seq);
         }
+        self.forget_counts(key, 1, held.message.body_len() as u64);
     }
 }
 
