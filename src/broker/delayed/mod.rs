@@ -941,6 +941,17 @@ mod tests {
     /// one).
     pub(super) fn setup_with(durable: bool) -> (Arc<VHost>, Arc<Exchange>, Arc<Queue>) {
         let vhost = Arc::new(VHost::new("/".into()));
+        let (exchange, queue) = declare_bound(&vhost, durable, "q");
+        (vhost, exchange, queue)
+    }
+
+    /// Declares the delayed fanout exchange `d` (durable or not) and a queue named `queue`
+    /// bound to it.
+    pub(super) fn declare_bound(
+        vhost: &Arc<VHost>,
+        durable: bool,
+        queue: &str,
+    ) -> (Arc<Exchange>, Arc<Queue>) {
         let exchange = vhost
             .declare_exchange(ExchangeSpec {
                 name: "d".into(),
@@ -954,28 +965,24 @@ mod tests {
                     .collect(),
             })
             .unwrap();
-        let queue = vhost
-            .declare_queue(
-                QueueSpec {
-                    name: "q".into(),
-                    passive: false,
-                    durable: false,
-                    exclusive: false,
-                    auto_delete: false,
-                    arguments: FieldTable::new(),
-                },
-                1,
-            )
-            .unwrap();
+        let spec = QueueSpec {
+            name: queue.into(),
+            passive: false,
+            durable: false,
+            exclusive: false,
+            auto_delete: false,
+            arguments: FieldTable::new(),
+        };
+        let bound = vhost.declare_queue(spec, 1).unwrap();
         vhost
             .bind(Binding {
                 source: "d".into(),
-                destination: Destination::Queue("q".into()),
+                destination: Destination::Queue(queue.into()),
                 routing_key: "".into(),
                 arguments: FieldTable::new(),
             })
             .unwrap();
-        (vhost, exchange, queue)
+        (exchange, bound)
     }
 
     fn message(body: &'static [u8]) -> Arc<Message> {

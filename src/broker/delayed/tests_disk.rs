@@ -60,6 +60,13 @@ fn on_disk(temp: &TempStore, memory: Arc<MemoryMonitor>) -> DelayedMessages {
     delayed
 }
 
+/// Checks that the store holds no delayed message, and counts none for any exchange.
+fn assert_nothing_held(temp: &TempStore) {
+    let snapshot = temp.store.snapshot().expect("snapshot");
+    assert_eq!(snapshot.delayed_count().expect("count"), 0);
+    assert_eq!(snapshot.delayed_counts().expect("counts"), Vec::new());
+}
+
 /// A vhost with a durable delayed fanout exchange `d` bound to queue `q`.
 fn durable_setup() -> (Arc<VHost>, Arc<Exchange>, Arc<Queue>) {
     super::tests::setup_with(true)
@@ -138,9 +145,7 @@ fn ids_of_messages_held_on_disk_stay_bounded_in_ram_and_all_are_released_when_du
     assert_eq!((lateness.count, lateness.sum_ms), (N, 0));
     assert_eq!(delayed.len(), 0);
     temp.store.write(Vec::new()).expect("commit");
-    let snapshot = temp.store.snapshot().expect("snapshot");
-    assert_eq!(snapshot.delayed_count().expect("count"), 0);
-    assert_eq!(snapshot.delayed_counts().expect("counts"), Vec::new());
+    assert_nothing_held(&temp);
 }
 
 #[test]
@@ -202,8 +207,7 @@ fn releases_whose_commit_failed_are_forgotten_once_a_later_release_commits() {
     temp.store.write(Vec::new()).expect("commit");
     assert_eq!(queue.message_count(), 11);
     assert_eq!(delayed.disk_resident().expect("a disk tier"), (0, 0));
-    let snapshot = temp.store.snapshot().expect("snapshot");
-    assert_eq!(snapshot.delayed_count().expect("count"), 0);
+    assert_nothing_held(&temp);
 }
 
 #[test]
@@ -270,45 +274,6 @@ fn a_page_read_outside_the_lock_keeps_holds_and_releases_that_committed_during_t
     assert_eq!(delayed.disk_resident(), Some((0, 0)));
 }
 
-/// Declares exchange `d` again (durable, delayed fanout) after its deletion, bound to a new
-/// queue `q2`.
-fn declare_again(vhost: &Arc<VHost>) -> (Arc<Exchange>, Arc<Queue>) {
-    use crate::broker::exchange::DeclaredType;
-    use crate::broker::vhost::{ExchangeSpec, QueueSpec};
-    use dwellmq_codec::{FieldTable, FieldValue};
-    use dwellmq_core::routing::{Binding, Destination};
-    let exchange = vhost
-        .declare_exchange(ExchangeSpec {
-            name: "d".into(),
-            kind: DeclaredType::Delayed,
-            passive: false,
-            durable: true,
-            auto_delete: false,
-            internal: false,
-            arguments: [("x-delayed-type", FieldValue::from("fanout"))]
-                .into_iter()
-                .collect(),
-        })
-        .expect("declared again");
-    let spec = QueueSpec {
-        name: "q2".into(),
-        passive: false,
-        durable: false,
-        exclusive: false,
-        auto_delete: false,
-        arguments: FieldTable::new(),
-    };
-    let queue = vhost.declare_queue(spec, 1).expect("q2");
-    let binding = Binding {
-        source: "d".into(),
-        destination: Destination::Queue("q2".into()),
-        routing_key: "".into(),
-        arguments: FieldTable::new(),
-    };
-    vhost.bind(binding).expect("bound");
-    (exchange, queue)
-}
-
 /// Serves every deadline at its time, committing as it goes; returns how many were released.
 fn serve_all(delayed: &DelayedMessages, store: &dwellmq_store::Store) -> usize {
     let mut released = 0;
@@ -345,7 +310,7 @@ fn an_exchange_declared_again_while_its_deleted_namesake_is_purged_keeps_its_mes
         .expect("it holds messages");
     // Meanwhile another connection declares `d` again and publishes to it, due among the old
     // ones everywhere: in the wheel, a day away, two days away.
-    let (new, new_queue) = declare_again(&vhost);
+    let (new, new_queue) = super::tests::declare_bound(&vhost, true, "q2");
     for due in [600, DAY_MS + 1, DAY_MS + 3, 2 * DAY_MS + 1, 2 * DAY_MS + 3] {
         hold(&new, due);
     }
@@ -362,8 +327,7 @@ fn an_exchange_declared_again_while_its_deleted_namesake_is_purged_keeps_its_mes
     assert_eq!(old_queue.message_count(), 0);
     assert_eq!(delayed.len(), 0);
     assert_eq!(delayed.disk_resident(), Some((0, 0)));
-    let snapshot = temp.store.snapshot().expect("snapshot");
-    assert_eq!(snapshot.delayed_count().expect("count"), 0);
+    assert_nothing_held(&temp);
 }
 
 #[test]
@@ -381,7 +345,7 @@ fn a_deleted_exchange_whose_namesake_already_published_loses_only_its_own_messag
     // Deleted, declared again and published to before the deleting connection drops the
     // old one's messages: the index now points at the new exchange.
     vhost.delete_exchange("d", false).expect("deleted");
-    let (new, new_queue) = declare_again(&vhost);
+    let (new, new_queue) = super::tests::declare_bound(&vhost, true, "q2");
     for due in [600, 1_600, 5_100, DAY_MS + 1] {
         hold(&new, due);
     }
@@ -393,8 +357,7 @@ fn a_deleted_exchange_whose_namesake_already_published_loses_only_its_own_messag
     assert_eq!(new_queue.message_count(), 4);
     assert_eq!(old_queue.message_count(), 0);
     assert_eq!(delayed.len(), 0);
-    let snapshot = temp.store.snapshot().expect("snapshot");
-    assert_eq!(snapshot.delayed_count().expect("count"), 0);
+    assert_nothing_held(&temp);
 }
 
 #[test]
