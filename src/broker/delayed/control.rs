@@ -169,6 +169,14 @@ impl DelayedMessages {
                 return dropped;
             };
             disk.purge_round();
+            // One snapshot per lock hold, for the pending ones and the page alike.
+            let snapshot = match disk.store().snapshot() {
+                Ok(snapshot) => snapshot,
+                Err(e) => {
+                    tracing::error!(error = %e, "dropping a delayed exchange's stored messages failed");
+                    return dropped;
+                }
+            };
             let mut pending_held = Vec::new();
             if !pending_done {
                 pending_done = true;
@@ -177,26 +185,25 @@ impl DelayedMessages {
                     .map(|(id, _)| id)
                     .filter(|id| id.seq < mark)
                     .collect();
-                if let Ok(snapshot) = disk.store().snapshot() {
-                    for id in pending {
-                        if let Ok(Taken::Pending(held)) = disk.take(id, &snapshot) {
-                            pending_held.push((id, held));
-                        }
+                for id in pending {
+                    if let Ok(Taken::Pending(held)) = disk.take(id, &snapshot) {
+                        pending_held.push((id, held));
                     }
                 }
             }
-            let chunk = disk.store().snapshot().and_then(|snapshot| {
-                let ids = snapshot.delayed_ids_of(&key.0, &key.1, from, PURGE_CHUNK)?;
-                let mut taken = Vec::with_capacity(ids.len());
-                for &id in ids.iter().filter(|id| id.seq < mark) {
-                    if !matches!(disk.take(id, &snapshot)?, Taken::No) {
-                        taken.push(id);
+            let page = snapshot
+                .delayed_ids_of(&key.0, &key.1, from, PURGE_CHUNK)
+                .and_then(|ids| {
+                    let mut taken = Vec::with_capacity(ids.len());
+                    for &id in ids.iter().filter(|id| id.seq < mark) {
+                        if !matches!(disk.take(id, &snapshot)?, Taken::No) {
+                            taken.push(id);
+                        }
                     }
-                }
-                Ok((ids.last().copied(), taken))
-            });
-            let (last, mut taken) = match chunk {
-                Ok(chunk) => chunk,
+                    Ok((ids.last().copied(), taken))
+                });
+            let (last, mut taken) = match page {
+                Ok(page) => page,
                 Err(e) => {
                     tracing::error!(error = %e, "dropping a delayed exchange's stored messages failed");
                     (None, Vec::new())
