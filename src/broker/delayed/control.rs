@@ -127,15 +127,14 @@ impl DelayedMessages {
             }
             let dropping = if taken_over {
                 let mark = index.since_seq;
-                let old: Vec<(u64, u64)> = index
-                    .beyond
-                    .iter()
-                    .filter(|&&(_, seq)| seq < mark)
-                    .copied()
-                    .collect();
-                for due_seq in &old {
-                    index.beyond.remove(due_seq);
-                }
+                let mut old = Vec::new();
+                index.beyond.retain(|&due_seq| {
+                    let below = due_seq.1 < mark;
+                    if below {
+                        old.push(due_seq);
+                    }
+                    !below
+                });
                 Dropping {
                     beyond: old,
                     mark,

@@ -87,6 +87,16 @@ struct ExchangeIndex {
     since_seq: u64,
 }
 
+impl ExchangeIndex {
+    /// Takes `count` messages of `bytes` body octets in all out of the counts (saturating);
+    /// true when it counts none any more.
+    fn uncount(&mut self, count: usize, bytes: u64) -> bool {
+        self.count = self.count.saturating_sub(count);
+        self.bytes = self.bytes.saturating_sub(bytes);
+        self.count == 0
+    }
+}
+
 struct Inner {
     scheduler: Scheduler<Entry>,
     /// Scheduler sequence → stored id, for the few held messages scheduled under another id
@@ -884,9 +894,7 @@ impl Inner {
     /// name already holds messages is counted against the new index.
     fn forget_counts(&mut self, key: &ExchangeKey, count: usize, bytes: u64) {
         if let Some(index) = self.exchanges.get_mut(key) {
-            index.count = index.count.saturating_sub(count);
-            index.bytes = index.bytes.saturating_sub(bytes);
-            if index.count == 0 {
+            if index.uncount(count, bytes) {
                 self.exchanges.remove(key);
             }
         }
@@ -915,11 +923,17 @@ impl Inner {
     /// Takes a message leaving the holder out of its exchange's counts (and, for one still in
     /// the far tier, out of its exchange's due order).
     fn forget(&mut self, held: &Held, beyond: Option<(u64, u64)>) {
+        // One lookup per release: this runs for every message released.
         let key = held.exchange_key();
-        if let (Some(index), Some(due_seq)) = (self.exchanges.get_mut(key), beyond) {
+        let Some(index) = self.exchanges.get_mut(key) else {
+            return;
+        };
+        if let Some(due_seq) = beyond {
             index.beyond.remove(&due_seq);
         }
-        self.forget_counts(key, 1, held.message.body_len() as u64);
+        if index.uncount(1, held.message.body_len() as u64) {
+            self.exchanges.remove(key);
+        }
     }
 }
 
