@@ -198,6 +198,22 @@ fn high_watermark(config: &BrokerConfig) -> u64 {
 }
 
 impl BrokerState {
+    /// The test double's fault: the store's next `n` commits carrying a message write fail
+    /// (see [`dwellmq_store::Store::fail_next_commits`]). Nothing without a store.
+    pub(crate) fn fail_next_writes(&self, n: u64) {
+        if let Some(store) = &self.runtime.store {
+            store.fail_next_commits(n);
+        }
+    }
+
+    /// Failing commits still to come.
+    pub(crate) fn writes_to_fail(&self) -> u64 {
+        self.runtime
+            .store
+            .as_ref()
+            .map_or(0, |store| store.commits_to_fail())
+    }
+
     /// Holds a message on a delayed exchange until `due_ms`, waking the timer thread if needed.
     pub(crate) fn hold_delayed(
         &self,

@@ -7,17 +7,18 @@ use super::{Broker, BrokerHandle, StartError};
 use crate::config::ClockConfig;
 
 impl BrokerHandle {
-    /// The next `n` message writes to the store (persistent messages on durable queues,
-    /// messages held by durable delayed exchanges) fail as a failed commit would: nothing is
-    /// written and the publisher gets `basic.nack`. 0 clears it. Without a data directory
-    /// nothing is written anyway and nothing fails.
+    /// The next `n` store commits that carry a message write (a persistent message on a
+    /// durable queue, a message held by a durable delayed exchange) fail as a failed write
+    /// would: nothing of the commit is written, its publishers get `basic.nack`, and what it
+    /// removed or released is retried whole, as after a real failure. 0 clears it. Without a
+    /// data directory nothing is written anyway and nothing fails.
     pub fn fail_next_writes(&self, n: u64) {
-        self.state.delayed.write_faults.set(n);
+        self.state.fail_next_writes(n);
     }
 
-    /// Message writes still to fail.
+    /// Failing commits still to come.
     pub fn writes_to_fail(&self) -> u64 {
-        self.state.delayed.write_faults.pending()
+        self.state.writes_to_fail()
     }
 
     /// Stops this broker and starts a new one with the same configuration, on the same

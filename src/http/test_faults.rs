@@ -138,8 +138,8 @@ pub(crate) async fn fail_writes(
     State(api): State<Arc<Api>>,
     JsonBody(body): JsonBody<FailWritesBody>,
 ) -> Json<Value> {
-    api.state.delayed.write_faults.set(body.count);
-    Json(json!({ "pending": api.state.delayed.write_faults.pending() }))
+    api.state.fail_next_writes(body.count);
+    Json(json!({ "pending": api.state.writes_to_fail() }))
 }
 
 /// `POST /test/restart`: asks the binary to restart the broker on the same data directory and

@@ -79,6 +79,13 @@ pub enum StoreError {
         /// What redb said.
         reason: String,
     },
+    /// The commit was failed on purpose ([`crate::Store::fail_next_commits`], the test
+    /// double's "fail the next writes"): nothing of it was written, as for a real failure.
+    #[error("{path}: the commit failed (injected by a test)")]
+    Injected {
+        /// The file.
+        path: PathBuf,
+    },
     /// The store was closed (or its writer is gone, or the file is not open because reopening
     /// it after a write failure failed so far).
     #[error("the store is closed")]
@@ -103,7 +110,10 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::DiskFull { .. } | StoreError::Io { .. } | StoreError::Database { .. }
+            StoreError::DiskFull { .. }
+                | StoreError::Io { .. }
+                | StoreError::Database { .. }
+                | StoreError::Injected { .. }
         )
     }
 }

@@ -120,14 +120,16 @@ impl Store {
     }
 
     /// Queues `ops` for the next commit; `done` is called on the writer thread once the commit
-    /// holding them is durable, or failed (then nothing of it is stored, except that removals
-    /// are retried with the next commit). Never blocks.
+    /// holding them is durable, or failed. A failed commit stores nothing of them, except that
+    /// a submission holding a removal is retried whole with the next commit, and with it every
+    /// submission of the [`Store::group`] it was sent in: a failure never turns into a partial
+    /// commit of what must survive together. Never blocks.
     pub fn submit(&self, ops: Vec<Op>, done: impl FnOnce(Completion) + Send + 'static) {
         self.send(Submission {
             weight: weight(&ops),
             ops,
             done: Some(Box::new(done)),
-            grouped: false,
+            group: None,
         });
     }
 
@@ -137,7 +139,7 @@ impl Store {
             weight: weight(&ops),
             ops,
             done: None,
-            grouped: false,
+            group: None,
         });
     }
 
@@ -160,8 +162,12 @@ impl Store {
             fail(submission);
             return;
         };
-        let grouped = GROUP.with(|g| g.get().0 == self.group_key() && g.get().1 > 0);
-        submission.grouped = grouped;
+        let group = GROUP.with(|g| {
+            let (key, depth, id) = g.get();
+            (key == self.group_key() && depth > 0).then_some(id)
+        });
+        let grouped = group.is_some();
+        submission.group = group;
         let weight = submission.weight;
         self.alarms.queued(weight);
         if let Err(mpsc::SendError(submission)) = sender.send(submission) {
@@ -188,8 +194,13 @@ impl Store {
         let gate = self.gate.read_recursive();
         let key = self.group_key();
         GROUP.with(|g| {
-            let (current, depth) = g.get();
-            g.set((key, if current == key { depth + 1 } else { 1 }));
+            let (current, depth, id) = g.get();
+            g.set(if current == key && depth > 0 {
+                (key, depth + 1, id)
+            } else {
+                let id = self.counters.next_group.fetch_add(1, Ordering::Relaxed) + 1;
+                (key, 1, id)
+            });
         });
         Group { _gate: gate }
     }
@@ -202,6 +213,19 @@ impl Store {
     /// Whether the last commit failed (the write alarm is on).
     pub fn writes_failing(&self) -> bool {
         self.alarms.failing()
+    }
+
+    /// Fails the next `n` commits that carry a message write (a persist or a hold) as a failed
+    /// write would: nothing of the batch is written, its submitters get
+    /// [`StoreError::Injected`], and what it must retry is retried (see [`Store::submit`]).
+    /// The disk works, so no alarm is raised. 0 clears it. The test double's fault.
+    pub fn fail_next_commits(&self, n: u64) {
+        self.counters.commits_to_fail.store(n, Ordering::Relaxed);
+    }
+
+    /// Commits still to fail on purpose (see [`Store::fail_next_commits`]).
+    pub fn commits_to_fail(&self) -> u64 {
+        self.counters.commits_to_fail.load(Ordering::Relaxed)
     }
 
     /// A fresh id for a durable queue (ids are never reused, even after a restart).
@@ -289,8 +313,9 @@ fn fail(submission: Submission) {
 }
 
 thread_local! {
-    /// The store whose group this thread holds (by [`Store::group_key`]), and how deep.
-    static GROUP: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, 0)) };
+    /// The store whose group this thread holds (by [`Store::group_key`]), how deep, and the
+    /// group's number.
+    static GROUP: std::cell::Cell<(usize, u32, u64)> = const { std::cell::Cell::new((0, 0, 0)) };
 }
 
 /// A store group (see [`Store::group`]): what this thread submits while it lives commits
@@ -302,10 +327,10 @@ pub struct Group<'a> {
 impl Drop for Group<'_> {
     fn drop(&mut self) {
         GROUP.with(|g| {
-            let (key, depth) = g.get();
+            let (key, depth, id) = g.get();
             g.set(match depth {
-                0 | 1 => (0, 0),
-                deeper => (key, deeper - 1),
+                0 | 1 => (0, 0, 0),
+                deeper => (key, deeper - 1, id),
             });
         });
     }

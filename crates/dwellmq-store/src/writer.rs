@@ -29,8 +29,9 @@ pub(crate) struct Submission {
     /// What it counts for in the backlog (see [`crate::alarm::weight`]), taken when queued.
     pub(crate) weight: u64,
     pub(crate) done: Option<Done>,
-    /// Sent under a [`crate::Store::group`]: it must commit with the rest of its group.
-    pub(crate) grouped: bool,
+    /// The [`crate::Store::group`] it was sent under (numbered from 1): it must commit with
+    /// the rest of its group, and is retried with it.
+    pub(crate) group: Option<u64>,
 }
 
 /// What the writer counts (see [`crate::StoreStats`]).
@@ -46,6 +47,11 @@ pub(crate) struct Counters {
     /// The next queue id the store must cover, raised by [`crate::Store::allocate_queue_id`]
     /// and written with the next commit.
     pub(crate) next_queue_id: AtomicU64,
+    /// Numbers the groups (see [`Submission::group`]).
+    pub(crate) next_group: AtomicU64,
+    /// Commits carrying a message write still to fail on purpose
+    /// ([`crate::Store::fail_next_commits`]).
+    pub(crate) commits_to_fail: AtomicU64,
 }
 
 pub(crate) struct Writer {
@@ -55,7 +61,9 @@ pub(crate) struct Writer {
     alarms: Arc<Alarms>,
     /// Taken while a batch is gathered (see [`crate::Store::group`]).
     gate: Arc<parking_lot::RwLock<()>>,
-    /// Removals from failed commits, retried first in the next one.
+    /// What failed commits must still write, in submission order, retried first in the next
+    /// commit: every submission that removes something, whole, and every submission of a group
+    /// that does (see [`Writer::keep_for_retry`]).
     carry: Vec<Op>,
 }
 
@@ -88,7 +96,9 @@ impl Writer {
         loop {
             // While writes fail, nobody may submit again (the broker blocks publishers): probe
             // with an empty commit now and then, so that the alarm clears once the disk works.
-            let first = if self.alarms.failing() {
+            // What a failed commit left to retry is written the same way, without waiting for
+            // someone to submit.
+            let first = if self.alarms.failing() || !self.carry.is_empty() {
                 match rx.recv_timeout(retry) {
                     Ok(first) => Some(first),
                     Err(RecvTimeoutError::Timeout) => None,
@@ -107,7 +117,7 @@ impl Writer {
             };
             retry = FIRST_RETRY;
             let mut ops = first.ops.len();
-            grouped_taken += u64::from(first.grouped);
+            grouped_taken += u64::from(first.group.is_some());
             batch.push(first);
             // An open group (`Store::group`) is waited for: the rest of it joins this batch.
             let gate = self.gate.write();
@@ -120,7 +130,7 @@ impl Writer {
                 match rx.try_recv() {
                     Ok(next) => {
                         ops += next.ops.len();
-                        grouped_taken += u64::from(next.grouped);
+                        grouped_taken += u64::from(next.group.is_some());
                         batch.push(next);
                     }
                     Err(_) => break,
@@ -149,11 +159,14 @@ impl Writer {
             // After the completions: a publisher unblocked by this sees its confirms first.
             self.alarms.drained(weight);
         }
+        if !self.carry.is_empty() {
+            // Closing: what a failed commit left to retry gets its last chance.
+            self.probe();
+        }
         tracing::debug!("store writer stopped");
     }
 
-    /// An empty commit (with the removals carried from failed ones), to learn whether writes
-    /// work again.
+    /// An empty commit (with what failed ones carried), to learn whether writes work again.
     fn probe(&mut self) {
         tracing::debug!("probing the store after a failed commit");
         let _ = self.commit(&mut [], true);
@@ -189,11 +202,21 @@ impl Writer {
             Err(e) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store reopen failed");
-                self.keep_removals(batch);
+                self.keep_for_retry(batch);
                 self.alarms.set(StoreAlarm::WritesFailing, true);
                 return Err(e);
             }
         };
+        if self.injected_failure(batch) {
+            drop(db);
+            self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("a store commit failed (injected by a test)");
+            // Nothing was written, as for a real failure; the disk works, so no alarm.
+            self.keep_for_retry(batch);
+            return Err(StoreError::Injected {
+                path: self.opener.path.clone(),
+            });
+        }
         let outcome = catch_unwind(AssertUnwindSafe(|| self.write(&db, batch)));
         drop(db);
         let result = match outcome {
@@ -218,7 +241,7 @@ impl Writer {
             Err(e) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store commit failed");
-                self.keep_removals(batch);
+                self.keep_for_retry(batch);
                 self.alarms.set(StoreAlarm::WritesFailing, true);
                 // redb refuses every later operation on a handle that saw an I/O error: reopen
                 // now, so that reads work again; if that fails too, the next batch tries again.
@@ -272,14 +295,37 @@ impl Writer {
         tx.commit().map_err(|e| commit_error(path, e))
     }
 
-    fn keep_removals(&mut self, batch: &[Submission]) {
-        self.carry.extend(
-            batch
+    /// Whether this commit is one a test asked to fail: the next ones carrying a message write.
+    fn injected_failure(&self, batch: &[Submission]) -> bool {
+        let to_fail = &self.counters.commits_to_fail;
+        to_fail.load(Ordering::Relaxed) != 0
+            && batch
                 .iter()
                 .flat_map(|s| &s.ops)
-                .filter(|op| op.is_removal())
-                .cloned(),
-        );
+                .any(|op| matches!(op, Op::Persist { .. } | Op::Hold { .. }))
+            && to_fail
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+    }
+
+    /// Keeps what a failed commit must still write. A removal is never given up (a lost forget
+    /// brings an acked message back after a restart), and it is never written without what it
+    /// was submitted with: a submission holding a removal is retried whole, and so is every
+    /// submission of a group in which one does (a delayed release's queue copies and the
+    /// removal of its hold; a dead-lettering's removal from its queue and its copies). A
+    /// submission of plain writes is not retried: its submitter heard of the failure (the
+    /// publisher is nacked) and nothing confirmed depends on it.
+    fn keep_for_retry(&mut self, batch: &[Submission]) {
+        let removes = |s: &Submission| s.ops.iter().any(Op::is_removal);
+        let groups: Vec<u64> = batch
+            .iter()
+            .filter(|s| removes(s))
+            .filter_map(|s| s.group)
+            .collect();
+        let retried = batch
+            .iter()
+            .filter(|s| removes(s) || s.group.is_some_and(|g| groups.contains(&g)));
+        self.carry.extend(retried.flat_map(|s| &s.ops).cloned());
     }
 
     /// The open database, reopening it if a failure closed it.

@@ -155,6 +155,109 @@ fn removals_in_a_failed_commit_are_retried_with_the_next_one() {
     assert_eq!(store.snapshot().unwrap().delayed_count().unwrap(), 0);
 }
 
+/// A delayed release: the copy in its queue and the removal of its hold, in one group. When
+/// their commit fails, both are retried: the removal never commits without the copy.
+#[test]
+fn a_failed_group_with_a_removal_is_retried_whole() {
+    let dir = Scratch::new("fault-retry-group");
+    let (options, faults) = faulty_options();
+    let store = Store::open_with(dir.path(), options).expect("open");
+    let id = DeadlineId { due_ms: 50, seq: 1 };
+    store
+        .write(vec![Op::Hold {
+            id,
+            vhost: "/".into(),
+            exchange: "d".into(),
+            message: common::packed("k", b"held"),
+        }])
+        .expect("commit");
+    faults.fail_writes.store(true, Ordering::SeqCst);
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let _group = store.group();
+        let copy = tx.clone();
+        store.submit(vec![persist(7, 10)], move |r| {
+            let _ = copy.send(r);
+        });
+        store.submit(vec![Op::Release { id }], move |r| {
+            let _ = tx.send(r);
+        });
+    }
+    for _ in 0..2 {
+        assert!(rx.recv().expect("completion").is_err(), "the commit failed");
+    }
+    faults.fail_writes.store(false, Ordering::SeqCst);
+    // A plain write that fails is not retried; the group is, with the next commit.
+    assert!(store.write(vec![persist(8, 10)]).is_ok());
+    store.close();
+    assert_eq!(stored_seqs(&dir), [7, 8], "the copy came with the removal");
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.snapshot().unwrap().delayed_count().unwrap(), 0);
+}
+
+/// A submission's removal is not written without the rest of that submission (a
+/// dead-lettering's source removal with its copy, when both are one submission).
+#[test]
+fn a_failed_submission_with_a_removal_is_retried_whole_and_plain_writes_are_not() {
+    let dir = Scratch::new("fault-retry-submission");
+    let (options, faults) = faulty_options();
+    let store = Store::open_with(dir.path(), options).expect("open");
+    store.write(vec![persist(1, 10)]).expect("commit");
+    faults.fail_writes.store(true, Ordering::SeqCst);
+    assert!(store.write(vec![persist(2, 10)]).is_err(), "nacked");
+    assert!(store
+        .write(vec![Op::Forget { queue: 1, seq: 1 }, persist(3, 10)])
+        .is_err());
+    faults.fail_writes.store(false, Ordering::SeqCst);
+    store.write(Vec::new()).expect("writes work again");
+    store.close();
+    assert_eq!(stored_seqs(&dir), [3]);
+}
+
+/// The test double's injected failure fails a commit carrying a message write as a failed
+/// write does (its submitters get the error, what it removes is retried), without an alarm,
+/// and a commit without a message write is not counted.
+#[test]
+fn an_injected_failure_fails_the_next_commit_with_a_message_write() {
+    let dir = Scratch::new("fault-injected");
+    let store = Store::open(dir.path()).expect("open");
+    store.write(vec![persist(1, 10)]).expect("commit");
+    store.fail_next_commits(1);
+    assert_eq!(store.commits_to_fail(), 1);
+    store
+        .write(vec![Op::PutVhost(dwellmq_store::VhostDef {
+            name: "v".into(),
+            metadata: Vec::new(),
+        })])
+        .expect("no message write: not failed");
+    let err = store
+        .write(vec![Op::Forget { queue: 1, seq: 1 }, persist(2, 10)])
+        .expect_err("failed on purpose");
+    assert!(matches!(err, StoreError::Injected { .. }), "{err:?}");
+    assert!(!store.writes_failing(), "the disk works: no alarm");
+    assert_eq!(store.commits_to_fail(), 0);
+    store.write(vec![persist(3, 10)]).expect("commit");
+    store.close();
+    assert_eq!(stored_seqs(&dir), [2, 3]);
+}
+
+/// What a failed commit left to retry is written without another submission (by the writer's
+/// own retry, or at the latest when the store closes).
+#[test]
+fn what_a_failed_commit_left_to_retry_is_written_without_another_submission() {
+    let dir = Scratch::new("fault-retry-at-close");
+    let store = Store::open(dir.path()).expect("open");
+    store
+        .write(vec![persist(1, 10), persist(2, 10)])
+        .expect("commit");
+    store.fail_next_commits(1);
+    assert!(store
+        .write(vec![Op::Forget { queue: 1, seq: 1 }, persist(3, 10)])
+        .is_err());
+    store.close();
+    assert_eq!(stored_seqs(&dir), [2, 3]);
+}
+
 /// Records every alarm change, and lets a test wait for one.
 #[derive(Default)]
 struct AlarmLog {

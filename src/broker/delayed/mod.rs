@@ -144,48 +144,9 @@ pub(crate) struct DelayedMessages {
     /// The durable store: messages held by durable exchanges are written there (set once,
     /// at start, when the broker has a data directory).
     store: std::sync::OnceLock<Arc<dwellmq_store::Store>>,
-    /// A test's injected fault: this many more message writes fail (see [`WriteFaults`]).
-    pub(crate) write_faults: WriteFaults,
     /// Runs once, between a move-in's read ahead and its lock hold: a test's way in there.
     #[cfg(test)]
     after_read_ahead: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-/// The test double's "fail the next N writes": each message write to the store (a queue's
-/// persist or a delayed exchange's hold) takes one and fails as a failed commit would, without
-/// reaching the store: its publisher gets `basic.nack`. One relaxed load while none is set.
-#[derive(Debug, Default)]
-pub(crate) struct WriteFaults(std::sync::atomic::AtomicU64);
-
-impl WriteFaults {
-    /// The next `n` message writes fail; 0 clears it.
-    pub(crate) fn set(&self, n: u64) {
-        self.0.store(n, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Writes still to fail.
-    pub(crate) fn pending(&self) -> u64 {
-        self.0.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Whether this write must fail (and counts it as taken).
-    pub(crate) fn take(&self) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.0.load(Relaxed) != 0
-            && self
-                .0
-                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
-                .is_ok()
-    }
-}
-
-/// Answers a write that an injected fault failed: the publish is nacked, as for a failed commit.
-pub(crate) fn fail_injected(ticket: Option<&Arc<crate::broker::persist::PublishTicket>>) {
-    tracing::warn!("a message write failed (injected by a test)");
-    if let Some(ticket) = ticket {
-        ticket.add();
-        ticket.complete(false);
-    }
 }
 
 fn key_of(vhost: &ShortStr, exchange: &ShortStr) -> ExchangeKey {
@@ -216,7 +177,6 @@ impl DelayedMessages {
             scratch: Mutex::new(ReleaseScratch::default()),
             lateness: lateness::Lateness::default(),
             store: std::sync::OnceLock::new(),
-            write_faults: WriteFaults::default(),
             #[cfg(test)]
             after_read_ahead: Mutex::new(None),
         }
@@ -403,12 +363,6 @@ impl DelayedMessages {
         };
         let disk = disk_guard.as_mut().and_then(|d| d.as_mut());
         if let Some(disk) = disk {
-            if self.write_faults.take() {
-                // As a failed commit: not held, and nacked.
-                inner.forget_counts(held.exchange_key(), 1, body_len);
-                fail_injected(ticket);
-                return wake;
-            }
             disk.hold(id, held);
         }
         // Under the locks: the hold reaches the writer before any release of it can, and its
@@ -433,10 +387,6 @@ impl DelayedMessages {
         let (Some(store), Some(original)) = (store, original) else {
             return wake;
         };
-        if on_disk.is_none() && self.write_faults.take() {
-            fail_injected(ticket);
-            return wake;
-        }
         let op = dwellmq_store::Op::Hold {
             id,
             vhost: vhost.name.to_string(),
