@@ -116,6 +116,11 @@ impl Queue {
         self.config.queue_type == QueueType::Quorum
     }
 
+    /// Whether every message it takes is stored, persistent or not (a durable quorum queue).
+    pub(crate) fn keeps_every_message(&self) -> bool {
+        self.counts_deliveries() && self.store_id.get().is_some()
+    }
+
     /// The policy that applies changed (or none applies any more).
     pub(crate) fn apply_policy(self: &Arc<Self>, policy: Option<&PolicyDefinition>) {
         let settings = settings_for(
@@ -168,6 +173,7 @@ impl Queue {
     ) -> R {
         let mut after = Aftermath::default();
         let mut now = None;
+        let mut group = None;
         let result = {
             let mut guard = self.inner.lock();
             let Inner { state, effects } = &mut *guard;
@@ -177,6 +183,12 @@ impl Queue {
             // Without the clock no outcome depends on the time passed (`uses_clock`).
             let result = command(state, now.unwrap_or(0), effects);
             if !effects.is_empty() {
+                // A dead-lettered message leaves this queue's store records and enters its
+                // targets' in one commit: a crash loses neither (the store retries the group
+                // whole after a failed commit).
+                if self.store_id.get().is_some() && effects.has_dead_letters() {
+                    group = self.runtime.store.as_ref().map(|store| store.group());
+                }
                 self.apply(state, effects, &mut after, ticket);
             }
             result
@@ -185,6 +197,7 @@ impl Queue {
             let now = now.unwrap_or_else(|| self.runtime.clock.now_ms());
             self.dead_letter(target, after.dead, now);
         }
+        drop(group);
         if after.expire {
             self.expire();
         }
@@ -205,11 +218,21 @@ impl Queue {
         let mut delivered = 0;
         for effect in effects.drain() {
             match effect {
-                Effect::Deliver { consumer, entry } => {
+                Effect::Deliver {
+                    consumer,
+                    entry,
+                    forget,
+                } => {
                     let redelivered = entry.redelivered;
+                    let seq = entry.seq;
                     match consumer.sink.deliver(self, &consumer, entry) {
                         Ok(()) => {
                             delivered += 1;
+                            // A no-ack delivery settles the message: it leaves the store now
+                            // that it went out (one handed back stays stored).
+                            if let (true, Some(&queue)) = (forget, self.store_id.get()) {
+                                detached.push(dwellmq_store::Op::Forget { queue, seq });
+                            }
                             if redelivered {
                                 QueueCounters::add(&self.counters.redeliver, 1);
                                 self.runtime
@@ -282,10 +305,6 @@ impl Queue {
         let (Some(&queue), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
             return;
         };
-        if self.runtime.delayed.write_faults.take() {
-            super::delayed::fail_injected(ticket);
-            return;
-        }
         let op = dwellmq_store::Op::Persist {
             queue,
             seq,
@@ -330,12 +349,7 @@ impl Queue {
             return;
         };
         tracing::debug!(queue = %self.name, vhost = %self.vhost, "queue expired (x-expires)");
-        if let Ok(deleted) = vhost.delete_queue_instance(self) {
-            super::consumer::notify_cancelled(&deleted.consumers);
-            for exchange in &deleted.removed_exchanges {
-                self.runtime.delayed.forget_exchange(&self.vhost, exchange);
-            }
-        }
+        let _ = vhost.delete_queue_instance(self);
     }
 
     /// Enqueues a routed message and delivers what consumers can take.

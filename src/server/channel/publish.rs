@@ -298,8 +298,11 @@ impl Channel {
             self.return_unroutable(cx, &publication);
         }
         // A persistent message's confirm waits for the commits of its copies in durable queues,
-        // any message's for its copies held by durable delayed exchanges.
-        let stored = publication.message.is_persistent() || !routing.delayed.is_empty();
+        // any message's for its copies held by durable delayed exchanges and in quorum queues
+        // (which keep every message).
+        let stored = publication.message.is_persistent()
+            || !routing.delayed.is_empty()
+            || routing.queues.iter().any(|q| q.keeps_every_message());
         let ticket = match (&self.mode, confirm_tag) {
             (PublishMode::Confirm { confirms, .. }, Some(tag))
                 if cx.state.runtime.store.is_some() && stored =>

@@ -54,12 +54,17 @@ impl DeathReason {
 /// One effect. `C` is the shell's handle for a consumer.
 #[derive(Debug)]
 pub enum Effect<C> {
-    /// Write `entry` to `consumer` (basic.deliver). Its credit is already counted.
+    /// Write `entry` to `consumer` (basic.deliver). Its credit is already counted. If the
+    /// shell cannot (the channel is closing), it hands the entry back with
+    /// [`crate::queue::QueueState::undelivered`].
     Deliver {
         /// Who gets it.
         consumer: C,
         /// The message and its queue state.
         entry: QueueEntry,
+        /// A stored message going to a no-ack consumer: it leaves the store once it is
+        /// delivered, and only then (one handed back stays stored).
+        forget: bool,
     },
     /// Route `message` to the queue's dead-letter exchange.
     DeadLetter {
@@ -175,6 +180,14 @@ impl<C> Effects<C> {
     pub fn drain(&mut self) -> std::vec::Drain<'_, Effect<C>> {
         self.last_persist = None;
         self.items.drain(..)
+    }
+
+    /// Whether a message is to be dead-lettered (its removal and its copies must then be
+    /// stored together).
+    pub fn has_dead_letters(&self) -> bool {
+        self.items
+            .iter()
+            .any(|e| matches!(e, Effect::DeadLetter { .. }))
     }
 
     /// Whether no effect is pending.

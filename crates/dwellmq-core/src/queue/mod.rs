@@ -510,7 +510,7 @@ impl<C: Clone> QueueState<C> {
         if self.settings.durable {
             let waiting = self.messages.iter().chain(self.retrying.values());
             for entry in waiting {
-                if entry.message.is_persistent() {
+                if self.settings.persists(&entry.message) {
                     fx.push(Effect::Forget { seq: entry.seq });
                 }
             }
@@ -618,7 +618,7 @@ impl<C: Clone> QueueState<C> {
     }
 
     fn is_persisted(&self, message: &Message) -> bool {
-        self.settings.durable && message.is_persistent()
+        self.settings.persists(message)
     }
 
     /// A persisted message goes out for the first time to a consumer that must ack it: a
@@ -777,15 +777,15 @@ impl<C: Clone> QueueState<C> {
                 .channel
                 .congestion
                 .reserve(credit::delivery_reservation(entry.message.body.len()));
-            if slot.credit.no_ack {
-                self.forget(&entry, fx);
-            } else {
+            let forget = slot.credit.no_ack && self.is_persisted(&entry.message);
+            if !slot.credit.no_ack {
                 self.unacked += 1;
                 self.note_delivery(&entry, fx);
             }
             fx.push(Effect::Deliver {
                 consumer: slot.handle.clone(),
                 entry,
+                forget,
             });
         }
     }

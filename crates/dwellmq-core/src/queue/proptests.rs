@@ -189,7 +189,7 @@ proptest! {
             }
             for effect in fx.drain() {
                 match effect {
-                    Effect::Deliver { consumer, entry } => {
+                    Effect::Deliver { consumer, entry, .. } => {
                         prop_assert!(
                             entry.expires_at.is_none_or(|at| at >= now),
                             "expired delivery"

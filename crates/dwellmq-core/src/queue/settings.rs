@@ -57,6 +57,13 @@ pub struct QueueSettings {
 }
 
 impl QueueSettings {
+    /// Whether `message` is kept in the store while it is in this queue: a persistent message
+    /// in a durable queue, and every message in a quorum queue (RabbitMQ's quorum queues keep
+    /// every message, whatever its delivery mode).
+    pub fn persists(&self, message: &crate::Message) -> bool {
+        self.durable && (message.is_persistent() || self.queue_type == QueueType::Quorum)
+    }
+
     /// Whether deliveries are counted (quorum queues).
     pub fn counts_deliveries(&self) -> bool {
         self.queue_type == QueueType::Quorum

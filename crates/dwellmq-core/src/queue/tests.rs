@@ -49,9 +49,15 @@ fn slot(id: u32, prefetch: u32) -> ConsumerSlot<u32> {
 fn summary(fx: &mut Effects<u32>) -> Vec<String> {
     fx.drain()
         .map(|e| match e {
-            Effect::Deliver { consumer, entry } => {
-                format!("deliver {consumer} {}", body(&entry.message))
-            }
+            Effect::Deliver {
+                consumer,
+                entry,
+                forget,
+            } => format!(
+                "deliver {consumer} {}{}",
+                body(&entry.message),
+                if forget { " then forget" } else { "" }
+            ),
             Effect::DeadLetter { message, reason } => {
                 format!("dead {} {}", reason.name(), body(&message))
             }
@@ -458,6 +464,37 @@ fn a_first_delivery_is_recorded_in_the_persist_or_as_a_state_write() {
 }
 
 #[test]
+fn a_no_ack_delivery_forgets_its_stored_message_only_once_delivered() {
+    let mut q = Q::new(
+        QueueSettings {
+            durable: true,
+            ..Default::default()
+        },
+        false,
+        0,
+    );
+    let mut fx = Effects::new();
+    q.publish(persistent("kept"), 0, &mut fx);
+    fx.drain();
+    let no_ack = ConsumerSlot {
+        credit: Arc::new(ConsumerCredit::new(channel(), 0, true)),
+        ..slot(1, 0)
+    };
+    let credit = Arc::clone(&no_ack.credit);
+    q.consume(no_ack, 0, &mut fx).unwrap();
+    // No forget of its own: the removal goes with the delivery.
+    let mut effects: Vec<_> = fx.drain().collect();
+    assert_eq!(effects.len(), 1, "{effects:?}");
+    let Some(Effect::Deliver { entry, forget, .. }) = effects.pop() else {
+        panic!("a delivery");
+    };
+    assert!(forget, "the shell forgets it once delivered");
+    // The channel was closing: handed back, it is still there (and still stored).
+    q.undelivered(&credit, entry);
+    assert_eq!(q.ready(), 1);
+}
+
+#[test]
 fn a_quorum_return_records_its_counts_and_its_retry_time() {
     use crate::arguments::RetryKind;
     let mut q = quorum(retry(RetryKind::Failed, 5_000, 5_000), None);
@@ -617,7 +654,9 @@ fn past_the_delivery_limit_a_message_is_dead_lettered_before_any_retry() {
     let (entry, _) = q.get(false, 10, &mut fx).unwrap();
     fx.drain();
     q.requeue([entry], ReturnCause::Rejected, 10, &mut fx);
-    assert_eq!(summary(&mut fx), ["dead delivery_limit poison"]);
+    // A quorum queue stores every message, a transient one too: it leaves the store as it
+    // dies.
+    assert_eq!(summary(&mut fx), ["forget 0", "dead delivery_limit poison"]);
     assert_eq!((q.ready(), q.retrying()), (0, 0));
 }
 
