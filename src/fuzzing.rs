@@ -490,21 +490,13 @@ async fn check_accounting(broker: &BrokerHandle) {
     let state = broker.state();
     if let Some(vhost) = state.vhost("/") {
         for queue in vhost.queues() {
-            if let Ok(deleted) = vhost.delete_queue_instance(&queue) {
-                for exchange in &deleted.removed_exchanges {
-                    state.delayed.forget_exchange(&vhost.name, exchange);
-                }
-            }
+            let _ = vhost.delete_queue_instance(&queue);
         }
         for exchange in vhost.exchanges() {
             if exchange.name.is_empty() || exchange.name.starts_with("amq.") {
                 continue;
             }
-            if let Ok(removed) = vhost.delete_exchange(&exchange.name, false) {
-                for gone in &removed {
-                    state.delayed.forget_exchange(&vhost.name, gone);
-                }
-            }
+            let _ = vhost.delete_exchange(&exchange.name, false);
         }
     }
     wait_for(broker, "nothing is buffered for output", |b| {

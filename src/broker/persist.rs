@@ -9,7 +9,7 @@
 //! persistent message's publisher confirm for its commit, both through a [`PublishTicket`].
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use dwellmq_codec::{FieldTable, FieldValue};
 use dwellmq_core::policy::{Policy, PolicyValue};
@@ -105,13 +105,21 @@ pub(crate) fn submit_counted(
     });
 }
 
-/// Submits definition changes; a failure is logged (the object exists in memory, and the
-/// next restart will not have it) and reported to the method that made them, if it waits.
+/// Submits definition changes; a failure is logged and reported to the method that made
+/// them, if it waits.
 fn write(store: &Store, ops: Vec<Op>) {
+    write_or_undo(store, ops, || {});
+}
+
+/// As [`write`]; if the commit fails, `undo` takes the change back in memory first (before
+/// the method's reply reports the failure), as if it never happened: nothing lives on in
+/// memory that the next restart would not have, and a redeclare writes it again.
+fn write_or_undo(store: &Store, ops: Vec<Op>, undo: impl FnOnce() + Send + 'static) {
     let ticket = DEFINITION_TICKET.with(|t| t.borrow().clone());
-    submit_counted(store, ops, ticket.as_ref(), |outcome| {
+    submit_counted(store, ops, ticket.as_ref(), move |outcome| {
         if let Err(e) = outcome {
-            tracing::error!(error = %e, "writing a durable definition failed");
+            tracing::error!(error = %e, "writing a durable definition failed; it is taken back");
+            undo();
         }
     });
 }
@@ -128,13 +136,20 @@ pub(crate) fn vhost_added(runtime: &Runtime, name: &str) {
     );
 }
 
-/// A durable exchange was created.
-pub(crate) fn exchange_declared(runtime: &Runtime, vhost: &str, exchange: &Exchange) {
+/// A durable exchange was created in `vhost` (`home`): if writing it fails, it is deleted
+/// again.
+pub(crate) fn exchange_declared(
+    runtime: &Runtime,
+    vhost: &str,
+    home: &Weak<VHost>,
+    exchange: &Arc<Exchange>,
+) {
     let Some(store) = store(runtime) else { return };
     if !exchange.durable {
         return;
     }
-    write(
+    let (undo_in, undo_exchange) = (Weak::clone(home), Arc::clone(exchange));
+    write_or_undo(
         store,
         vec![Op::PutExchange(ExchangeDef {
             vhost: vhost.into(),
@@ -144,6 +159,11 @@ pub(crate) fn exchange_declared(runtime: &Runtime, vhost: &str, exchange: &Excha
             internal: exchange.internal,
             arguments: exchange.arguments.to_encoded(),
         })],
+        move || {
+            if let Some(vhost) = undo_in.upgrade() {
+                vhost.undo_exchange_declare(&undo_exchange);
+            }
+        },
     );
 }
 
@@ -163,15 +183,21 @@ pub(crate) fn exchanges_deleted(runtime: &Runtime, vhost: &str, names: &[impl As
     write(store, ops);
 }
 
-/// A queue was created: a durable, non-exclusive one is written with a fresh id (its
-/// messages are stored under that id).
-pub(crate) fn queue_declared(runtime: &Runtime, queue: &Queue) {
+/// A queue was created in `vhost`: a durable, non-exclusive one is written with a fresh id
+/// (its messages are stored under that id). If writing it fails, it is deleted again, with
+/// whatever was stored under its id meanwhile.
+pub(crate) fn queue_declared(runtime: &Runtime, vhost: &Weak<VHost>, queue: &Arc<Queue>) {
     let Some(store) = store(runtime) else { return };
     if !queue.durable || queue.exclusive_owner.is_some() {
         return;
     }
     let id = *queue.store_id.get_or_init(|| store.allocate_queue_id());
-    write(store, vec![Op::PutQueue(queue_def(queue, id))]);
+    let (undo_in, undo_queue) = (Weak::clone(vhost), Arc::clone(queue));
+    write_or_undo(store, vec![Op::PutQueue(queue_def(queue, id))], move || {
+        if let Some(vhost) = undo_in.upgrade() {
+            vhost.undo_queue_declare(&undo_queue);
+        }
+    });
 }
 
 fn queue_def(queue: &Queue, id: u64) -> QueueDef {

@@ -9,7 +9,6 @@ use dwellmq_core::routing::{Binding, Destination, RoutingKind};
 use dwellmq_core::{arguments, BrokerError, BrokerResult};
 use parking_lot::RwLock;
 
-use super::consumer::Consumer;
 use super::exchange::{DeclaredType, Exchange, ExchangeKind};
 use super::policies::Policies;
 use super::queue::{ConnectionId, Queue};
@@ -47,11 +46,15 @@ pub(crate) struct QueueSpec {
     pub(crate) arguments: FieldTable,
 }
 
-/// A deleted queue's leftovers: its message count and the consumers to notify.
+/// What a queue's deletion reports (its consumers were told and the exchanges it orphaned
+/// removed by the deletion itself).
 pub(crate) struct DeletedQueue {
     pub(crate) message_count: usize,
-    pub(crate) consumers: Vec<Arc<Consumer>>,
+    /// Consumers it had (each told with `basic.cancel` where it asked for that).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) consumers: usize,
     /// Auto-delete exchanges that lost their last binding with the queue.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) removed_exchanges: Vec<ShortStr>,
 }
 
@@ -273,7 +276,7 @@ impl VHost {
             .for_exchange(&exchange.name)
             .and_then(|d| d.alternate_exchange);
         exchanges.insert(d.name, Arc::clone(&exchange));
-        super::persist::exchange_declared(&self.runtime, &self.name, &exchange);
+        super::persist::exchange_declared(&self.runtime, &self.name, &self.me, &exchange);
         Ok(exchange)
     }
 
@@ -338,7 +341,42 @@ impl VHost {
             &mut removed,
         );
         super::persist::exchanges_deleted(&self.runtime, &self.name, &removed);
+        drop(exchanges);
+        self.forget_held(&removed);
         Ok(removed)
+    }
+
+    /// Takes back a declare whose definition could not be written: this exchange (not a
+    /// namesake declared since) is deleted, as if the declare never happened.
+    pub(crate) fn undo_exchange_declare(&self, exchange: &Arc<Exchange>) {
+        if !self.is_current(exchange) {
+            return;
+        }
+        tracing::warn!(
+            vhost = %self.name,
+            exchange = %exchange.name,
+            "the exchange's definition could not be written: the declare is taken back"
+        );
+        let _ = self.delete_exchange(&exchange.name, false);
+    }
+
+    /// Takes back a declare whose definition could not be written: this queue (not a namesake
+    /// declared since) is deleted, with what was stored under its id meanwhile.
+    pub(crate) fn undo_queue_declare(&self, queue: &Arc<Queue>) {
+        tracing::warn!(
+            vhost = %self.name,
+            queue = %queue.name,
+            "the queue's definition could not be written: the declare is taken back"
+        );
+        let _ = self.delete_queue_instance(queue);
+    }
+
+    /// What a deletion leaves to do, done here so that no caller has to remember it: the
+    /// messages held by the removed delayed exchanges go with them.
+    fn forget_held(&self, removed: &[ShortStr]) {
+        for name in removed {
+            self.runtime.delayed.forget_exchange(&self.name, name);
+        }
     }
 
     /// `queue.declare`; returns the queue and whether it was created.
@@ -423,7 +461,7 @@ impl VHost {
         ));
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
-        super::persist::queue_declared(&self.runtime, &queue);
+        super::persist::queue_declared(&self.runtime, &self.me, &queue);
         queue.start(self.me.clone());
         Ok(queue)
     }
@@ -473,7 +511,7 @@ impl VHost {
         let Some(queue) = self.queues.read().get(name).cloned() else {
             return Ok(DeletedQueue {
                 message_count: 0,
-                consumers: Vec::new(),
+                consumers: 0,
                 removed_exchanges: Vec::new(),
             });
         };
@@ -501,9 +539,13 @@ impl VHost {
             Destination::Queue(queue.name.clone()),
             &mut orphaned,
         );
+        // Its consumers hear of it (`basic.cancel` where they asked for it), and what the
+        // orphaned auto-delete exchanges held goes with them.
+        super::consumer::notify_cancelled(&consumers);
+        self.forget_held(&orphaned);
         Ok(DeletedQueue {
             message_count,
-            consumers,
+            consumers: consumers.len(),
             removed_exchanges: orphaned,
         })
     }
@@ -518,7 +560,7 @@ impl VHost {
             }
             _ => Ok(DeletedQueue {
                 message_count: 0,
-                consumers: Vec::new(),
+                consumers: 0,
                 removed_exchanges: Vec::new(),
             }),
         }
@@ -607,6 +649,7 @@ impl VHost {
             }
         }
         super::persist::exchanges_deleted(&self.runtime, &self.name, &removed);
+        self.forget_held(&removed);
         Ok(removed)
     }
 
@@ -1025,7 +1068,7 @@ mod tests {
         v.bind(to_queue("x", "q", "")).unwrap();
         let deleted = v.delete_queue("q", false, false, Some(CONN)).unwrap();
         assert_eq!(deleted.message_count, 0);
-        assert!(deleted.consumers.is_empty());
+        assert_eq!(deleted.consumers, 0);
         assert!(queue.is_deleted());
         assert_eq!(refusal(v.queue("q")).0, 404);
         // A new queue of the same name is not bound by the old queue's bindings.

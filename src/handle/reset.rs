@@ -38,11 +38,7 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
     let names = std::iter::once("/").chain(state.config.vhosts.iter().map(String::as_str));
     for vhost in names.filter_map(|n| state.vhost(n)) {
         for queue in vhost.queues() {
-            if let Ok(deleted) = vhost.delete_queue_instance(&queue) {
-                crate::broker::consumer::notify_cancelled(&deleted.consumers);
-                for gone in &deleted.removed_exchanges {
-                    state.delayed.forget_exchange(&vhost.name, gone);
-                }
+            if vhost.delete_queue_instance(&queue).is_ok() {
                 removed.queues += 1;
             }
         }
@@ -51,9 +47,6 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
                 continue;
             }
             if let Ok(gone) = vhost.delete_exchange(&exchange.name, false) {
-                for name in &gone {
-                    state.delayed.forget_exchange(&vhost.name, name);
-                }
                 removed.exchanges += gone.len();
             }
         }

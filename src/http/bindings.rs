@@ -312,10 +312,7 @@ pub(crate) async fn delete(
     let vhost = checked_vhost(&api, &user, &vhost)?;
     let binding = find_one(&vhost, &source, &kind, &to, &props)?;
     permit_binding(&user, &vhost.name, &binding.source, &binding.destination)?;
-    let removed = vhost.unbind(&binding)?;
-    for gone in &removed {
-        api.state.delayed.forget_exchange(&vhost.name, gone);
-    }
+    vhost.unbind(&binding)?;
     Ok(StatusCode::NO_CONTENT)
 }
 

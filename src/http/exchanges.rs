@@ -183,10 +183,6 @@ pub(crate) async fn delete(
         ResourceKind::Exchange,
         name,
     )?;
-    let removed = vhost.delete_exchange(name, query.if_unused)?;
-    // What the AMQP side's `forget_exchanges` does: held messages go with their exchange.
-    for gone in &removed {
-        api.state.delayed.forget_exchange(&vhost.name, gone);
-    }
+    vhost.delete_exchange(name, query.if_unused)?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -19,7 +19,6 @@ use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::queue::Queue;
 use crate::broker::rates::{RateKey, Rates};
 use crate::broker::vhost::{QueueSpec, VHost};
-use crate::server::channel::notify_cancelled;
 
 pub(crate) fn queue_json(rates: &Rates, q: &Arc<Queue>) -> Value {
     let ready = q.message_count();
@@ -170,11 +169,7 @@ pub(crate) async fn delete(
     find_queue(&api, &user, &vhost, &name)?;
     user.permit(&vhost, Operation::Configure, ResourceKind::Queue, &name)?;
     let vhost = api.vhost(&vhost)?;
-    let deleted = vhost.delete_queue(&name, query.if_unused, query.if_empty, None)?;
-    notify_cancelled(&deleted.consumers);
-    for gone in &deleted.removed_exchanges {
-        api.state.delayed.forget_exchange(&vhost.name, gone);
-    }
+    vhost.delete_queue(&name, query.if_unused, query.if_empty, None)?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -674,10 +674,7 @@ impl Connection {
             }
         }
         for queue in std::mem::take(cx.exclusive_queues) {
-            if let Ok(deleted) = cx.vhost.delete_queue_instance(&queue) {
-                super::channel::notify_cancelled(&deleted.consumers);
-                cx.forget_exchanges(&deleted.removed_exchanges);
-            }
+            let _ = cx.vhost.delete_queue_instance(&queue);
         }
     }
 }

@@ -11,7 +11,7 @@ use super::{Channel, ConnContext};
 use crate::broker::access::{Operation, ResourceKind};
 use dwellmq_core::queue::ConsumerCredit;
 
-use crate::broker::consumer::{next_consumer_id, notify_cancelled, Consumer, DeliverySink};
+use crate::broker::consumer::{next_consumer_id, Consumer, DeliverySink};
 use crate::broker::reply_to::REPLY_QUEUE;
 
 impl Channel {
@@ -189,10 +189,7 @@ impl Channel {
         let removed = queue.remove_consumer(consumer.id);
         if removed.should_auto_delete {
             cx.exclusive_queues.retain(|q| !Arc::ptr_eq(q, &queue));
-            if let Ok(deleted) = cx.vhost.delete_queue_instance(&queue) {
-                notify_cancelled(&deleted.consumers);
-                cx.forget_exchanges(&deleted.removed_exchanges);
-            }
+            let _ = cx.vhost.delete_queue_instance(&queue);
         }
     }
 

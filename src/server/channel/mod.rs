@@ -17,7 +17,6 @@ use std::sync::Arc;
 use dwellmq_codec::{Method, ShortStr};
 use dwellmq_core::{BrokerError, BrokerResult};
 
-pub(crate) use crate::broker::consumer::notify_cancelled;
 use content::PendingPublish;
 use dwellmq_core::queue::ReturnCause;
 use publish::PublishMode;
@@ -54,15 +53,6 @@ pub(crate) struct ConnContext<'a> {
     pub(crate) commit_wait: &'a Arc<CommitWait>,
     /// When the frames being handled were read (broker clock, ms).
     pub(crate) received_ms: u64,
-}
-
-impl ConnContext<'_> {
-    /// Drops what the broker keeps for exchanges that no longer exist (held delayed messages).
-    pub(crate) fn forget_exchanges(&self, names: &[ShortStr]) {
-        for name in names {
-            self.state.delayed.forget_exchange(&self.vhost.name, name);
-        }
-    }
 }
 
 /// A channel's state, owned by its connection task.

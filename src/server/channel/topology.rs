@@ -9,7 +9,6 @@ use dwellmq_core::{BrokerError, BrokerResult};
 
 use super::{Channel, ConnContext};
 use crate::broker::access::{Operation, ResourceKind};
-use crate::broker::consumer::notify_cancelled;
 use crate::broker::exchange::DeclaredType;
 use crate::broker::queue::Queue;
 use crate::broker::reply_to::is_reply_name;
@@ -97,8 +96,7 @@ impl Channel {
                 &m.exchange,
             )?;
         }
-        let removed = cx.vhost.delete_exchange(&m.exchange, m.if_unused)?;
-        cx.forget_exchanges(&removed);
+        cx.vhost.delete_exchange(&m.exchange, m.if_unused)?;
         if !m.no_wait {
             self.reply(cx, Method::ExchangeDeleteOk);
         }
@@ -131,13 +129,12 @@ impl Channel {
         m: ExchangeUnbind,
     ) -> BrokerResult<()> {
         self.permit_binding(cx, ResourceKind::Exchange, &m.destination, &m.source)?;
-        let removed = cx.vhost.unbind(&Binding {
+        cx.vhost.unbind(&Binding {
             source: m.source,
             destination: Destination::Exchange(m.destination),
             routing_key: m.routing_key,
             arguments: m.arguments,
         })?;
-        cx.forget_exchanges(&removed);
         if !m.no_wait {
             self.reply(cx, Method::ExchangeUnbindOk);
         }
@@ -237,13 +234,12 @@ impl Channel {
             queue.check_exclusive(cx.id)?;
         }
         let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &name);
-        let removed = cx.vhost.unbind(&Binding {
+        cx.vhost.unbind(&Binding {
             source: m.exchange,
             destination: Destination::Queue(name),
             routing_key,
             arguments: m.arguments,
         })?;
-        cx.forget_exchanges(&removed);
         self.reply(cx, Method::QueueUnbindOk);
         Ok(())
     }
@@ -275,8 +271,6 @@ impl Channel {
         let deleted = cx
             .vhost
             .delete_queue(&name, m.if_unused, m.if_empty, Some(cx.id))?;
-        notify_cancelled(&deleted.consumers);
-        cx.forget_exchanges(&deleted.removed_exchanges);
         cx.exclusive_queues.retain(|q| q.name != name);
         if !m.no_wait {
             self.reply(
