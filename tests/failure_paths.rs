@@ -1,0 +1,265 @@
+//! What a failure does to what was confirmed, through a real client: a failed commit never
+//! turns into a partial one (a delayed release, a dead-lettering), quorum queues keep every
+//! message, a no-ack delivery refused by a closing channel stays stored. Each test restarts
+//! the broker on its data directory and looks at what came back.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{connect, DataDir, T0_MS};
+use common::{declare_delayed, long_str, table};
+use dwellmq::{Broker, BrokerConfig, BrokerHandle};
+use lapin::options::{
+    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
+    QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel};
+
+fn config(dir: &DataDir, now_ms: u64) -> BrokerConfig {
+    BrokerConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..BrokerConfig::ephemeral().with_manual_clock(now_ms)
+    }
+}
+
+async fn channel(broker: &BrokerHandle) -> (lapin::Connection, Channel) {
+    let connection = connect(broker).await;
+    let ch = connection.create_channel().await.expect("channel");
+    (connection, ch)
+}
+
+async fn durable_queue(ch: &Channel, name: &str, arguments: FieldTable) {
+    ch.queue_declare(
+        name.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        arguments,
+    )
+    .await
+    .expect("queue declared");
+}
+
+/// Declares `name` passively: a queue that did not survive fails here instead of being
+/// created again.
+async fn passive_queue(ch: &Channel, name: &str) -> u32 {
+    ch.queue_declare(
+        name.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("the queue survived the restart")
+    .message_count()
+}
+
+async fn publish(
+    ch: &Channel,
+    exchange: &str,
+    key: &str,
+    body: &str,
+    properties: BasicProperties,
+) -> bool {
+    ch.basic_publish(
+        exchange.into(),
+        key.into(),
+        BasicPublishOptions::default(),
+        body.as_bytes(),
+        properties,
+    )
+    .await
+    .expect("publish sent")
+    .await
+    .expect("confirm")
+    .is_ack()
+}
+
+async fn bodies(ch: &Channel, queue: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Some(m) = ch
+        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+    {
+        out.push(String::from_utf8_lossy(&m.delivery.data).into_owned());
+    }
+    out
+}
+
+/// Waits (bounded) until the store has committed what is queued for it: a confirmed publish
+/// to a scratch durable queue commits after everything submitted before it.
+async fn committed(ch: &Channel) {
+    durable_queue(ch, "scratch", FieldTable::default()).await;
+    for _ in 0..100 {
+        if publish(ch, "", "scratch", "sync", persistent()).await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the store never committed again");
+}
+
+fn persistent() -> BasicProperties {
+    BasicProperties::default().with_delivery_mode(2)
+}
+
+/// A confirmed delayed message released while its commit fails: the release's copy and the
+/// removal of its hold are retried together, so after the restart it is in its queue (before,
+/// the retry removed the hold alone and the message was gone).
+#[tokio::test]
+async fn a_delayed_release_whose_commit_fails_is_retried_whole() {
+    let dir = DataDir::new("failure-release");
+    let broker = Broker::start(config(&dir, T0_MS)).await.expect("starts");
+    let (connection, ch) = channel(&broker).await;
+    declare_delayed(&ch, "later", "direct", true).await;
+    durable_queue(&ch, "due", FieldTable::default()).await;
+    ch.queue_bind(
+        "due".into(),
+        "later".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let delayed = persistent().with_headers(table(&[("x-delay", AMQPValue::LongInt(1500))]));
+    assert!(publish(&ch, "later", "k", "reminder", delayed).await);
+
+    broker.fail_next_writes(1);
+    broker.advance(Duration::from_secs(3));
+    // The release's commit failed (the fault is used up) and was retried whole.
+    common::eventually("the release's commit fails", || {
+        broker.writes_to_fail() == 0
+    })
+    .await;
+    committed(&ch).await;
+    drop(connection);
+    let broker = broker.restart().await.expect("restarts");
+    let (_connection, ch) = channel(&broker).await;
+    assert_eq!(passive_queue(&ch, "due").await, 1);
+    assert_eq!(bodies(&ch, "due").await, ["reminder"]);
+    assert_eq!(broker.delayed_count("/", "later"), 0, "released once");
+    broker.shutdown().await;
+}
+
+/// A message dead-lettered by its TTL leaves its queue and enters the dead-letter queue in
+/// one commit: when that commit fails, both are retried, and a restart finds it exactly once.
+#[tokio::test]
+async fn a_dead_lettering_whose_commit_fails_is_retried_whole() {
+    let dir = DataDir::new("failure-dead-letter");
+    let broker = Broker::start(config(&dir, T0_MS)).await.expect("starts");
+    let (connection, ch) = channel(&broker).await;
+    durable_queue(&ch, "dead", FieldTable::default()).await;
+    durable_queue(
+        &ch,
+        "work",
+        table(&[
+            ("x-message-ttl", AMQPValue::LongInt(1000)),
+            ("x-dead-letter-exchange", long_str("")),
+            ("x-dead-letter-routing-key", long_str("dead")),
+        ]),
+    )
+    .await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish(&ch, "", "work", "job", persistent()).await);
+
+    broker.fail_next_writes(1);
+    broker.advance(Duration::from_secs(2));
+    common::eventually("the dead-lettering's commit fails", || {
+        broker.writes_to_fail() == 0
+    })
+    .await;
+    committed(&ch).await;
+    drop(connection);
+    let broker = broker.restart().await.expect("restarts");
+    let (_connection, ch) = channel(&broker).await;
+    assert_eq!(passive_queue(&ch, "work").await, 0, "it left its queue");
+    assert_eq!(bodies(&ch, "dead").await, ["job"]);
+    broker.shutdown().await;
+}
+
+/// RabbitMQ's quorum queues keep every message: a transient one is confirmed after its commit
+/// and comes back after a restart.
+#[tokio::test]
+async fn a_quorum_queue_keeps_transient_messages_across_a_restart() {
+    let dir = DataDir::new("failure-quorum-transient");
+    let broker = Broker::start(config(&dir, T0_MS)).await.expect("starts");
+    let (connection, ch) = channel(&broker).await;
+    durable_queue(&ch, "q", table(&[("x-queue-type", long_str("quorum"))])).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish(&ch, "", "q", "transient", BasicProperties::default()).await);
+    assert!(publish(&ch, "", "q", "persistent", persistent()).await);
+    drop(connection);
+    let broker = broker.restart().await.expect("restarts");
+    let (_connection, ch) = channel(&broker).await;
+    assert_eq!(bodies(&ch, "q").await, ["transient", "persistent"]);
+    broker.shutdown().await;
+}
+
+/// A quorum queue's transient message is not confirmed when its commit fails.
+#[tokio::test]
+async fn a_quorum_queues_transient_message_is_nacked_when_its_commit_fails() {
+    let dir = DataDir::new("failure-quorum-nack");
+    let broker = Broker::start(config(&dir, T0_MS)).await.expect("starts");
+    let (_connection, ch) = channel(&broker).await;
+    durable_queue(&ch, "q", table(&[("x-queue-type", long_str("quorum"))])).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    broker.fail_next_writes(1);
+    assert!(!publish(&ch, "", "q", "lost", BasicProperties::default()).await);
+    broker.shutdown().await;
+}
+
+/// A no-ack delivery takes its message out of the store once it went out (the removal goes
+/// with the delivery, so one a closing channel refuses stays stored: core's
+/// `a_no_ack_delivery_forgets_its_stored_message_only_once_delivered`).
+#[tokio::test]
+async fn messages_delivered_to_a_no_ack_consumer_do_not_come_back() {
+    let dir = DataDir::new("failure-no-ack-delivered");
+    let broker = Broker::start(config(&dir, T0_MS)).await.expect("starts");
+    let (connection, ch) = channel(&broker).await;
+    durable_queue(&ch, "jobs", FieldTable::default()).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for body in ["one", "two", "three"] {
+        assert!(publish(&ch, "", "jobs", body, persistent()).await);
+    }
+    let mut consumer = ch
+        .basic_consume(
+            "jobs".into(),
+            "eager".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    for expected in ["one", "two", "three"] {
+        assert_eq!(common::next_body(&mut consumer).await, expected);
+    }
+    assert!(publish(&ch, "", "jobs", "four", persistent()).await);
+    assert_eq!(common::next_body(&mut consumer).await, "four");
+    committed(&ch).await;
+    drop(connection);
+    let broker = broker.restart().await.expect("restarts");
+    let (_connection, ch) = channel(&broker).await;
+    assert_eq!(passive_queue(&ch, "jobs").await, 0);
+    broker.shutdown().await;
+}
