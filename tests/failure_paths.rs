@@ -263,3 +263,51 @@ async fn messages_delivered_to_a_no_ack_consumer_do_not_come_back() {
     assert_eq!(passive_queue(&ch, "jobs").await, 0);
     broker.shutdown().await;
 }
+
+/// A durable queue whose definition cannot be written is taken back: the declare fails (506,
+/// as RabbitMQ answers a failed write), a later declare writes it again, and after a restart
+/// the queue and its confirmed messages are there. Before, the queue stayed in memory, the
+/// redeclare answered declare-ok without writing, and the restart lost both.
+#[tokio::test]
+async fn a_queue_whose_definition_write_failed_is_written_by_the_next_declare() {
+    use std::sync::atomic::Ordering;
+    let dir = DataDir::new("failure-definition");
+    let faults = std::sync::Arc::new(dwellmq::StoreFaults::default());
+    let broker = Broker::start(BrokerConfig {
+        store_faults: Some(faults.clone()),
+        ..config(&dir, T0_MS)
+    })
+    .await
+    .expect("starts");
+    let connection = connect(&broker).await;
+    let ch = connection.create_channel().await.expect("channel");
+    faults.fail_writes.store(true, Ordering::SeqCst);
+    let refused = ch
+        .queue_declare(
+            "orders".into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect_err("the definition could not be written");
+    assert_eq!(common::amqp_error(&refused).0, 506);
+    assert!(broker.queue_names("/").iter().all(|q| q != "orders"));
+    faults.fail_writes.store(false, Ordering::SeqCst);
+    common::eventually("the disk alarm clears", || !broker.disk_alarm()).await;
+
+    let ch = connection.create_channel().await.expect("channel");
+    durable_queue(&ch, "orders", FieldTable::default()).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish(&ch, "", "orders", "order 1", persistent()).await);
+    drop(connection);
+    let broker = broker.restart().await.expect("restarts");
+    let (_connection, ch) = channel(&broker).await;
+    assert_eq!(passive_queue(&ch, "orders").await, 1);
+    assert_eq!(bodies(&ch, "orders").await, ["order 1"]);
+    broker.shutdown().await;
+}
