@@ -4,6 +4,7 @@
 //! the broker on its data directory and looks at what came back.
 
 mod common;
+mod http_client;
 
 use std::time::Duration;
 
@@ -309,5 +310,47 @@ async fn a_queue_whose_definition_write_failed_is_written_by_the_next_declare() 
     let (_connection, ch) = channel(&broker).await;
     assert_eq!(passive_queue(&ch, "orders").await, 1);
     assert_eq!(bodies(&ch, "orders").await, ["order 1"]);
+    broker.shutdown().await;
+}
+
+/// A user deleted over HTTP is answered after the commit: while writes fail the answer says
+/// so (500), the deletion holds in memory, and the store retries its mark until it is written,
+/// so the user does not come back after a restart. Before, the answer came first (204) and a
+/// failed mark was never written again: the deleted user came back.
+#[tokio::test]
+async fn a_user_deleted_while_writes_fail_stays_deleted_after_a_restart() {
+    use http_client::{delete, get, put, start_http, GUEST};
+    use std::sync::atomic::Ordering;
+    let dir = DataDir::new("failure-user-deleted");
+    let faults = std::sync::Arc::new(dwellmq::StoreFaults::default());
+    let (broker, addr) = start_http(BrokerConfig {
+        store_faults: Some(faults.clone()),
+        ..config(&dir, T0_MS)
+    })
+    .await;
+    let created = put(
+        addr,
+        "/api/users/ops",
+        GUEST,
+        serde_json::json!({"password": "ops-pw", "tags": ""}),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.text());
+
+    faults.fail_writes.store(true, Ordering::SeqCst);
+    let deleted = delete(addr, "/api/users/ops", GUEST).await;
+    assert_eq!(deleted.status, 500, "{}", deleted.text());
+    assert!(
+        deleted.text().contains("could not be written"),
+        "{}",
+        deleted.text()
+    );
+    assert_eq!(get(addr, "/api/users/ops", GUEST).await.status, 404);
+    faults.fail_writes.store(false, Ordering::SeqCst);
+    common::eventually("the disk alarm clears", || !broker.disk_alarm()).await;
+
+    let broker = broker.restart().await.expect("restarts");
+    assert_eq!(broker.http_addr(), Some(addr));
+    assert_eq!(get(addr, "/api/users/ops", GUEST).await.status, 404);
     broker.shutdown().await;
 }

@@ -354,10 +354,11 @@ pub(crate) fn import(state: &BrokerState, defs: Definitions, scope: Option<&str>
         );
     }
     for user in users {
-        state.access.put_user(user);
+        // On disk with the next commit; the import does not wait for it (it runs at start too).
+        let _ = state.access.put_user(user);
     }
     for (vhost, user, permission) in permissions {
-        state.access.set_permission(&vhost, &user, permission);
+        let _ = state.access.set_permission(&vhost, &user, permission);
     }
     for (vhost, policy) in policies {
         set_policy(&vhost, policy)?;

@@ -74,6 +74,16 @@ impl ApiError {
         &self.reason
     }
 
+    /// 500: the change is in effect, but the store could not write it (a deletion is retried
+    /// until it is written; anything else a restart will not have).
+    pub(crate) fn not_stored(why: impl std::fmt::Display) -> Self {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_server_error",
+            format!("the change could not be written to the store: {why}"),
+        )
+    }
+
     /// 413: the body is over the request size limit.
     pub(crate) fn too_large(limit: usize) -> Self {
         ApiError::new(

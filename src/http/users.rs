@@ -170,7 +170,10 @@ pub(crate) async fn put(
 ) -> ApiResult<StatusCode> {
     let previous = api.state.access.user(&name);
     let user = body.into_user(&name, previous.as_deref())?;
-    Ok(if api.state.access.put_user(user) {
+    let (created, stored) = api.state.access.put_user(user);
+    // Answered once the change is on disk, as RabbitMQ answers after its metadata store.
+    stored.committed().await.map_err(ApiError::not_stored)?;
+    Ok(if created {
         tracing::info!(user = %name, "user created over HTTP");
         StatusCode::CREATED
     } else {
@@ -184,7 +187,9 @@ pub(crate) async fn delete(
     State(api): State<Arc<Api>>,
     PathOf(name): PathOf<String>,
 ) -> ApiResult<StatusCode> {
-    if api.state.access.delete_user(&name) {
+    let (existed, stored) = api.state.access.delete_user(&name);
+    stored.committed().await.map_err(ApiError::not_stored)?;
+    if existed {
         tracing::info!(user = %name, "user deleted over HTTP");
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -271,13 +276,13 @@ pub(crate) async fn put_permission(
         return Err(ApiError::bad_request("vhost_or_user_not_found"));
     }
     let permission = body.into_permission()?;
-    Ok(
-        if api.state.access.set_permission(&vhost, &user, permission) {
-            StatusCode::CREATED
-        } else {
-            StatusCode::NO_CONTENT
-        },
-    )
+    let (created, stored) = api.state.access.set_permission(&vhost, &user, permission);
+    stored.committed().await.map_err(ApiError::not_stored)?;
+    Ok(if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    })
 }
 
 /// `DELETE /api/permissions/{vhost}/{user}`.
@@ -286,7 +291,9 @@ pub(crate) async fn delete_permission(
     State(api): State<Arc<Api>>,
     PathOf((vhost, user)): PathOf<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    if api.state.access.clear_permission(&vhost, &user) {
+    let (existed, stored) = api.state.access.clear_permission(&vhost, &user);
+    stored.committed().await.map_err(ApiError::not_stored)?;
+    if existed {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found())

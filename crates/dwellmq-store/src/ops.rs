@@ -125,10 +125,16 @@ pub enum Op {
 }
 
 impl Op {
-    /// Whether the op only removes data: such an op is idempotent, and the writer retries it
-    /// in its next commit when the commit carrying it failed (a forget that is lost would
-    /// bring an acked message back after a restart).
+    /// Whether the op removes something (data, or a user or permission by its deletion
+    /// mark): such an op is idempotent, and the writer retries it in its next commit when the
+    /// commit carrying it failed (a forget that is lost would bring an acked message back
+    /// after a restart, a lost deletion mark a deleted user).
     pub(crate) fn is_removal(&self) -> bool {
+        match self {
+            Op::PutUser(user) => return user.credential.is_empty(),
+            Op::PutPermission(permission) => return permission.patterns.is_none(),
+            _ => {}
+        }
         matches!(
             self,
             Op::DeleteVhost { .. }

@@ -25,7 +25,9 @@ pub struct VhostDef {
 pub struct UserDef {
     /// Login name.
     pub name: String,
-    /// The credential as the broker keeps it (a password hash), opaque here.
+    /// The credential as the broker keeps it (a password hash), opaque here. Empty: the mark
+    /// that the user was deleted at runtime (so that a configured user stays deleted after a
+    /// restart); the writer retries such a mark as it retries a removal.
     pub credential: Vec<u8>,
     /// Tags (`administrator`, ...).
     pub tags: Vec<String>,
@@ -39,7 +41,7 @@ pub struct PermissionDef {
     pub vhost: String,
     /// The user.
     pub user: String,
-    /// The patterns; `None`: cleared.
+    /// The patterns; `None`: cleared (a mark the writer retries as it retries a removal).
     pub patterns: Option<PermissionPatterns>,
 }
 

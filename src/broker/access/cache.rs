@@ -166,7 +166,7 @@ mod tests {
             .is_ok());
         assert_eq!(cache.recent.len(), 3);
         // The store changed right after an allowed answer: it is not reused.
-        access.clear_permission("/", "guest");
+        let _ = access.clear_permission("/", "guest");
         assert!(cache
             .check(&who, Operation::Write, ResourceKind::Queue, &out)
             .is_err());
@@ -222,7 +222,7 @@ mod tests {
         }
         assert_eq!(cache.recent.len(), REMEMBERED);
 
-        access.clear_permission("/", "guest");
+        let _ = access.clear_permission("/", "guest");
         assert!(cache
             .check(&who, Operation::Write, ResourceKind::Exchange, &out)
             .is_err());

@@ -193,17 +193,21 @@ impl Access {
         applied
     }
 
-    /// Submits a change to the store, if there is one (a failure is logged: the change holds
-    /// in memory, and a restart will not have it).
-    fn write(&self, ops: Vec<Op>) {
+    /// Submits a change to the store, if there is one. A failure is logged and reported to
+    /// whoever awaits the returned [`Stored`]; a deletion is retried by the store until it is
+    /// written.
+    fn write(&self, ops: Vec<Op>) -> Stored {
         let Some(store) = self.store.get() else {
-            return;
+            return Stored(None);
         };
-        store.submit(ops, |outcome| {
-            if let Err(e) = outcome {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        store.submit(ops, move |outcome| {
+            if let Err(e) = &outcome {
                 tracing::error!(error = %e, "writing a user or permission change failed");
             }
+            let _ = tx.send(outcome.map(|_| ()).map_err(|e| e.to_string()));
         });
+        Stored(Some(rx))
     }
 
     /// The generation: changes whenever users or permissions do.
@@ -224,22 +228,23 @@ impl Access {
         self.tables.read().users.values().cloned().collect()
     }
 
-    /// Adds or replaces a user; true if it is new.
-    pub(crate) fn put_user(&self, user: User) -> bool {
+    /// Adds or replaces a user; true if it is new. The change is in effect at once; the
+    /// returned [`Stored`] says when it is on disk.
+    pub(crate) fn put_user(&self, user: User) -> (bool, Stored) {
         let mut tables = self.tables.write();
         // Submitted under the lock: the store sees changes in the order memory does.
-        self.write(vec![Op::PutUser(stored::user_record(&user))]);
+        let stored = self.write(vec![Op::PutUser(stored::user_record(&user))]);
         let created = tables
             .users
             .insert(user.name.clone(), Arc::new(user))
             .is_none();
         drop(tables);
         self.changed();
-        created
+        (created, stored)
     }
 
     /// Removes a user and its permissions; false if there was none.
-    pub(crate) fn delete_user(&self, name: &str) -> bool {
+    pub(crate) fn delete_user(&self, name: &str) -> (bool, Stored) {
         let mut tables = self.tables.write();
         let existed = tables.users.remove(name).is_some();
         // Only an actual deletion is marked: a mark for a name that never existed would delete
@@ -259,12 +264,14 @@ impl Access {
             }
             keep
         });
-        if !ops.is_empty() {
-            self.write(ops);
-        }
+        let stored = if ops.is_empty() {
+            Stored(None)
+        } else {
+            self.write(ops)
+        };
         drop(tables);
         self.changed();
-        existed
+        (existed, stored)
     }
 
     /// The user's permissions in `vhost`.
@@ -287,9 +294,14 @@ impl Access {
     }
 
     /// Sets a user's permissions in a vhost; true if the user had none there.
-    pub(crate) fn set_permission(&self, vhost: &str, user: &str, permission: Permission) -> bool {
+    pub(crate) fn set_permission(
+        &self,
+        vhost: &str,
+        user: &str,
+        permission: Permission,
+    ) -> (bool, Stored) {
         let mut tables = self.tables.write();
-        self.write(vec![Op::PutPermission(stored::permission_record(
+        let stored = self.write(vec![Op::PutPermission(stored::permission_record(
             vhost,
             user,
             Some(&permission),
@@ -300,30 +312,49 @@ impl Access {
             .is_none();
         drop(tables);
         self.changed();
-        created
+        (created, stored)
     }
 
     /// Removes a user's permissions in a vhost; false if there were none.
-    pub(crate) fn clear_permission(&self, vhost: &str, user: &str) -> bool {
+    pub(crate) fn clear_permission(&self, vhost: &str, user: &str) -> (bool, Stored) {
         let mut tables = self.tables.write();
         let existed = tables
             .permissions
             .remove(&(vhost.to_string(), user.to_string()))
             .is_some();
-        if existed {
+        let stored = if existed {
             self.write(vec![Op::PutPermission(stored::permission_record(
                 vhost, user, None,
-            ))]);
-        }
+            ))])
+        } else {
+            Stored(None)
+        };
         drop(tables);
         self.changed();
-        existed
+        (existed, stored)
     }
 
     /// RabbitMQ's vhost access: a user may open a vhost in which it has permissions (of any
     /// kind, even all empty).
     pub(crate) fn may_open(&self, user: &str, vhost: &str) -> bool {
         self.permission(vhost, user).is_some()
+    }
+}
+
+/// A user or permission change's store write: awaited, it says whether the change is on
+/// disk (at once without a store).
+#[must_use = "a change's write should be awaited before answering for it"]
+pub(crate) struct Stored(Option<tokio::sync::oneshot::Receiver<Result<(), String>>>);
+
+impl Stored {
+    /// Waits for the commit: `Err` says why it failed.
+    pub(crate) async fn committed(self) -> Result<(), String> {
+        match self.0 {
+            None => Ok(()),
+            Some(rx) => rx
+                .await
+                .unwrap_or_else(|_| Err("the store was closed".into())),
+        }
     }
 }
 
@@ -389,7 +420,7 @@ mod tests {
         assert!(!access.user("app").unwrap().check_password("pW"));
 
         let generation = access.generation();
-        access.delete_user("app");
+        let _ = access.delete_user("app");
         assert!(access.generation() > generation);
         assert!(!access.may_open("app", "/"));
     }
