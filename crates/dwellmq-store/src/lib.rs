@@ -29,7 +29,7 @@ pub use backend::BackendFactory;
 pub use dwellmq_core::schedule::DeadlineId;
 pub use error::{Result, StoreError};
 pub use layout::{DB_FILE, FORMAT_VERSION, LOCK_FILE};
-pub use open::StoreOptions;
+pub use open::{ForgetCache, StoreOptions};
 pub use ops::{Completion, Done, Op, Receipt};
 pub use read::{Recovery, Snapshot};
 pub use records::{

@@ -45,7 +45,14 @@ pub struct StoreOptions {
     /// at twice the interval each time, up to this: the write alarm clears by itself once the
     /// disk works again.
     pub retry_interval: std::time::Duration,
+    /// Drops the file's cached pages after a failed commit, before the file is reopened and
+    /// verified (so that nothing the disk does not hold is read back); `None`: the kernel's
+    /// (`posix_fadvise(DONTNEED)` on Linux). The fault backend brings its own.
+    pub forget_cache: Option<ForgetCache>,
 }
+
+/// See [`StoreOptions::forget_cache`].
+pub type ForgetCache = Arc<dyn Fn(&Path) + Send + Sync>;
 
 impl Default for StoreOptions {
     fn default() -> Self {
@@ -60,6 +67,7 @@ impl Default for StoreOptions {
             backlog_high: 64 << 20,
             backlog_low: 32 << 20,
             retry_interval: std::time::Duration::from_millis(500),
+            forget_cache: None,
         }
     }
 }

@@ -235,17 +235,11 @@ impl Store {
 
     /// A consistent view of what is committed (recovery, refilling the far tier, reading a
     /// body). Hold it briefly: the writer waits for open snapshots before reopening the file
-    /// after an I/O error.
+    /// after an I/O error. While the writer has the file closed after a failure (it reopens
+    /// and verifies it with its next probe) this is `Closed` at once: it never waits for the
+    /// writer, whose completions may need the caller's locks.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        match Snapshot::new(&self.db, &self.path) {
-            // The writer closed the file after a failure and has not reopened it: ask it to
-            // (an empty submission), then look again.
-            Err(StoreError::Closed) if self.sender.read().is_some() && !self.on_writer_thread() => {
-                self.write(Vec::new())?;
-                Snapshot::new(&self.db, &self.path)
-            }
-            other => other,
-        }
+        Snapshot::new(&self.db, &self.path)
     }
 
     fn on_writer_thread(&self) -> bool {

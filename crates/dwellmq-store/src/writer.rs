@@ -65,6 +65,10 @@ pub(crate) struct Writer {
     /// commit: every submission that removes something, whole, and every submission of a group
     /// that does (see [`Writer::keep_for_retry`]).
     carry: Vec<Op>,
+    /// A commit failed since the file was last opened: the next open first drops the file's
+    /// cached pages and then verifies the file, so that the writer never goes on from pages
+    /// the disk may not hold (after a failed fsync the kernel may keep them, marked clean).
+    verify_on_open: std::cell::Cell<bool>,
 }
 
 impl Writer {
@@ -82,6 +86,7 @@ impl Writer {
             alarms,
             gate,
             carry: Vec::new(),
+            verify_on_open: std::cell::Cell::new(false),
         }
     }
 
@@ -243,6 +248,7 @@ impl Writer {
                 tracing::warn!(error = %e, "store commit failed");
                 self.keep_for_retry(batch);
                 self.alarms.set(StoreAlarm::WritesFailing, true);
+                self.verify_on_open.set(true);
                 // redb refuses every later operation on a handle that saw an I/O error: reopen
                 // now, so that reads work again; if that fails too, the next batch tries again.
                 self.close_database();
@@ -328,13 +334,39 @@ impl Writer {
         self.carry.extend(retried.flat_map(|s| &s.ops).cloned());
     }
 
-    /// The open database, reopening it if a failure closed it.
+    /// The open database, reopening it if a failure closed it: after a failed commit, from
+    /// what the disk holds (the file's cached pages dropped first) and verified, or not at all
+    /// (the alarm stays on, and the next probe tries again).
     fn database(&self) -> Result<Arc<redb::Database>, StoreError> {
         if let Some(db) = self.db.read().as_ref() {
             return Ok(db.clone());
         }
-        let db = Arc::new(self.opener.open()?);
-        tracing::info!(path = %self.opener.path.display(), "store reopened after a failure");
+        let path = &self.opener.path;
+        let verify = self.verify_on_open.get();
+        if verify {
+            match &self.opener.options.forget_cache {
+                Some(forget) => forget(path),
+                None => forget_cached_pages(path),
+            }
+        }
+        let mut db = self.opener.open()?;
+        if verify {
+            match db.check_integrity() {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(path = %path.display(), "store file repaired on reopen")
+                }
+                Err(e) => {
+                    return Err(StoreError::Damaged {
+                        path: path.clone(),
+                        reason: format!("verifying it after a failed commit: {e}"),
+                    })
+                }
+            }
+            self.verify_on_open.set(false);
+        }
+        let db = Arc::new(db);
+        tracing::info!(path = %path.display(), verified = verify, "store reopened after a failure");
         *self.db.write() = Some(db.clone());
         Ok(db)
     }
@@ -358,6 +390,31 @@ impl Writer {
         }
         tracing::warn!("store readers kept the failed handle open; reopening may be refused");
     }
+}
+
+/// Asks the kernel to drop the file's cached pages, so that a reopen reads what the disk holds
+/// (clean pages go; after a failed fsync its pages are clean but never reached the disk).
+fn forget_cached_pages(path: &std::path::Path) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        match std::fs::File::open(path) {
+            Ok(file) => {
+                // SAFETY: a plain advisory call on an open descriptor this function owns.
+                let rc = unsafe {
+                    libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
+                };
+                if rc != 0 {
+                    tracing::warn!(path = %path.display(), rc, "dropping the store file's cached pages failed");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "opening the store file to drop its cached pages")
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = path;
 }
 
 /// Drops a persist and a forget of the same message (and a hold and a release of the same

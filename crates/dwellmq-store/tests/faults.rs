@@ -69,11 +69,9 @@ fn fails_then_recovers(
         assert!(e.is_transient() || matches!(e, StoreError::Closed), "{e:?}");
     }
     fault(&faults).store(false, Ordering::SeqCst);
-    // Reads work again at once, before any write.
-    let stored = store
-        .snapshot()
-        .expect("readable again")
-        .queue_messages(1, 0, 10);
+    // Reads work again once the writer's own probe has reopened (and verified) the file,
+    // before any write.
+    let stored = readable(&store).queue_messages(1, 0, 10);
     assert!(stored.expect("read").iter().any(|m| m.seq == 1));
     store
         .write(vec![persist(10, 100)])
@@ -83,6 +81,21 @@ fn fails_then_recovers(
         .expect("and keep succeeding");
     store.close();
     dir
+}
+
+/// A snapshot, once the writer has the file open again (bounded wait: it probes every few ms).
+fn readable(store: &Store) -> dwellmq_store::Snapshot {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match store.snapshot() {
+            Ok(snapshot) => return snapshot,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, StoreError::Closed), "{e:?}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("the store never became readable again: {e:?}"),
+        }
+    }
 }
 
 #[test]
@@ -256,6 +269,69 @@ fn what_a_failed_commit_left_to_retry_is_written_without_another_submission() {
         .is_err());
     store.close();
     assert_eq!(stored_seqs(&dir), [2, 3]);
+}
+
+/// The disk model: a failed fsync loses what it was to make durable (the kernel keeps the
+/// pages, marked clean, and reads return them until they are dropped). The writer drops them
+/// and verifies the file before it goes on, so a power cut afterwards finds exactly the
+/// confirmed commits, in a file that verifies.
+#[test]
+fn after_a_failed_fsync_the_writer_goes_on_from_what_the_disk_holds() {
+    let dir = Scratch::new("fault-fsync-model");
+    let (options, faults) = faulty_options();
+    let store = Store::open_with(dir.path(), options).expect("open");
+    store.write(vec![persist(1, 100)]).expect("commit");
+    assert_eq!(faults.unsynced_bytes(), 0, "a commit syncs what it wrote");
+
+    faults.fail_sync.store(true, Ordering::SeqCst);
+    assert!(store.write(vec![persist(2, 100)]).is_err(), "nacked");
+    assert!(
+        faults.unsynced_bytes() > 0,
+        "its pages are cached, never written"
+    );
+    faults.fail_sync.store(false, Ordering::SeqCst);
+    readable(&store);
+    assert_eq!(faults.unsynced_bytes(), 0, "the reopen dropped them first");
+    store.write(vec![persist(3, 100)]).expect("commit");
+    store
+        .write(vec![Op::Forget { queue: 1, seq: 1 }])
+        .expect("commit");
+    // The power goes: nothing that was not synced survives. What the disk holds is the file
+    // itself (the model keeps unsynced writes out of it): a copy of it is the disk after the cut.
+    faults.power_cut();
+    let after_cut = Scratch::new("fault-fsync-model-after-cut");
+    std::fs::create_dir_all(after_cut.path()).expect("a directory");
+    std::fs::copy(dir.db_file(), after_cut.db_file()).expect("copy the disk");
+    assert_eq!(stored_seqs(&after_cut), [3]);
+    store.close();
+}
+
+/// While the writer cannot reopen the file after a failure, a snapshot says so at once
+/// instead of waiting for the writer (whose completions may need the caller's locks); once the
+/// disk works, the writer reopens the file by itself.
+#[test]
+fn a_snapshot_does_not_wait_for_a_writer_that_cannot_reopen_the_file() {
+    let dir = Scratch::new("fault-snapshot-closed");
+    let (options, faults) = faulty_options();
+    let store = Store::open_with(dir.path(), options).expect("open");
+    store.write(vec![persist(1, 100)]).expect("commit");
+    faults.fail_reads.store(true, Ordering::SeqCst);
+    faults.fail_writes.store(true, Ordering::SeqCst);
+    assert!(store.write(vec![persist(2, 100)]).is_err());
+    assert!(matches!(store.snapshot(), Err(StoreError::Closed)));
+    assert!(store.writes_failing());
+    faults.fail_reads.store(false, Ordering::SeqCst);
+    faults.fail_writes.store(false, Ordering::SeqCst);
+    let snapshot = readable(&store);
+    let seqs: Vec<u64> = snapshot
+        .queue_messages(1, 0, 10)
+        .unwrap()
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(seqs, [1]);
+    drop(snapshot);
+    store.close();
 }
 
 /// Records every alarm change, and lets a test wait for one.
