@@ -459,9 +459,11 @@ impl VHost {
             Arc::clone(&self.runtime),
             policy.as_ref(),
         ));
+        // Its store id is set and its definition submitted before anyone can see it: a message
+        // published to it at once is stored under that id, after the definition.
+        super::persist::queue_declared(&self.runtime, &self.me, &queue);
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
-        super::persist::queue_declared(&self.runtime, &self.me, &queue);
         queue.start(self.me.clone());
         Ok(queue)
     }
@@ -531,8 +533,10 @@ impl VHost {
             )));
         }
         self.queues.write().remove(name);
-        super::persist::queue_deleted(&self.runtime, self, &queue);
+        // Marked deleted first: it takes no message after this, so the store's removal of the
+        // queue comes after every message it stored.
         let (message_count, consumers) = queue.mark_deleted();
+        super::persist::queue_deleted(&self.runtime, self, &queue);
         let mut orphaned = Vec::new();
         remove_bindings_to(
             &mut self.exchanges.write(),

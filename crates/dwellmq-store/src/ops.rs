@@ -125,11 +125,12 @@ pub enum Op {
 }
 
 impl Op {
-    /// Whether the op removes something (data, or a user or permission by its deletion
-    /// mark): such an op is idempotent, and the writer retries it in its next commit when the
-    /// commit carrying it failed (a forget that is lost would bring an acked message back
-    /// after a restart, a lost deletion mark a deleted user).
-    pub(crate) fn is_removal(&self) -> bool {
+    /// Whether the writer must retry the op when the commit carrying it failed: it removes
+    /// something (data, or a user or permission by its deletion mark), or it records a
+    /// message's delivery state. Such ops are idempotent. A lost forget would bring an acked
+    /// message back after a restart, a lost deletion mark a deleted user, and a lost state
+    /// write a quorum queue's delivery count (so a crash could bypass its delivery limit).
+    pub(crate) fn is_retried(&self) -> bool {
         match self {
             Op::PutUser(user) => return user.credential.is_empty(),
             Op::PutPermission(permission) => return permission.patterns.is_none(),
@@ -147,6 +148,7 @@ impl Op {
                 | Op::Forget { .. }
                 | Op::Purge { .. }
                 | Op::Release { .. }
+                | Op::SetState { .. }
         )
     }
 }

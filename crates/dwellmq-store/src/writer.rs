@@ -314,24 +314,24 @@ impl Writer {
                 .is_ok()
     }
 
-    /// Keeps what a failed commit must still write. A removal is never given up (a lost forget
-    /// brings an acked message back after a restart), and it is never written without what it
-    /// was submitted with: a submission holding a removal is retried whole, and so is every
-    /// submission of a group in which one does (a delayed release's queue copies and the
+    /// Keeps what a failed commit must still write. A removal (or a state write: see
+    /// [`Op::is_retried`]) is never given up, and it is never written without what it was
+    /// submitted with: a submission holding one is retried whole, and so is every submission
+    /// of a group in which one does (a delayed release's queue copies and the
     /// removal of its hold; a dead-lettering's removal from its queue and its copies). A
     /// submission of plain writes is not retried: its submitter heard of the failure (the
     /// publisher is nacked) and nothing confirmed depends on it.
     fn keep_for_retry(&mut self, batch: &[Submission]) {
-        let removes = |s: &Submission| s.ops.iter().any(Op::is_removal);
+        let must_retry = |s: &Submission| s.ops.iter().any(Op::is_retried);
         let groups: Vec<u64> = batch
             .iter()
-            .filter(|s| removes(s))
+            .filter(|s| must_retry(s))
             .filter_map(|s| s.group)
             .collect();
-        let retried = batch
+        let kept = batch
             .iter()
-            .filter(|s| removes(s) || s.group.is_some_and(|g| groups.contains(&g)));
-        self.carry.extend(retried.flat_map(|s| &s.ops).cloned());
+            .filter(|s| must_retry(s) || s.group.is_some_and(|g| groups.contains(&g)));
+        self.carry.extend(kept.flat_map(|s| &s.ops).cloned());
     }
 
     /// The open database, reopening it if a failure closed it: after a failed commit, from

@@ -227,6 +227,36 @@ fn a_failed_submission_with_a_removal_is_retried_whole_and_plain_writes_are_not(
     assert_eq!(stored_seqs(&dir), [3]);
 }
 
+/// A quorum queue's delivery count is written as a state record: one whose commit failed is
+/// retried, so a crash cannot reset the count (and so bypass the delivery limit).
+#[test]
+fn a_failed_state_write_is_retried() {
+    let dir = Scratch::new("fault-retry-state");
+    let (options, faults) = faulty_options();
+    let store = Store::open_with(dir.path(), options).expect("open");
+    store.write(vec![persist(1, 10)]).expect("commit");
+    faults.fail_writes.store(true, Ordering::SeqCst);
+    let state = dwellmq_store::DeliveryState {
+        redelivered: true,
+        delivery_count: 3,
+        acquired_count: 4,
+        ready_at_ms: 0,
+    };
+    assert!(store
+        .write(vec![Op::SetState {
+            queue: 1,
+            seq: 1,
+            state
+        }])
+        .is_err());
+    faults.fail_writes.store(false, Ordering::SeqCst);
+    store.write(Vec::new()).expect("writes work again");
+    store.close();
+    let store = Store::open(dir.path()).expect("reopen");
+    let stored = store.snapshot().unwrap().queue_messages(1, 0, 10).unwrap();
+    assert_eq!(stored[0].state, state);
+}
+
 /// The test double's injected failure fails a commit carrying a message write as a failed
 /// write does (its submitters get the error, what it removes is retried), without an alarm,
 /// and a commit without a message write is not counted.
