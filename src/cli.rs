@@ -6,14 +6,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use dwellmq::{
-    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, PermissionConfig,
-    Policy, PolicyConfig, PolicyDefinition, PolicyValue, TlsConfig, TlsVerify, UserConfig,
+    ApplyTo, BrokerConfig, ClockConfig, DiskFreeLimit, ExpiryMode, Limits, MemoryWatermark,
+    PermissionConfig, Policy, PolicyConfig, PolicyDefinition, PolicyValue, TlsConfig, TlsVerify,
+    UserConfig,
 };
 
 /// The `--help` text, with the built-in defaults of [`Limits`].
 pub(crate) fn usage() -> String {
     let l = Limits::default();
-    let limits: [(&str, String, &str); 8] = [
+    let limits: [(&str, String, &str); 9] = [
         (
             "frame_max",
             l.frame_max.to_string(),
@@ -49,6 +50,11 @@ pub(crate) fn usage() -> String {
             "store_backlog_bytes",
             l.store_backlog_bytes.to_string(),
             "queued for the disk before publishers block",
+        ),
+        (
+            "disk_free_limit",
+            l.disk_free_limit.to_string(),
+            "free disk below which publishers block",
         ),
     ];
     let limits: Vec<String> = limits
@@ -138,6 +144,7 @@ const LIMIT_KEYS: &[&str] = &[
     "memory_high_watermark",
     "handshake_timeout_ms",
     "store_backlog_bytes",
+    "disk_free_limit",
 ];
 
 /// What the binary was asked to do.
@@ -424,6 +431,10 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
                         config.limits.memory_high_watermark = memory_watermark(v)?;
                         continue;
                     }
+                    if name == "disk_free_limit" {
+                        config.limits.disk_free_limit = disk_free_limit(v)?;
+                        continue;
+                    }
                     let n = v
                         .as_integer()
                         .and_then(|n| u64::try_from(n).ok())
@@ -466,6 +477,38 @@ fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> 
             .collect::<Result<_, _>>()?;
     }
     Ok(())
+}
+
+/// `[limits] disk_free_limit`, in RabbitMQ's terms: `.absolute = "50MB"` or
+/// `.mem_relative = 1.0` (`.relative` too, as rabbitmq.conf spells it), or directly octets or
+/// a size with a unit.
+fn disk_free_limit(value: &toml::Value) -> Result<DiskFreeLimit, String> {
+    const EXPECTED: &str = "limits.disk_free_limit must be octets, a size (\"50MB\"), or a \
+         table with one of absolute = \"50MB\" or mem_relative = 1.0";
+    let size = |s: &str| {
+        MemoryWatermark::parse_absolute(s).map_err(|e| format!("limits.disk_free_limit: {e}"))
+    };
+    let limit = match value {
+        toml::Value::Integer(n) => {
+            DiskFreeLimit::Absolute(u64::try_from(*n).map_err(|_| EXPECTED.to_string())?)
+        }
+        toml::Value::String(s) => DiskFreeLimit::Absolute(size(s)?),
+        toml::Value::Table(t) if t.len() == 1 => {
+            let (key, v) = t.iter().next().ok_or(EXPECTED)?;
+            match (key.as_str(), v) {
+                ("absolute", v) => disk_free_limit(v)?,
+                ("mem_relative" | "relative", toml::Value::Float(f)) if *f >= 0.0 => {
+                    DiskFreeLimit::MemRelative(*f)
+                }
+                ("mem_relative" | "relative", toml::Value::Integer(n)) if *n >= 0 => {
+                    DiskFreeLimit::MemRelative(*n as f64)
+                }
+                _ => return Err(EXPECTED.into()),
+            }
+        }
+        _ => return Err(EXPECTED.into()),
+    };
+    Ok(limit)
 }
 
 /// `[limits] memory_high_watermark`, in RabbitMQ's terms: `.relative = 0.4` or
@@ -902,6 +945,39 @@ mod tests {
         assert_eq!(config.users[0].tags, vec!["monitoring".to_string()]);
         let s = run(&["--definitions", "defs.json"], &[]).unwrap();
         assert_eq!(s.config.definitions, Some(PathBuf::from("defs.json")));
+    }
+
+    #[test]
+    fn disk_free_limit_in_rabbitmqs_terms() {
+        let limit = |text: &str| {
+            let mut config = BrokerConfig::default();
+            let mut level = String::new();
+            apply_file(&mut config, &mut level, &format!("[limits]\n{text}"))
+                .map(|()| config.limits.disk_free_limit)
+        };
+        assert_eq!(
+            BrokerConfig::default().limits.disk_free_limit,
+            DiskFreeLimit::Absolute(50_000_000)
+        );
+        let two_gb = Ok(DiskFreeLimit::Absolute(2_000_000_000));
+        assert_eq!(limit("disk_free_limit = \"2GB\""), two_gb);
+        assert_eq!(limit("disk_free_limit.absolute = \"2GB\""), two_gb);
+        assert_eq!(limit("disk_free_limit = 2000000000"), two_gb);
+        assert_eq!(
+            limit("disk_free_limit.mem_relative = 1.5"),
+            Ok(DiskFreeLimit::MemRelative(1.5))
+        );
+        assert_eq!(
+            limit("disk_free_limit = { relative = 2 }"),
+            Ok(DiskFreeLimit::MemRelative(2.0))
+        );
+        for bad in [
+            "disk_free_limit.mem_relative = -1.0",
+            "disk_free_limit = \"lots\"",
+            "disk_free_limit = { absolute = 1, mem_relative = 1.0 }",
+        ] {
+            assert!(limit(bad).is_err(), "{bad} was accepted");
+        }
     }
 
     #[test]

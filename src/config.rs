@@ -167,6 +167,46 @@ impl std::fmt::Display for MemoryWatermark {
     }
 }
 
+/// When publishers are blocked for want of disk space: RabbitMQ's `disk_free_limit`. Checked
+/// on the data directory's file system (with a data directory only: in memory nothing is
+/// written).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DiskFreeLimit {
+    /// Octets of free space (`disk_free_limit.absolute`).
+    Absolute(u64),
+    /// A multiple of the memory available to the process (`disk_free_limit.relative`, which
+    /// RabbitMQ also calls `{mem_relative, N}`): at 1.0, as much free disk as RAM.
+    MemRelative(f64),
+}
+
+impl DiskFreeLimit {
+    /// RabbitMQ's default: 50 MB.
+    pub const DEFAULT: DiskFreeLimit = DiskFreeLimit::Absolute(50_000_000);
+
+    /// The limit in octets for a process that may use `memory` octets.
+    pub fn resolve(self, memory: u64) -> u64 {
+        match self {
+            DiskFreeLimit::Absolute(octets) => octets,
+            DiskFreeLimit::MemRelative(factor) => (memory as f64 * factor.max(0.0)) as u64,
+        }
+    }
+}
+
+impl Default for DiskFreeLimit {
+    fn default() -> Self {
+        DiskFreeLimit::DEFAULT
+    }
+}
+
+impl std::fmt::Display for DiskFreeLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DiskFreeLimit::Absolute(octets) => write!(f, "{{ absolute = {octets} }}"),
+            DiskFreeLimit::MemRelative(factor) => write!(f, "{{ mem_relative = {factor} }}"),
+        }
+    }
+}
+
 /// Limits that keep the broker alive under hostile or careless peers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
@@ -191,6 +231,9 @@ pub struct Limits {
     /// blocked (`connection.blocked`, `low on disk`) until the backlog is down to half of it.
     /// Bounds what publishers without confirms can pile up in front of a slow disk.
     pub store_backlog_bytes: u64,
+    /// With a data directory: below this much free space on its file system, publishing
+    /// connections are blocked (`connection.blocked`, `low on disk`) before the disk fills up.
+    pub disk_free_limit: DiskFreeLimit,
 }
 
 impl Default for Limits {
@@ -204,6 +247,7 @@ impl Default for Limits {
             handshake_timeout: std::time::Duration::from_secs(10),
             memory_high_watermark: MemoryWatermark::DEFAULT,
             store_backlog_bytes: 64 << 20,
+            disk_free_limit: DiskFreeLimit::DEFAULT,
         }
     }
 }

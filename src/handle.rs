@@ -224,6 +224,16 @@ impl Broker {
             );
             tasks.push(tokio::spawn(serve));
         }
+        if let Some(dir) = &state.config.data_dir {
+            // Checked once before the first connection, then every second.
+            let check = Arc::new(crate::broker::free_space::FreeSpaceCheck::new(
+                dir,
+                state.config.limits.disk_free_limit,
+                Arc::clone(&state.disk),
+            ));
+            check.check();
+            tasks.push(tokio::spawn(check.run(shutdown_rx.clone())));
+        }
         let (in_memory, incoming) = mpsc::unbounded_channel();
         tasks.push(tokio::spawn(in_memory_loop(
             Arc::clone(&state),

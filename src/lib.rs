@@ -23,9 +23,9 @@ mod server;
 pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 pub use broker::memory::{HELD_MESSAGE_MEMORY_OVERHEAD, MESSAGE_MEMORY_OVERHEAD};
 pub use config::{
-    ApplyTo, BrokerConfig, ClockConfig, ExpiryMode, Limits, MemoryWatermark, PermissionConfig,
-    Policy, PolicyConfig, PolicyDefinition, PolicyError, PolicyValue, TlsConfig, TlsVerify,
-    UserConfig,
+    ApplyTo, BrokerConfig, ClockConfig, DiskFreeLimit, ExpiryMode, Limits, MemoryWatermark,
+    PermissionConfig, Policy, PolicyConfig, PolicyDefinition, PolicyError, PolicyValue, TlsConfig,
+    TlsVerify, UserConfig,
 };
 /// The wire types (field tables, properties) that appear in this crate's API.
 pub use dwellmq_codec as codec;

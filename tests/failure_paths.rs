@@ -354,3 +354,47 @@ async fn a_user_deleted_while_writes_fail_stays_deleted_after_a_restart() {
     assert_eq!(get(addr, "/api/users/ops", GUEST).await.status, 404);
     broker.shutdown().await;
 }
+
+/// RabbitMQ's free disk space alarm: with less free space on the data directory's file system
+/// than `disk_free_limit`, publishers are blocked (`connection.blocked`, "low on disk") before
+/// the disk is full; the default limit (50 MB) leaves them alone here.
+#[tokio::test]
+async fn publishers_are_blocked_below_the_disk_free_limit() {
+    use futures_lite::StreamExt;
+    let dir = DataDir::new("failure-disk-free");
+    let mut low = config(&dir, T0_MS);
+    low.limits.disk_free_limit = dwellmq::DiskFreeLimit::Absolute(u64::MAX);
+    let broker = Broker::start(low).await.expect("starts");
+    assert!(broker.disk_alarm(), "no file system has that much free");
+    let connection = connect(&broker).await;
+    let mut events = Box::pin(connection.events_listener());
+    let ch = connection.create_channel().await.expect("channel");
+    // A publish is what gets a connection blocked, as in RabbitMQ.
+    ch.basic_publish(
+        "".into(),
+        "nowhere".into(),
+        BasicPublishOptions::default(),
+        b"x",
+        BasicProperties::default(),
+    )
+    .await
+    .expect("sent");
+    let blocked = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            if let lapin::Event::ConnectionBlocked(reason) = event {
+                return reason;
+            }
+        }
+        panic!("the connection's events ended");
+    })
+    .await
+    .expect("connection.blocked within 10 s");
+    assert_eq!(blocked, "low on disk");
+    drop(connection);
+    broker.shutdown().await;
+
+    let dir = DataDir::new("failure-disk-free-default");
+    let broker = Broker::start(config(&dir, T0_MS)).await.expect("starts");
+    assert!(!broker.disk_alarm(), "50 MB are free on the test machine");
+    broker.shutdown().await;
+}

@@ -4,8 +4,9 @@
 //! Two conditions of the store's writer raise it (`dwellmq_store::StoreAlarm`): commits are
 //! failing (write error, failed fsync, full disk; cleared by the writer's next successful
 //! commit, which it probes for by itself), or the writer's backlog is over
-//! `Limits::store_backlog_bytes` (cleared when it is down to half). Connection tasks watch it
-//! next to the memory alarm (`server::connection`).
+//! `Limits::store_backlog_bytes` (cleared when it is down to half). So does free space on the
+//! data directory's file system below `Limits::disk_free_limit` (`free_space.rs`). Connection
+//! tasks watch it next to the memory alarm (`server::connection`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 pub(crate) struct DiskAlarm {
     writes_failing: AtomicBool,
     backlog: AtomicBool,
+    free_space_low: AtomicBool,
     blocked: watch::Sender<bool>,
 }
 
@@ -25,6 +27,7 @@ impl DiskAlarm {
         Arc::new(DiskAlarm {
             writes_failing: AtomicBool::new(false),
             backlog: AtomicBool::new(false),
+            free_space_low: AtomicBool::new(false),
             blocked: watch::channel(false).0,
         })
     }
@@ -41,13 +44,30 @@ impl DiskAlarm {
             StoreAlarm::WritesFailing => self.writes_failing.store(on, Ordering::Release),
             StoreAlarm::Backlog => self.backlog.store(on, Ordering::Release),
         }
-        let blocked =
-            self.writes_failing.load(Ordering::Acquire) || self.backlog.load(Ordering::Acquire);
+        self.update();
+    }
+
+    /// Free space on the data directory's file system went below the limit (`true`) or back
+    /// above it.
+    pub(crate) fn set_free_space_low(&self, low: bool) {
+        self.free_space_low.store(low, Ordering::Release);
+        self.update();
+    }
+
+    fn update(&self) {
+        let blocked = self.writes_failing.load(Ordering::Acquire)
+            || self.backlog.load(Ordering::Acquire)
+            || self.free_space_low.load(Ordering::Acquire);
         self.blocked.send_if_modified(|current| {
             let changed = *current != blocked;
             *current = blocked;
             changed
         });
+    }
+
+    /// Whether free disk space is below the limit.
+    pub(crate) fn free_space_low(&self) -> bool {
+        self.free_space_low.load(Ordering::Acquire)
     }
 
     /// Watches the alarm: `true` while publishers must be blocked.

@@ -11,6 +11,7 @@ pub(crate) mod dead_letter;
 pub(crate) mod delayed;
 pub(crate) mod disk_alarm;
 pub(crate) mod exchange;
+pub(crate) mod free_space;
 pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod persist;
