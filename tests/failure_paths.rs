@@ -398,3 +398,88 @@ async fn publishers_are_blocked_below_the_disk_free_limit() {
     assert!(!broker.disk_alarm(), "50 MB are free on the test machine");
     broker.shutdown().await;
 }
+
+/// A restore never deletes: with a vhost taken out of the configuration, what lives in it is
+/// not restored but kept on disk untouched (and named by the definitions health check); put
+/// back, everything returns: the queue with its message, the binding, the delayed message.
+/// Before, the restart without the vhost deleted the bindings and the held messages.
+#[tokio::test]
+async fn definitions_that_cannot_be_restored_are_kept_for_a_later_start() {
+    use http_client::{get, GUEST};
+    let dir = DataDir::new("failure-unrestored");
+    let with_tenant = |tenant: bool, now_ms: u64| {
+        let mut config = config(&dir, now_ms);
+        if tenant {
+            config.vhosts = vec!["tenant".into()];
+        }
+        config.http = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        config
+    };
+    let url = |broker: &BrokerHandle| {
+        format!(
+            "amqp://guest:guest@127.0.0.1:{}/tenant",
+            broker.local_addr().port()
+        )
+    };
+    let broker = Broker::start(with_tenant(true, T0_MS))
+        .await
+        .expect("starts");
+    let connection = common::connect_url(&url(&broker)).await.expect("tenant");
+    let ch = connection.create_channel().await.unwrap();
+    declare_delayed(&ch, "later", "direct", true).await;
+    durable_queue(&ch, "due", FieldTable::default()).await;
+    ch.queue_bind(
+        "due".into(),
+        "later".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish(&ch, "", "due", "queued", persistent()).await);
+    let delayed = persistent().with_headers(table(&[("x-delay", AMQPValue::LongInt(60_000))]));
+    assert!(publish(&ch, "later", "k", "held", delayed).await);
+    drop(connection);
+    broker.shutdown().await;
+
+    // Without the vhost, two minutes later: nothing of it is restored (the held message fell
+    // due meanwhile and is left on disk), and the health check says what is kept.
+    let later = T0_MS + 120_000;
+    let broker = Broker::start(with_tenant(false, later))
+        .await
+        .expect("starts");
+    broker.advance(Duration::from_secs(5));
+    let http = broker.http_addr().expect("HTTP");
+    let check = get(http, "/api/health/checks/definitions", GUEST).await;
+    assert_eq!(check.status, 503, "{}", check.text());
+    let kept = check.json()["definitions"].to_string();
+    for name in ["'later'", "'due'", "later -> due"] {
+        assert!(kept.contains(name), "{name} not named in {kept}");
+    }
+    broker.shutdown().await;
+
+    // Back in the configuration: everything returns, and the held message is released.
+    let broker = Broker::start(with_tenant(true, later + 5_000))
+        .await
+        .expect("starts");
+    let http = broker.http_addr().expect("HTTP");
+    let check = get(http, "/api/health/checks/definitions", GUEST).await;
+    assert_eq!(check.status, 200, "{}", check.text());
+    let connection = common::connect_url(&url(&broker)).await.expect("tenant");
+    let ch = connection.create_channel().await.unwrap();
+    assert_eq!(bodies(&ch, "due").await, ["queued"]);
+    assert_eq!(broker.delayed_count("tenant", "later"), 1);
+    broker.advance(Duration::from_secs(1));
+    common::eventually("the held message is released", || {
+        broker
+            .queue_info("tenant", "due")
+            .is_some_and(|q| q.messages == 1)
+    })
+    .await;
+    assert_eq!(bodies(&ch, "due").await, ["held"]);
+    broker.shutdown().await;
+}

@@ -73,6 +73,9 @@ pub(crate) struct BrokerState {
     pub(crate) restart: tokio::sync::Notify,
     /// How many restarts led to this broker (the test double's `GET /test/restart`).
     pub(crate) restarts: AtomicU64,
+    /// Stored definitions the last restore could not bring back (kept on disk untouched):
+    /// what and why, for `GET /api/health/checks/definitions`.
+    pub(crate) unrestored: parking_lot::Mutex<Vec<String>>,
 }
 
 /// Whether a connection has written everything queued for it (`BrokerHandle::settle`).
@@ -138,6 +141,7 @@ impl BrokerState {
             rates: rates::Rates::default(),
             restart: tokio::sync::Notify::new(),
             restarts: AtomicU64::new(0),
+            unrestored: parking_lot::Mutex::new(Vec::new()),
         })
     }
 

@@ -168,6 +168,10 @@ fn router(api: Arc<Api>) -> Router {
                 .delete(users::delete_permission),
         )
         .route("/api/health/checks/alarms", get(overview::alarms))
+        .route(
+            "/api/health/checks/definitions",
+            get(overview::unrestored_definitions),
+        )
         .route("/api/aliveness-test/{vhost}", get(publish_get::aliveness))
         .route("/api/connections", get(connections::list))
         .route(

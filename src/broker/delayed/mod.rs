@@ -110,6 +110,10 @@ struct Inner {
     /// name holds messages meanwhile (one declared again after a deletion). A message the
     /// disk mover takes out under such a mark is dropped, not moved into the wheel.
     purging: BTreeMap<ExchangeKey, u64>,
+    /// Durable exchanges whose stored definition could not be restored: their held messages
+    /// stay on disk untouched (the disk mover leaves them where they are) until a restart
+    /// with a build or configuration that restores the exchange.
+    kept: std::collections::BTreeSet<ExchangeKey>,
     unroutable: u64,
 }
 
@@ -171,6 +175,7 @@ impl DelayedMessages {
                 stored_as: BTreeMap::new(),
                 exchanges: BTreeMap::new(),
                 purging: BTreeMap::new(),
+                kept: std::collections::BTreeSet::new(),
                 unroutable: 0,
             }),
             memory,
@@ -285,6 +290,15 @@ impl DelayedMessages {
                 }
             });
         }
+    }
+
+    /// Keeps the stored messages of an exchange whose definition could not be restored: they
+    /// stay on disk untouched (a restart that restores the exchange finds them).
+    pub(crate) fn keep_unrestored(&self, vhost: &str, exchange: &str) {
+        self.inner
+            .lock()
+            .kept
+            .insert((ShortStr::from(vhost), ShortStr::from(exchange)));
     }
 
     /// Numbers new deadlines above every id the store holds (before anything is scheduled).
@@ -641,6 +655,7 @@ impl DelayedMessages {
             let inner = &mut *guard;
             let mut dropped = Vec::new();
             for (leaving, body) in moving.into_iter().zip(bodies) {
+                let mut kept_on_disk = false;
                 let held = match (leaving.held, body) {
                     (Some(held), _) => Some(held),
                     (None, Some(stored)) => {
@@ -648,6 +663,7 @@ impl DelayedMessages {
                             ShortStr::from(stored.vhost.as_str()),
                             ShortStr::from(stored.exchange.as_str()),
                         );
+                        kept_on_disk = inner.kept.contains(&key);
                         inner.exchanges.get(&key).map(|index| Held {
                             target: Arc::clone(&index.target),
                             message: Kept::Packed(stored.message),
@@ -656,6 +672,11 @@ impl DelayedMessages {
                     }
                     (None, None) => None,
                 };
+                if held.is_none() && kept_on_disk {
+                    // Its exchange's definition could not be restored: it stays on disk as it
+                    // is (still marked as leaving, so the window does not take it out again).
+                    continue;
+                }
                 // Taken out just before a purge of its exchange began: it goes with the rest.
                 let held = held.filter(|h| !inner.is_purged(h.exchange_key(), leaving.stored));
                 let Some(held) = held else {

@@ -44,11 +44,17 @@ struct Restored {
     skipped: usize,
     /// User and permission records applied over the configured ones.
     access: usize,
+    /// Stored definitions that could not be restored, kept on disk as they are: what and why.
+    kept: Vec<String>,
+    /// Exchanges among them (vhost, name): what they hold stays on disk too.
+    kept_exchanges: Vec<(String, String)>,
 }
 
-/// Restores everything the store holds into `state`. Definitions that no longer fit (a vhost
-/// not configured any more, a binding whose end is gone) are skipped with a warning, and
-/// stale bindings are removed from the store.
+/// Restores everything the store holds into `state`. A restore never deletes: definitions
+/// that no longer fit (a vhost not configured any more, arguments this build refuses, a
+/// binding whose end was not restored) stay in the store untouched, are logged by name and
+/// listed by `GET /api/health/checks/definitions`, and come back with a restart that accepts
+/// them; what a kept exchange holds stays on disk with it.
 pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
     let Some(store) = state.runtime.store.clone() else {
         return Ok(());
@@ -56,10 +62,8 @@ pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
     state.runtime.restoring.store(true, Ordering::Release);
     let result = restore_from(state, &store);
     state.runtime.restoring.store(false, Ordering::Release);
-    let (restored, stale, queues) = result?;
-    if !stale.is_empty() {
-        super::write(&store, stale);
-    }
+    let (restored, queues) = result?;
+    *state.unrestored.lock() = restored.kept.clone();
     // Now that every definition is back (dead-letter exchanges, their bindings and target
     // queues): messages whose TTL passed while the broker was down expire, dead-lettered
     // where their queue says, and the deadlines of the others are armed.
@@ -81,15 +85,14 @@ pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
     Ok(())
 }
 
-/// What a restore leaves to do: its report, stale records to remove, the queues it restored.
-type RestoreOutcome = (Restored, Vec<Op>, Vec<Arc<Queue>>);
+/// What a restore leaves to do: its report and the queues it restored.
+type RestoreOutcome = (Restored, Vec<Arc<Queue>>);
 
 fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcome, RecoveryError> {
     let snapshot = store.snapshot()?;
     let recovery = snapshot.recovery()?;
     let definitions = recovery.definitions;
     let mut restored = Restored::default();
-    let mut stale = Vec::new();
     let mut queues = Vec::new();
     // Before anything is scheduled (queues restored below arm ticks): new deadlines are
     // numbered above every held message's id.
@@ -114,7 +117,12 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
     for x in &definitions.exchanges {
         match restore_exchange(state, x) {
             Ok(()) => restored.exchanges += 1,
-            Err(why) => skip(&mut restored, "exchange", &x.vhost, &x.name, &why),
+            Err(why) => {
+                skip(&mut restored, "exchange", &x.vhost, &x.name, &why);
+                restored
+                    .kept_exchanges
+                    .push((x.vhost.clone(), x.name.clone()));
+            }
         }
     }
     for q in &definitions.queues {
@@ -136,13 +144,13 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
         match restore_binding(state, b) {
             Ok(()) => restored.bindings += 1,
             Err(why) => {
-                skip(&mut restored, "binding", &b.vhost, &b.source, &why);
-                stale.push(Op::DeleteBinding(b.clone()));
+                let name = format!("{} -> {}", b.source, b.destination);
+                skip(&mut restored, "binding", &b.vhost, &name, &why);
             }
         }
     }
     restore_delayed(state, store, &snapshot, &mut restored)?;
-    Ok((restored, stale, queues))
+    Ok((restored, queues))
 }
 
 /// Messages held by durable delayed exchanges: their exchanges' counts, and the disk tier that
@@ -165,6 +173,22 @@ fn restore_delayed(
             (delayed && exchange.durable).then_some((vhost, exchange))
         });
         let Some((vhost, exchange)) = target else {
+            let kept = restored
+                .kept_exchanges
+                .iter()
+                .any(|(v, x)| *v == vhost_name && *x == exchange_name);
+            if kept {
+                // Its definition is kept on disk: so are its messages.
+                tracing::warn!(
+                    vhost = %vhost_name,
+                    exchange = %exchange_name,
+                    count,
+                    "stored delayed messages of an exchange not restored, kept on disk"
+                );
+                state.delayed.keep_unrestored(&vhost_name, &exchange_name);
+                continue;
+            }
+            // No definition at all: what a deletion interrupted by a crash left behind.
             tracing::warn!(
                 vhost = %vhost_name,
                 exchange = %exchange_name,
@@ -208,7 +232,14 @@ fn drop_stored_of(
 
 fn skip(restored: &mut Restored, what: &str, vhost: &str, name: &str, why: &str) {
     restored.skipped += 1;
-    tracing::warn!(vhost, name, "stored {what} not restored: {why}");
+    tracing::warn!(
+        vhost,
+        name,
+        "stored {what} not restored, kept on disk: {why}"
+    );
+    restored
+        .kept
+        .push(format!("{what} '{name}' in vhost '{vhost}': {why}"));
 }
 
 fn restore_policy(state: &BrokerState, p: &PolicyDef) -> Result<(), String> {
