@@ -16,6 +16,7 @@ pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod persist;
 pub(crate) mod policies;
+pub(crate) mod publish;
 pub(crate) mod queue;
 pub(crate) mod rates;
 pub(crate) mod reply_to;

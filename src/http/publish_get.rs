@@ -13,7 +13,7 @@ use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use dwellmq_codec::{BasicProperties, ShortStr};
 use dwellmq_core::Body;
-use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
+use dwellmq_core::{BrokerError, BrokerResult, Message};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -25,6 +25,7 @@ use super::fields::{json_to_properties, properties_to_json, short};
 use super::queues::find_queue;
 use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
+use crate::broker::publish::{self, Prepared};
 use crate::broker::queue::Queue;
 use crate::broker::reply_to::REPLY_PREFIX;
 use crate::broker::stats::MessageCounts;
@@ -50,35 +51,22 @@ pub(crate) fn publish_message(
             body.len()
         )));
     }
-    let target = vhost.exchange(exchange)?;
-    if target.internal {
-        return Err(BrokerError::AccessRefused(format!(
-            "cannot publish to internal exchange '{}' in vhost '{}'",
-            target.name, vhost.name
-        )));
-    }
-    if let Some(user_id) = &properties.user_id {
-        if user_id.as_str() != user {
-            return Err(BrokerError::PreconditionFailed(format!(
-                "user_id property set to '{user_id}' but authenticated user was '{user}'"
-            )));
-        }
-    }
-    if let Some(expiration) = &properties.expiration {
-        arguments::parse_expiration(expiration)?;
-    }
-    // As on a channel: a delayed exchange on the message's way holds it; the holder writes
-    // the negated delay at release.
-    let delay_ms =
-        u64::try_from(arguments::parse_x_delay(properties.headers.as_ref())?).unwrap_or(0);
-    let charge = state.memory.charge(body.len());
-    let message = Message::new(
+    // The checks and the message as on a channel (`broker::publish`).
+    let target = publish::target(vhost, exchange)?;
+    publish::check_properties(&properties, user)?;
+    let Prepared {
+        message,
+        delay_ms,
+        extra_keys,
+        bcc,
+    } = publish::prepare(
+        &state.memory,
+        &target,
         target.name.clone(),
         routing_key.clone(),
         properties,
         Body::Single(body),
-        Some(Box::new(charge)),
-    );
+    )?;
     let mut counts = MessageCounts {
         published: 1,
         ..MessageCounts::default()
@@ -91,7 +79,6 @@ pub(crate) fn publish_message(
     }
     let mut routing = Routing::default();
     let headers = message.properties.headers.as_ref();
-    let extra_keys = dwellmq_core::routing::extra_routing_keys(headers).unwrap_or_default();
     vhost.route(
         &target,
         &routing_key,
@@ -108,8 +95,9 @@ pub(crate) fn publish_message(
     if !routing.delayed.is_empty() {
         // As on a channel: the queues are chosen again at release.
         let due_ms = state.clock.now_ms().saturating_add(delay_ms);
+        let held = publish::held_copy(&state.memory, &message, bcc.as_ref());
         for exchange in routing.delayed.drain(..) {
-            state.hold_delayed(vhost, &exchange, Arc::clone(&message), due_ms);
+            state.hold_delayed(vhost, &exchange, Arc::clone(&held), due_ms);
         }
     }
     for queue in routing.queues.drain(..) {

@@ -5,14 +5,14 @@ use std::sync::Arc;
 use dwellmq_codec::methods::*;
 use dwellmq_codec::{reply_code, FieldValue, Method, ShortStr};
 use dwellmq_core::queue::PublishOutcome;
-use dwellmq_core::routing::{bcc_keys, extra_routing_keys, BCC};
-use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
+use dwellmq_core::{BrokerError, BrokerResult, Message};
 
 use super::confirms::Confirms;
 use super::settle::Settlement;
 use super::{Channel, ConnContext};
-use crate::broker::exchange::{Exchange, ExchangeKind};
+use crate::broker::exchange::Exchange;
 use crate::broker::persist::PublishTicket;
+use crate::broker::publish::{self, Prepared};
 use crate::broker::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
 use crate::server::outbound::Outbound;
 
@@ -162,50 +162,25 @@ impl Channel {
             return Ok(());
         };
         let header = pending.header.unwrap_or_default();
-        let exchange = cx.vhost.exchange(&pending.method.exchange)?;
-        if exchange.internal {
-            return Err(BrokerError::AccessRefused(format!(
-                "cannot publish to internal exchange '{}' in vhost '{}'",
-                exchange.name, cx.vhost.name
-            )));
-        }
+        let exchange = publish::target(cx.vhost, &pending.method.exchange)?;
         let mut properties = header.properties;
-        if let Some(user_id) = &properties.user_id {
-            if user_id.as_str() != cx.user {
-                return Err(BrokerError::PreconditionFailed(format!(
-                    "user_id property set to '{user_id}' but authenticated user was '{}'",
-                    cx.user
-                )));
-            }
-        }
-        if let Some(expiration) = &properties.expiration {
-            arguments::parse_expiration(expiration)?;
-        }
+        publish::check_properties(&properties, cx.user)?;
         if properties.reply_to.as_deref() == Some(REPLY_QUEUE) {
             properties.reply_to = Some(self.reply_address()?);
         }
-        let headers = properties.headers.as_ref();
-        let delay = match exchange.kind {
-            ExchangeKind::Delayed(_) => arguments::parse_x_delay(headers)?,
-            // A delayed exchange may lie behind this one (an exchange-to-exchange binding);
-            // a header it could not read means no delay there.
-            ExchangeKind::Standard(_) => arguments::parse_x_delay(headers).unwrap_or(0),
-        };
-        // The header is left as published: the holder writes the negated delay at release,
-        // so that a `basic.return` now shows the message exactly as it was sent.
-        let delay_ms = u64::try_from(delay).unwrap_or(0);
-        let extra_keys = extra_routing_keys(headers)?;
-        let bcc = properties.headers.as_mut().and_then(|h| h.remove(BCC));
-        let body = pending.body.into_body();
-        let charge = cx.state.memory.charge_message(body.len());
-        let message = Message::with_bcc(
+        let Prepared {
+            message,
+            delay_ms,
+            extra_keys,
+            bcc,
+        } = publish::prepare(
+            &cx.state.memory,
+            &exchange,
             pending.method.exchange.clone(),
             pending.method.routing_key.clone(),
             properties,
-            body,
-            Some(Box::new(charge)),
-            bcc.as_ref().map(bcc_keys).unwrap_or_default(),
-        );
+            pending.body.into_body(),
+        )?;
         let transactional = matches!(self.mode, PublishMode::Transactional { .. });
         let publication = Publication {
             exchange: pending.method.exchange,
@@ -457,19 +432,9 @@ impl Channel {
 /// The message a delayed exchange holds: the published one, with its `BCC` header back if it
 /// had one, since the release routes by those keys too (and removes the header then).
 fn held_message(cx: &ConnContext<'_>, publication: &Publication) -> Arc<Message> {
-    let (Some(bcc), message) = (&publication.bcc, &publication.message) else {
-        return Arc::clone(&publication.message);
-    };
-    let mut properties = message.properties.clone();
-    if let Some(headers) = properties.headers.as_mut() {
-        headers.insert(BCC, bcc.clone());
-    }
-    let charge = cx.state.memory.charge_message(message.body_len());
-    Message::new(
-        message.exchange.clone(),
-        message.routing_key.clone(),
-        properties,
-        message.body.clone(),
-        Some(Box::new(charge)),
+    publish::held_copy(
+        &cx.state.memory,
+        &publication.message,
+        publication.bcc.as_ref(),
     )
 }

@@ -1,0 +1,120 @@
+//! The steps every publish takes before routing, whoever publishes (`basic.publish` on a
+//! channel, `POST /api/exchanges/.../publish` over HTTP): the exchange may be published to,
+//! the properties are the publisher's own, the delay is read as the exchange reads it, the
+//! `CC` and `BCC` headers give extra routing keys and `BCC` leaves the message, and a copy that
+//! a delayed exchange holds keeps `BCC` to route by it at release.
+
+use std::sync::Arc;
+
+use dwellmq_codec::{BasicProperties, FieldValue, ShortStr};
+use dwellmq_core::routing::{bcc_keys, extra_routing_keys, BCC};
+use dwellmq_core::{arguments, Body, BrokerError, BrokerResult, Message};
+
+use super::exchange::{Exchange, ExchangeKind};
+use super::memory::MemoryMonitor;
+use super::vhost::VHost;
+
+/// A publish ready to route.
+pub(crate) struct Prepared {
+    /// The message as queues get it (without `BCC`).
+    pub(crate) message: Arc<Message>,
+    /// Milliseconds a delayed exchange on the message's way holds it (0 = route now).
+    pub(crate) delay_ms: u64,
+    /// Routing keys from the `CC` and `BCC` headers.
+    pub(crate) extra_keys: Vec<ShortStr>,
+    /// The `BCC` header, taken off `message`.
+    pub(crate) bcc: Option<FieldValue>,
+}
+
+/// The exchange to publish to: it must exist and not be internal.
+pub(crate) fn target(vhost: &VHost, exchange: &str) -> BrokerResult<Arc<Exchange>> {
+    let target = vhost.exchange(exchange)?;
+    if target.internal {
+        return Err(BrokerError::AccessRefused(format!(
+            "cannot publish to internal exchange '{}' in vhost '{}'",
+            target.name, vhost.name
+        )));
+    }
+    Ok(target)
+}
+
+/// The properties RabbitMQ checks: `user_id` must be the publisher's, `expiration` must be a
+/// TTL.
+pub(crate) fn check_properties(properties: &BasicProperties, user: &str) -> BrokerResult<()> {
+    if let Some(user_id) = &properties.user_id {
+        if user_id.as_str() != user {
+            return Err(BrokerError::PreconditionFailed(format!(
+                "user_id property set to '{user_id}' but authenticated user was '{user}'"
+            )));
+        }
+    }
+    if let Some(expiration) = &properties.expiration {
+        arguments::parse_expiration(expiration)?;
+    }
+    Ok(())
+}
+
+/// Builds the message of a publish to `exchange` (named `exchange_name` as published). A
+/// delayed exchange refuses an `x-delay` it cannot read; any other exchange ignores one (a
+/// delayed exchange behind it reads it as no delay). A `CC` or `BCC` header that is not an
+/// array is refused.
+pub(crate) fn prepare(
+    memory: &Arc<MemoryMonitor>,
+    exchange: &Exchange,
+    exchange_name: ShortStr,
+    routing_key: ShortStr,
+    mut properties: BasicProperties,
+    body: Body,
+) -> BrokerResult<Prepared> {
+    let headers = properties.headers.as_ref();
+    let delay = match exchange.kind {
+        ExchangeKind::Delayed(_) => arguments::parse_x_delay(headers)?,
+        // A delayed exchange may lie behind this one (an exchange-to-exchange binding);
+        // a header it could not read means no delay there.
+        ExchangeKind::Standard(_) => arguments::parse_x_delay(headers).unwrap_or(0),
+    };
+    // The header is left as published: the holder writes the negated delay at release, so
+    // that a `basic.return` now shows the message exactly as it was sent.
+    let delay_ms = u64::try_from(delay).unwrap_or(0);
+    let extra_keys = extra_routing_keys(headers)?;
+    let bcc = properties.headers.as_mut().and_then(|h| h.remove(BCC));
+    let charge = memory.charge_message(body.len());
+    let message = Message::with_bcc(
+        exchange_name,
+        routing_key,
+        properties,
+        body,
+        Some(Box::new(charge)),
+        bcc.as_ref().map(bcc_keys).unwrap_or_default(),
+    );
+    Ok(Prepared {
+        message,
+        delay_ms,
+        extra_keys,
+        bcc,
+    })
+}
+
+/// The copy a delayed exchange holds: with its `BCC` header back, so that the release routes
+/// by it too (the header leaves the message then, as now).
+pub(crate) fn held_copy(
+    memory: &Arc<MemoryMonitor>,
+    message: &Arc<Message>,
+    bcc: Option<&FieldValue>,
+) -> Arc<Message> {
+    let Some(bcc) = bcc else {
+        return Arc::clone(message);
+    };
+    let mut properties = message.properties.clone();
+    if let Some(headers) = properties.headers.as_mut() {
+        headers.insert(BCC, bcc.clone());
+    }
+    let charge = memory.charge_message(message.body_len());
+    Message::new(
+        message.exchange.clone(),
+        message.routing_key.clone(),
+        properties,
+        message.body.clone(),
+        Some(Box::new(charge)),
+    )
+}
