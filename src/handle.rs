@@ -170,7 +170,8 @@ impl Broker {
                     move || crate::broker::persist::open(&dir, options)
                 })
                 .await
-                .map_err(|e| StartError::Store(e.to_string()))??,
+                .map_err(|e| StartError::Store(e.to_string()))?
+                .map_err(|e| StartError::Store(e.to_string()))?,
             )),
             None => None,
         };
@@ -309,15 +310,7 @@ pub struct SettleTimeout {
     pub unwritten: Vec<UnwrittenOutput>,
 }
 
-/// One connection's output that was not yet written to its socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UnwrittenOutput {
-    /// Octets queued and not yet handed to the socket.
-    pub queued_bytes: usize,
-    /// Whether the connection's writer was in the middle of a write (whose octets are not
-    /// counted in `queued_bytes`): the socket did not take them yet.
-    pub writing: bool,
-}
+pub use crate::broker::UnwrittenOutput;
 
 /// A snapshot of one queue, for tests and operators.
 #[derive(Debug, Clone, PartialEq, Eq)]

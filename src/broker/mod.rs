@@ -79,10 +79,20 @@ pub(crate) struct BrokerState {
     pub(crate) unrestored: parking_lot::Mutex<Vec<String>>,
 }
 
+/// One connection's output that was not yet written to its socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnwrittenOutput {
+    /// Octets queued and not yet handed to the socket.
+    pub queued_bytes: usize,
+    /// Whether the connection's writer was in the middle of a write (whose octets are not
+    /// counted in `queued_bytes`): the socket did not take them yet.
+    pub writing: bool,
+}
+
 /// Whether a connection has written everything queued for it (`BrokerHandle::settle`).
 pub(crate) trait IdleProbe: Send + Sync {
     /// What is still waiting to be written, or `None` when nothing is.
-    fn unwritten(&self) -> Option<crate::handle::UnwrittenOutput>;
+    fn unwritten(&self) -> Option<UnwrittenOutput>;
     /// Octets buffered for output and not yet taken by the socket.
     fn buffered(&self) -> usize;
 }

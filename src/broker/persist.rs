@@ -43,7 +43,7 @@ pub(crate) struct StoreSettings {
 pub(crate) fn open(
     dir: &std::path::Path,
     settings: StoreSettings,
-) -> Result<Store, crate::handle::StartError> {
+) -> Result<Store, dwellmq_store::StoreError> {
     let mut options = match settings.faults {
         Some(faults) => dwellmq_store::faults::options(faults),
         None => dwellmq_store::StoreOptions::default(),
@@ -52,7 +52,7 @@ pub(crate) fn open(
     options.on_alarm = Some(settings.alarm);
     options.backlog_high = settings.backlog_bytes;
     options.backlog_low = settings.backlog_bytes / 2;
-    Store::open_with(dir, options).map_err(|e| crate::handle::StartError::Store(e.to_string()))
+    Store::open_with(dir, options)
 }
 
 /// The store, unless the broker is in memory or is restoring what the store holds (then
@@ -100,7 +100,7 @@ pub(crate) fn submit_counted(
     store.submit(ops, move |outcome| {
         then(&outcome);
         if let Some(ticket) = ticket {
-            ticket.complete(outcome.is_ok());
+            ticket.commit_ended(outcome.is_ok());
         }
     });
 }
@@ -307,8 +307,18 @@ pub(crate) fn policy_cleared(runtime: &Runtime, vhost: &str, name: &str) {
     );
 }
 
-/// What a [`PublishTicket`] reports to: `true` once committed, `false` to nack.
-type Settle = Box<dyn FnOnce(bool) + Send>;
+/// Who settled a [`PublishTicket`]: the store's writer ending a commit (others settle in the
+/// same batch: a channel's confirms are gathered and sent once per batch), or the publisher
+/// letting go of its own count (after every copy was already committed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SettledBy {
+    Commit,
+    Publisher,
+}
+
+/// What a [`PublishTicket`] reports to: `true` once committed, `false` to nack, and who
+/// settled it.
+type Settle = Box<dyn FnOnce(bool, SettledBy) + Send>;
 
 /// A publish whose confirm waits until every persistent copy of it (one per durable queue it
 /// reached) is committed. The publisher holds one count until it has routed the message, so
@@ -321,8 +331,8 @@ pub(crate) struct PublishTicket {
 }
 
 impl PublishTicket {
-    /// A ticket that calls `done(committed)` once its copies are committed (or one failed).
-    pub(crate) fn new(done: impl FnOnce(bool) + Send + 'static) -> Arc<Self> {
+    /// A ticket that calls `done(committed, by)` once its copies are committed (or one failed).
+    pub(crate) fn new(done: impl FnOnce(bool, SettledBy) + Send + 'static) -> Arc<Self> {
         Arc::new(PublishTicket {
             pending: AtomicUsize::new(1),
             used: AtomicBool::new(false),
@@ -347,8 +357,17 @@ impl PublishTicket {
         self.failed.store(true, Ordering::Release);
     }
 
-    /// A copy's commit ended (`ok`), or the publisher let go of its count.
+    /// The publisher let go of its count (`ok`: it did not fail the publish itself).
     pub(crate) fn complete(&self, ok: bool) {
+        self.count_down(ok, SettledBy::Publisher);
+    }
+
+    /// A copy's commit ended (`ok`: committed); called by the store's writer.
+    pub(crate) fn commit_ended(&self, ok: bool) {
+        self.count_down(ok, SettledBy::Commit);
+    }
+
+    fn count_down(&self, ok: bool, by: SettledBy) {
         if !ok {
             self.failed.store(true, Ordering::Release);
         }
@@ -356,7 +375,7 @@ impl PublishTicket {
             let done = self.done.lock().take();
             // Without a copy there is nothing to report: the publisher confirms as usual.
             if let (Some(done), true) = (done, self.is_used()) {
-                done(!self.failed.load(Ordering::Acquire));
+                done(!self.failed.load(Ordering::Acquire), by);
             }
         }
     }

@@ -6,6 +6,7 @@
 //! leave in tag order: an ack with `multiple` never covers a tag still waiting for its commit
 //! or one to be nacked, so a publish after a waiting one waits with it.
 
+use crate::broker::persist::SettledBy;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -29,11 +30,9 @@ struct State {
     closed: bool,
 }
 
-/// The store's writer thread, where commits are settled.
-const STORE_THREAD: &str = "dwellmq-store";
-
 thread_local! {
-    /// Channels with confirms settled by the batch the writer thread is completing.
+    /// Channels with confirms settled by the batch the store's writer thread is completing
+    /// (only that thread adds to it).
     static SETTLED: std::cell::RefCell<Vec<Arc<Confirms>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -74,16 +73,16 @@ impl Confirms {
         self.state.lock().waiting.insert(tag);
     }
 
-    /// `tag` is settled: committed (`ok`), or to be nacked. On the store's writer thread
-    /// what may go is sent once the whole batch is settled ([`send_settled`]): one frame for
-    /// a batch's confirms on a channel, not one per message.
-    pub(crate) fn settled(self: &Arc<Self>, tag: u64, ok: bool) {
+    /// `tag` is settled: committed (`ok`), or to be nacked. Settled by a commit, what may go is
+    /// sent once the writer's whole batch is settled ([`send_settled`]): one frame for a
+    /// batch's confirms on a channel, not one per message.
+    pub(crate) fn settled(self: &Arc<Self>, tag: u64, ok: bool, by: SettledBy) {
         let mut state = self.state.lock();
         state.waiting.remove(&tag);
         if !ok {
             state.failed.insert(tag);
         }
-        if std::thread::current().name() == Some(STORE_THREAD) {
+        if by == SettledBy::Commit {
             drop(state);
             SETTLED.with(|settled| {
                 let mut settled = settled.borrow_mut();

@@ -182,7 +182,7 @@ impl Channel {
         }
         let token = cx.commit_wait.token();
         let wait = Arc::clone(cx.commit_wait);
-        let ticket = PublishTicket::new(move |committed| wait.finish(token, committed));
+        let ticket = PublishTicket::new(move |committed, _| wait.finish(token, committed));
         self.definitions.set(Some(DefinitionWait {
             ticket: Arc::clone(&ticket),
             token,

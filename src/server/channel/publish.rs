@@ -114,7 +114,7 @@ impl Channel {
         let token = cx.commit_wait.token();
         let ticket = cx.state.runtime.store.as_ref().map(|_| {
             let wait = Arc::clone(cx.commit_wait);
-            PublishTicket::new(move |committed| wait.finish(token, committed))
+            PublishTicket::new(move |committed, _| wait.finish(token, committed))
         });
         for publication in publishes {
             self.route_and_enqueue_with(cx, publication, ticket.as_ref());
@@ -283,7 +283,10 @@ impl Channel {
                 if cx.state.runtime.store.is_some() && stored =>
             {
                 let confirms = Arc::clone(confirms);
-                Some((PublishTicket::new(move |ok| confirms.settled(tag, ok)), tag))
+                Some((
+                    PublishTicket::new(move |ok, by| confirms.settled(tag, ok, by)),
+                    tag,
+                ))
             }
             _ => None,
         };
