@@ -81,7 +81,8 @@ OPTIONS:
                                                                           env: DWELLMQ_LOG
   --tls-listen ADDR  serve AMQP over TLS on ADDR too, repeatable (RabbitMQ's 5671; the
                      certificates come from the config file's [tls] table)
-  --http ADDR|off    HTTP management API and /metrics (default 127.0.0.1:15672)
+  --http ADDR|off    HTTP management API and /metrics (default 127.0.0.1:15672, RabbitMQ's
+                     management port; a free port when every AMQP listener is on port 0)
                                                                          env: DWELLMQ_HTTP
   --metrics ADDR|off  also serve Prometheus /metrics alone on ADDR (RabbitMQ's port is 15692;
                      default off)                               env: DWELLMQ_METRICS
@@ -232,10 +233,14 @@ pub(crate) fn parse(
         ..BrokerConfig::default()
     };
     let mut log_level = "info".to_string();
+    // Whether the user named an HTTP address (or off) anywhere; see `follow_ephemeral_amqp`.
+    let mut http_chosen = flags.http.is_some() || env("DWELLMQ_HTTP").is_some();
     if let Some(path) = flags.config.clone().or_else(|| env("DWELLMQ_CONFIG")) {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read config file {path}: {e}"))?;
-        apply_file(&mut config, &mut log_level, &text).map_err(|e| format!("{path}: {e}"))?;
+        let table = parse_toml(&text).map_err(|e| format!("{path}: {e}"))?;
+        http_chosen |= table.contains_key("http");
+        apply_table(&mut config, &mut log_level, &table).map_err(|e| format!("{path}: {e}"))?;
     }
     if let Some(listen) = env("DWELLMQ_LISTEN") {
         config.listen = parse_addrs(listen.split(',').map(str::trim))?;
@@ -297,7 +302,27 @@ pub(crate) fn parse(
             .ok_or("--tls-listen needs certfile and keyfile in the config file's [tls] table")?;
         tls.listen = parse_addrs(flags.tls_listen.iter().map(String::as_str))?;
     }
+    if !http_chosen {
+        follow_ephemeral_amqp(&mut config);
+    }
     Ok(Command::Run(Box::new(Settings { config, log_level })))
+}
+
+/// Without an HTTP address of the user's, HTTP follows AMQP: someone who asked for free AMQP
+/// ports (port 0 on every AMQP listener) gets a free HTTP port too, rather than a collision
+/// with RabbitMQ's management port 15672 or a second dwellmq's. The second stdout line says
+/// where it landed.
+fn follow_ephemeral_amqp(config: &mut BrokerConfig) {
+    let tls_listen = config.tls.iter().flat_map(|tls| &tls.listen);
+    let all_ephemeral = !config.listen.is_empty()
+        && config
+            .listen
+            .iter()
+            .chain(tls_listen)
+            .all(|a| a.port() == 0);
+    if let Some(http) = config.http.as_mut().filter(|_| all_ephemeral) {
+        http.set_port(0);
+    }
 }
 
 /// `--manual-clock [START]`: START as ms since 1970 or RFC 3339; empty means now.
@@ -354,10 +379,22 @@ fn parse_http(value: &str) -> Result<Option<SocketAddr>, String> {
         .map_err(|_| format!("invalid --http '{value}' (expected e.g. 127.0.0.1:15672, or off)"))
 }
 
+fn parse_toml(text: &str) -> Result<toml::Table, String> {
+    text.parse().map_err(|e| format!("{e}"))
+}
+
+#[cfg(test)]
 fn apply_file(config: &mut BrokerConfig, log_level: &mut String, text: &str) -> Result<(), String> {
-    let table: toml::Table = text.parse().map_err(|e| format!("{e}"))?;
+    apply_table(config, log_level, &parse_toml(text)?)
+}
+
+fn apply_table(
+    config: &mut BrokerConfig,
+    log_level: &mut String,
+    table: &toml::Table,
+) -> Result<(), String> {
     let mut users = None;
-    for (key, value) in &table {
+    for (key, value) in table {
         match key.as_str() {
             "listen" => {
                 let list = string_list(value, "listen")?;
@@ -804,6 +841,71 @@ mod tests {
         assert!(run(&["--http", "nope"], &[])
             .unwrap_err()
             .contains("invalid --http"));
+    }
+
+    #[test]
+    fn http_takes_a_free_port_when_every_amqp_port_is_free_and_http_is_unnamed() {
+        let http = |args: &[&str], env: &[(&str, &str)]| run(args, env).unwrap().config.http;
+        let ephemeral = Some("127.0.0.1:0".parse().unwrap());
+        let fixed = Some("127.0.0.1:15672".parse().unwrap());
+        assert_eq!(http(&["--listen", "127.0.0.1:0"], &[]), ephemeral);
+        assert_eq!(
+            http(&[], &[("DWELLMQ_LISTEN", "127.0.0.1:0,[::1]:0")]),
+            ephemeral
+        );
+        // One fixed AMQP port: the user chose ports, HTTP keeps RabbitMQ's.
+        assert_eq!(http(&[], &[]), fixed);
+        assert_eq!(
+            http(&["--listen", "127.0.0.1:0", "--listen", "[::1]:5672"], &[]),
+            fixed
+        );
+        // An HTTP address named anywhere is kept, even RabbitMQ's (it fails loudly if taken).
+        assert_eq!(
+            http(
+                &["--listen", "127.0.0.1:0", "--http", "127.0.0.1:15672"],
+                &[]
+            ),
+            fixed
+        );
+        assert_eq!(
+            http(
+                &["--listen", "127.0.0.1:0"],
+                &[("DWELLMQ_HTTP", "127.0.0.1:15672")]
+            ),
+            fixed
+        );
+        assert_eq!(
+            http(&["--listen", "127.0.0.1:0", "--http", "off"], &[]),
+            None
+        );
+        let mut config = BrokerConfig {
+            listen: vec!["127.0.0.1:0".parse().unwrap()],
+            tls: Some(dwellmq::TlsConfig::new(
+                "127.0.0.1:5671".parse().unwrap(),
+                "c",
+                "k",
+            )),
+            ..BrokerConfig::default()
+        };
+        follow_ephemeral_amqp(&mut config);
+        assert_eq!(config.http, fixed, "TLS on a fixed port is a chosen port");
+    }
+
+    #[test]
+    fn an_http_address_in_the_config_file_is_kept() {
+        let file =
+            std::env::temp_dir().join(format!("dwellmq-cli-http-{}.toml", std::process::id()));
+        std::fs::write(
+            &file,
+            "listen = [\"127.0.0.1:0\"]\nhttp = \"127.0.0.1:15672\"\n",
+        )
+        .unwrap();
+        let s = run(&["--config", file.to_str().unwrap()], &[]);
+        let _ = std::fs::remove_file(&file);
+        assert_eq!(
+            s.unwrap().config.http,
+            Some("127.0.0.1:15672".parse().unwrap())
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ mod clock;
 mod counters;
 mod faults;
 mod inspect;
+mod listener_role;
 mod reset;
 mod restart;
 mod wait;
@@ -13,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::DuplexStream;
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -30,6 +30,8 @@ pub use dwellmq_core::queue::DeathReason;
 pub use faults::FaultError;
 pub(crate) use faults::{delay_deliveries, force_close};
 pub use inspect::PeekedMessage;
+use listener_role::bind;
+pub use listener_role::ListenerRole;
 pub(crate) use reset::reset;
 pub use reset::ResetError;
 pub(crate) use wait::check;
@@ -74,10 +76,12 @@ pub enum StartError {
     #[error(transparent)]
     Tls(#[from] crate::server::tls::TlsError),
     /// No configured address could be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr} ({role}): {source}")]
     Bind {
         /// The address that failed.
         addr: SocketAddr,
+        /// What it was to serve.
+        role: ListenerRole,
         /// The OS error.
         source: std::io::Error,
     },
@@ -104,11 +108,11 @@ impl Broker {
         let mut listeners = Vec::new();
         let mut first_error = None;
         for &addr in &config.listen {
-            match TcpListener::bind(addr).await {
+            match bind(addr, ListenerRole::Amqp).await {
                 Ok(listener) => listeners.push(listener),
-                Err(source) => {
-                    tracing::warn!(%addr, error = %source, "cannot listen");
-                    first_error.get_or_insert(StartError::Bind { addr, source });
+                Err(error) => {
+                    tracing::warn!(%addr, %error, "cannot listen");
+                    first_error.get_or_insert(error);
                 }
             }
         }
@@ -120,20 +124,12 @@ impl Broker {
             .filter_map(|l| l.local_addr().ok())
             .collect();
         let http_listener = match config.http {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| StartError::Bind { addr, source })?,
-            ),
+            Some(addr) => Some(bind(addr, ListenerRole::Http).await?),
             None => None,
         };
         let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
         let metrics_listener = match config.metrics {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| StartError::Bind { addr, source })?,
-            ),
+            Some(addr) => Some(bind(addr, ListenerRole::Metrics).await?),
             None => None,
         };
         let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
@@ -142,9 +138,7 @@ impl Broker {
         if let Some(tls) = &config.tls {
             let acceptor = crate::server::tls::acceptor(tls)?;
             for &addr in &tls.listen {
-                let listener = TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| StartError::Bind { addr, source })?;
+                let listener = bind(addr, ListenerRole::AmqpTls).await?;
                 tls_listeners.push((listener, acceptor.clone()));
             }
         }

@@ -32,8 +32,8 @@ pub use dwellmq_codec as codec;
 #[doc(hidden)]
 pub use dwellmq_store::faults::Faults as StoreFaults;
 pub use handle::{
-    Broker, BrokerHandle, Condition, Counters, DeathReason, FaultError, PeekedMessage, QueueInfo,
-    ResetError, RetryingMessageInfo, SettleTimeout, StartError, UnwrittenOutput, WaitTimeout,
-    DEATH_REASONS, SETTLE_TIMEOUT,
+    Broker, BrokerHandle, Condition, Counters, DeathReason, FaultError, ListenerRole,
+    PeekedMessage, QueueInfo, ResetError, RetryingMessageInfo, SettleTimeout, StartError,
+    UnwrittenOutput, WaitTimeout, DEATH_REASONS, SETTLE_TIMEOUT,
 };
 pub use server::tls::TlsError;

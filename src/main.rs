@@ -1,5 +1,6 @@
 //! The `dwellmq` server binary.
 
+mod bind_advice;
 mod cli;
 
 use std::io::IsTerminal;
@@ -55,6 +56,9 @@ fn main() -> ExitCode {
             Ok(broker) => broker,
             Err(e) => {
                 eprintln!("dwellmq: {e}");
+                if let Some(advice) = bind_advice::advice(&e) {
+                    eprintln!("dwellmq: {advice}");
+                }
                 return ExitCode::FAILURE;
             }
         };

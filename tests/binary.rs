@@ -2,6 +2,7 @@
 //! file, and that a real client can use what it starts.
 
 mod common;
+mod http_client;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -93,9 +94,22 @@ impl Drop for Broker {
 
 /// Runs the binary to completion (for flags that make it exit at once).
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("DWELLMQ_HTTP", "off")
+    run_to_exit(
+        Command::new(BIN).args(args).env("DWELLMQ_HTTP", "off"),
+        args,
+    )
+}
+
+/// `run` without its `DWELLMQ_HTTP=off`: for the tests about HTTP itself.
+fn run_with_http(args: &[&str]) -> Output {
+    run_to_exit(
+        Command::new(BIN).args(args).env_remove("DWELLMQ_HTTP"),
+        args,
+    )
+}
+
+fn run_to_exit(command: &mut Command, args: &[&str]) -> Output {
+    let mut child = command
         .env_remove("DWELLMQ_LISTEN")
         .env_remove("DWELLMQ_CONFIG")
         .stdin(Stdio::null())
@@ -212,6 +226,9 @@ async fn logs_written_to_a_pipe_or_file_carry_no_colour_codes() {
         ])
         .env_remove("NO_COLOR")
         .env_remove("DWELLMQ_LOG")
+        .env_remove("DWELLMQ_HTTP")
+        .env_remove("DWELLMQ_LISTEN")
+        .env_remove("DWELLMQ_CONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(file))
@@ -237,6 +254,8 @@ fn help_exits_0_with_usage_on_stdout() {
         assert!(stdout.contains("USAGE: dwellmq [OPTIONS]"), "{stdout}");
         for option in [
             "--listen ADDR",
+            "--http ADDR|off",
+            "a free port when every AMQP listener is on port 0",
             "--in-memory",
             "--config FILE",
             "--data-dir DIR",
@@ -299,17 +318,98 @@ fn bad_flag_values_exit_2() {
 }
 
 #[test]
-fn a_port_in_use_exits_1_and_says_so() {
+fn a_port_in_use_exits_1_and_says_which_flag_moves_it() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let out = run(&["--listen", &addr, "--in-memory"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty(), "no URL: {}", text(&out.stdout));
+    let stderr = text(&out.stderr);
     assert!(
-        text(&out.stderr).contains(&format!("dwellmq: cannot listen on {addr}")),
-        "{}",
-        text(&out.stderr)
+        stderr.contains(&format!("dwellmq: cannot listen on {addr} (AMQP)")),
+        "{stderr}"
     );
+    assert!(stderr.contains("move AMQP with --listen ADDR"), "{stderr}");
+}
+
+/// Holds 127.0.0.1:15672, RabbitMQ's management port, as a RabbitMQ on the machine would.
+/// `None` when something holds it already (a RabbitMQ): the port is taken all the same.
+fn hold_rabbitmqs_management_port() -> Option<std::net::TcpListener> {
+    match std::net::TcpListener::bind("127.0.0.1:15672") {
+        Ok(listener) => Some(listener),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => None,
+        Err(e) => panic!("cannot bind 127.0.0.1:15672 to hold it: {e}"),
+    }
+}
+
+/// Starts the binary with `args` and no HTTP setting from the environment; returns the child
+/// and its first two stdout lines (the AMQP URL, then the HTTP URL).
+fn spawn_with_http(args: &[&str]) -> (Child, String, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_remove("DWELLMQ_HTTP")
+        .env_remove("DWELLMQ_LISTEN")
+        .env_remove("DWELLMQ_CONFIG")
+        .env("DWELLMQ_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut line = |what: &str| match lines.next() {
+        Some(Ok(line)) => line,
+        other => panic!("no {what} line on stdout: {other:?}"),
+    };
+    let amqp = line("AMQP URL");
+    let http = line("HTTP URL");
+    (child, amqp, http)
+}
+
+#[tokio::test]
+async fn with_free_amqp_ports_and_no_http_flag_http_takes_a_free_port_too() {
+    let _held = hold_rabbitmqs_management_port();
+    let (mut child, amqp, http) = spawn_with_http(&["--listen", "127.0.0.1:0", "--in-memory"]);
+    let http_addr: std::net::SocketAddr = http
+        .strip_prefix("http://")
+        .unwrap_or_else(|| panic!("an HTTP URL: {http:?}"))
+        .parse()
+        .expect("http://ADDR");
+    assert_ne!(http_addr.port(), 15672, "15672 is taken");
+    assert_ne!(http_addr.port(), 0, "port 0 is replaced by the bound port");
+    // The printed URL is dwellmq's API (not whatever holds 15672), and it knows the broker.
+    let overview = http_client::get(http_addr, "/api/overview", http_client::GUEST).await;
+    assert_eq!(overview.status, 200, "{}", overview.text());
+    let connection = connect_url(&format!("{amqp}/%2f")).await.unwrap();
+    round_trip(&connection, "http-followed").await;
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn an_http_address_that_is_taken_fails_loudly_and_names_the_flag() {
+    // A port this test holds, so the failure does not depend on what runs on the machine.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = run_with_http(&["--listen", "127.0.0.1:0", "--in-memory", "--http", &addr]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "no URL: {}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "dwellmq: cannot listen on {addr} (the HTTP management API)"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("move the HTTP management API with --http ADDR"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("15672 is RabbitMQ's management port"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--http off"), "{stderr}");
 }
 
 #[tokio::test]

@@ -247,6 +247,16 @@ mod tests {
         assert!(queue_arguments_equivalent(&q(5), &q(6)).is_err());
         let c = |n: i64| table(&[("x-delivery-limit", FieldValue::I64(n))]);
         assert!(queue_arguments_equivalent(&c(5), &c(6)).is_ok());
+        // So do RabbitMQ 4.3's delayed-retry arguments.
+        let r = |ms: i64| {
+            table(&[
+                ("x-queue-type", "quorum".into()),
+                ("x-delayed-retry-type", "failed".into()),
+                ("x-delayed-retry-min", FieldValue::I64(ms)),
+            ])
+        };
+        let m = queue_arguments_equivalent(&r(1000), &r(2000)).unwrap_err();
+        assert_eq!(m.key, "x-delayed-retry-min");
         // x-max-priority matters for classic queues.
         let p = |n: i32| table(&[("x-max-priority", FieldValue::I32(n))]);
         let m = queue_arguments_equivalent(&p(5), &p(10)).unwrap_err();

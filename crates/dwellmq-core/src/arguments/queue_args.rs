@@ -217,6 +217,11 @@ const QUORUM_KEYS: &[&str] = &[
     "x-queue-type",
     "x-quorum-initial-group-size",
     "x-delivery-limit",
+    // RabbitMQ 4.3's delayed retries: quorum-only, so a classic queue declared with them is
+    // refused (as with x-delivery-limit), and a redeclare with other values is inequivalent.
+    "x-delayed-retry-type",
+    "x-delayed-retry-min",
+    "x-delayed-retry-max",
     "x-message-ttl",
     "x-queue-leader-locator",
 ];
@@ -829,6 +834,19 @@ mod tests {
             text(classic(&[("x-max-age", "1D".into())])),
             "invalid arg 'x-max-age' for queue 'q' in vhost '/' of queue type rabbit_classic_queue"
         );
+        // RabbitMQ 4.3: the delayed-retry arguments are the quorum type's only.
+        for (key, value) in [
+            ("x-delayed-retry-type", FieldValue::from("failed")),
+            ("x-delayed-retry-min", FieldValue::I32(1000)),
+            ("x-delayed-retry-max", FieldValue::I64(8000)),
+        ] {
+            assert_eq!(
+                text(classic(&[(key, value)])),
+                format!(
+                    "invalid arg '{key}' for queue 'q' in vhost '/' of queue type rabbit_classic_queue"
+                )
+            );
+        }
     }
 
     #[test]
@@ -942,13 +960,13 @@ mod tests {
             )
             .is_ok());
         }
-        // Classic queues do not have delayed retries; the arguments are just unknown there.
-        let a = classic(&[
+        // Classic queues do not have delayed retries: RabbitMQ 4.3 refuses the arguments there
+        // (`arguments_of_other_queue_types_are_refused`).
+        assert!(classic(&[
             ("x-delayed-retry-type", "all".into()),
             ("x-delayed-retry-min", FieldValue::I64(500)),
         ])
-        .unwrap();
-        assert_eq!(a.delayed_retry.kind, RetryKind::Disabled);
+        .is_err());
     }
 
     #[test]
