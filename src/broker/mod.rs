@@ -167,6 +167,12 @@ impl BrokerState {
         true
     }
 
+    /// Takes vhost `name` out of the broker (`DELETE /api/vhosts/{name}`); the caller deletes
+    /// what it held and closes its connections.
+    pub(crate) fn remove_vhost(&self, name: &str) -> Option<Arc<VHost>> {
+        self.vhosts.write().remove(name)
+    }
+
     pub(crate) fn user(&self, name: &str) -> Option<Arc<access::User>> {
         self.access.user(name)
     }

@@ -14,6 +14,7 @@ use super::exchange::{DeclaredType, Exchange, ExchangeKind};
 use super::policies::Policies;
 use super::queue::{ConnectionId, Queue};
 use super::runtime::Runtime;
+use super::stats::QueueTotals;
 
 /// The exchanges every vhost starts with, as RabbitMQ predeclares them.
 const PREDECLARED: &[(&str, RoutingKind)] = &[
@@ -398,6 +399,7 @@ impl VHost {
             )?;
             let existing = Arc::clone(existing);
             drop(queues);
+            QueueTotals::bump(&self.runtime.queue_totals.declared);
             existing.redeclared();
             return Ok(existing);
         }
@@ -423,6 +425,8 @@ impl VHost {
         ));
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
+        QueueTotals::bump(&self.runtime.queue_totals.declared);
+        QueueTotals::bump(&self.runtime.queue_totals.created);
         super::persist::queue_declared(&self.runtime, &queue);
         queue.start(self.me.clone());
         Ok(queue)
@@ -492,7 +496,9 @@ impl VHost {
                 name, self.name
             )));
         }
-        self.queues.write().remove(name);
+        if self.queues.write().remove(name).is_some() {
+            QueueTotals::bump(&self.runtime.queue_totals.deleted);
+        }
         super::persist::queue_deleted(&self.runtime, self, &queue);
         let (message_count, consumers) = queue.mark_deleted();
         let mut orphaned = Vec::new();
