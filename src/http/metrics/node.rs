@@ -141,7 +141,10 @@ mod imp {
         // SAFETY: statvfs fills the zeroed struct for a NUL-terminated path.
         let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
         let ok = unsafe { libc::statvfs(path.as_ptr(), &mut stat) } == 0;
-        ok.then(|| u64::from(stat.f_bavail) * u64::from(stat.f_frsize))
+        // Both are u64 on 64-bit Linux, narrower on some 32-bit targets.
+        #[allow(clippy::useless_conversion)]
+        let available = u64::from(stat.f_bavail) * u64::from(stat.f_frsize);
+        ok.then_some(available)
     }
 }
 
