@@ -307,3 +307,33 @@ async fn deleting_a_vhost_closes_its_connections_and_drops_what_it_held() {
     }
     assert_eq!(doomed_connections, 0);
 }
+
+#[tokio::test]
+async fn a_queue_shows_messages_waiting_for_their_ttl() {
+    let (t, addr) = start_api().await;
+    let reply = put(
+        addr,
+        "/api/queues/%2F/short",
+        GUEST,
+        json!({"arguments": {"x-message-ttl": 60000}}),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let q = get(addr, "/api/queues/%2F/short", GUEST).await.json();
+    assert_eq!(q["messages_expiring"], 0);
+    assert_eq!(q["next_expiry_at"], Value::Null);
+    let ch = t.channel().await;
+    ch.basic_publish(
+        "".into(),
+        "short".into(),
+        BasicPublishOptions::default(),
+        b"soon gone",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap();
+    sync(&ch).await;
+    let q = get(addr, "/api/queues/%2F/short", GUEST).await.json();
+    assert_eq!(q["messages_expiring"], 1);
+    assert_eq!(q["next_expiry_at"], "2026-01-01T00:01:00.000Z");
+}

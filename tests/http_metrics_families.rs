@@ -450,3 +450,54 @@ async fn detailed_serves_only_the_asked_families_of_the_asked_vhosts() {
         2.0
     );
 }
+
+#[tokio::test]
+async fn quorum_queues_count_apart_and_show_their_delayed_retries() {
+    let mut config = BrokerConfig::ephemeral().with_manual_clock(T0_MS);
+    config.http = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let t = start_with(config).await;
+    let addr = t.broker.http_addr().expect("HTTP on");
+    let reply = put(
+        addr,
+        "/api/queues/%2F/jobs",
+        GUEST,
+        json!({"durable": true, "arguments": {
+            "x-queue-type": "quorum",
+            "x-delayed-retry-type": "failed",
+            "x-delayed-retry-min": 30000,
+            "x-delayed-retry-max": 120000,
+        }}),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let ch = t.channel().await;
+    publish(&ch, "", "jobs", false, b"job").await;
+    let got = ch
+        .basic_get("jobs".into(), BasicGetOptions::default())
+        .await
+        .unwrap()
+        .expect("a message");
+    got.delivery
+        .reject(BasicRejectOptions { requeue: true })
+        .await
+        .unwrap();
+    sync(&ch).await;
+
+    let m = scrape(addr, "/metrics").await;
+    let quorum = ("queue_type", "rabbit_quorum_queue");
+    let name = "rabbitmq_global_messages_delivered_get_manual_ack_total";
+    assert_eq!(value(&m, name, &[AMQP, quorum]), 1.0);
+    assert_eq!(value(&m, name, &[AMQP, CLASSIC]), 0.0);
+    let jobs = [("vhost", "/"), ("queue", "jobs")];
+    assert_eq!(value(&m, "dwellmq_queue_messages_delayed", &jobs), 1.0);
+    assert_eq!(value(&m, "dwellmq_queue_next_delayed_seconds", &jobs), 30.0);
+    let m = scrape(addr, "/metrics/per-object").await;
+    assert_eq!(
+        value(
+            &m,
+            "rabbitmq_queue_info",
+            &[("queue", "jobs"), ("queue_type", "rabbit_quorum_queue")]
+        ),
+        1.0
+    );
+}

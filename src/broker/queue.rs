@@ -497,7 +497,10 @@ impl Queue {
     pub(crate) fn figures(self: &Arc<Self>) -> QueueFigures {
         self.run(|state, now, fx| {
             state.tick(now, fx);
+            let (expiring, next_expiry_at) = state.expiring();
             QueueFigures {
+                expiring,
+                next_expiry_at,
                 ready: state.ready(),
                 ready_bytes: state.ready_bytes(),
                 unacked: state.unacked(),
@@ -643,6 +646,9 @@ pub(crate) struct QueueFigures {
     /// When the first of those is ready again (ms on the broker's clock).
     pub(crate) next_retry_at: Option<u64>,
     pub(crate) consumers: usize,
+    /// Ready messages whose TTL is pending, and when the first expires.
+    pub(crate) expiring: usize,
+    pub(crate) next_expiry_at: Option<u64>,
 }
 
 /// A queue's settings: its arguments combined with the policy that applies.

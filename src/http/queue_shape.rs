@@ -22,6 +22,12 @@ fn with_rates(out: &mut Map<String, Value>, levels: &[(&'static str, u64)], rate
     }
 }
 
+/// A time on the broker's clock as RFC 3339, or null.
+fn at(ms: Option<u64>) -> Value {
+    ms.map(|ms| Value::from(crate::rfc3339::format(ms)))
+        .unwrap_or(Value::Null)
+}
+
 /// The queue's JSON; `connections` are the open ones (for `consumer_details`).
 pub(crate) fn queue_json(api: &Api, q: &Arc<Queue>, connections: &[Arc<ConnectionInfo>]) -> Value {
     let rates = &api.state.rates;
@@ -89,15 +95,12 @@ pub(crate) fn queue_json(api: &Api, q: &Arc<Queue>, connections: &[Arc<Connectio
     );
     let map = out.as_object_mut().expect("an object");
     with_rates(map, &levels, &depth_rates);
+    // dwellmq's own: ready messages waiting for their TTL (the page shows them).
+    map.insert("messages_expiring".into(), figures.expiring.into());
+    map.insert("next_expiry_at".into(), at(figures.next_expiry_at));
     if queue_type == QueueType::Quorum {
         map.insert("messages_delayed".into(), figures.retrying.into());
-        map.insert(
-            "next_delayed_at".into(),
-            figures
-                .next_retry_at
-                .map(|ms| Value::from(crate::rfc3339::format(ms)))
-                .unwrap_or(Value::Null),
-        );
+        map.insert("next_delayed_at".into(), at(figures.next_retry_at));
     }
     out
 }

@@ -170,7 +170,7 @@ fn queue_metrics(s: &Snapshot, scope: &Scope<'_>, out: &mut Exposition) {
     type Value = fn(&QueueRow) -> f64;
     // dwellmq keeps every message in memory (the store is a copy for restarts): nothing is
     // paged out, and the in-memory counts are the counts.
-    let families: [(&str, &str, Value); 7] = [
+    let families: [(&str, &str, Value); 6] = [
         (
             "queue_messages_ram",
             "Ready and unacknowledged messages stored in memory",
@@ -200,11 +200,6 @@ fn queue_metrics(s: &Snapshot, scope: &Scope<'_>, out: &mut Exposition) {
             "queue_messages_paged_out_bytes",
             "Size in bytes of messages paged out to disk",
             |_| 0.0,
-        ),
-        (
-            "queue_messages_delayed",
-            "Messages waiting for a delayed retry (quorum queues)",
-            |q| q.figures.retrying as f64,
         ),
     ];
     for (name, help, value) in families {

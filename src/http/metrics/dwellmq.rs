@@ -1,8 +1,10 @@
 //! dwellmq's own families (`dwellmq_*`): memory held, what delayed exchanges hold and when it
 //! is due, how late releases were, and why messages left queues unconsumed.
 
+use dwellmq_core::arguments::QueueType;
 use dwellmq_core::queue::DeathReason;
 
+use super::snapshot::Snapshot;
 use super::text::{Exposition, Kind};
 use super::Api;
 use crate::broker::delayed::lateness::BOUNDS_MS;
@@ -42,7 +44,7 @@ fn delayed_exchanges(api: &Api) -> Vec<Held> {
     held
 }
 
-pub(crate) fn write(api: &Api, out: &mut Exposition) {
+pub(crate) fn write(api: &Api, snapshot: &Snapshot, out: &mut Exposition) {
     let state = &api.state;
     out.family(
         "dwellmq_memory_used_bytes",
@@ -105,7 +107,40 @@ pub(crate) fn write(api: &Api, out: &mut Exposition) {
     )
     .sample(&[], state.delayed.unroutable());
 
+    retries(api, snapshot, out);
     deaths(api, out);
+}
+
+/// Quorum queues' messages waiting for a delayed retry, and when the next is ready again.
+fn retries(api: &Api, snapshot: &Snapshot, out: &mut Exposition) {
+    let quorum: Vec<_> = snapshot
+        .queues
+        .iter()
+        .filter(|q| q.queue.config.queue_type == QueueType::Quorum)
+        .collect();
+    let mut family = out.family(
+        "dwellmq_queue_messages_delayed",
+        Kind::Gauge,
+        "Messages of a quorum queue waiting for a delayed retry",
+    );
+    for q in &quorum {
+        family.sample(
+            &[("vhost", &q.vhost), ("queue", &q.queue.name)],
+            q.figures.retrying,
+        );
+    }
+    let now_ms = api.state.clock.now_ms();
+    let mut family = out.family(
+        "dwellmq_queue_next_delayed_seconds",
+        Kind::Gauge,
+        "Seconds until a quorum queue's next delayed retry is ready (negative: late)",
+    );
+    for q in &quorum {
+        if let Some(at) = q.figures.next_retry_at {
+            let seconds = (at as f64 - now_ms as f64) / 1000.0;
+            family.sample(&[("vhost", &q.vhost), ("queue", &q.queue.name)], seconds);
+        }
+    }
 }
 
 fn deaths(api: &Api, out: &mut Exposition) {

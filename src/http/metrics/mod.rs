@@ -72,7 +72,7 @@ async fn render(api: &Api, endpoint: Endpoint) -> String {
                 },
             );
             global::write(&snapshot, &mut out);
-            dwellmq::write(api, &mut out);
+            dwellmq::write(api, &snapshot, &mut out);
         }
         Endpoint::Detailed { families, vhosts } => {
             let scope = Scope {

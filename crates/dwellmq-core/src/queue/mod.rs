@@ -186,6 +186,12 @@ impl<C: Clone> QueueState<C> {
         self.unacked
     }
 
+    /// Ready messages whose TTL is pending, and when the first of them expires.
+    pub fn expiring(&self) -> (usize, Option<u64>) {
+        let first = self.expiring.first_key_value().map(|(&(at, _), _)| at);
+        (self.expiring.len(), first)
+    }
+
     /// Body bytes of the messages delivered and not yet settled.
     pub fn unacked_bytes(&self) -> u64 {
         self.unacked_bytes
