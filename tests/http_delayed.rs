@@ -248,8 +248,9 @@ async fn metrics_expose_queues_connections_and_held_messages() {
     .await
     .unwrap();
     sync(&ch).await;
-    // No credentials needed, as with rabbitmq_prometheus.
-    let reply = get(addr, "/metrics", As::Nobody).await;
+    // No credentials needed, as with rabbitmq_prometheus. Per object: `/metrics` sums over
+    // queues, as RabbitMQ's does by default.
+    let reply = get(addr, "/metrics/per-object", As::Nobody).await;
     assert_eq!(reply.status, 200);
     assert!(reply
         .header("content-type")

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dwellmq_codec::FieldTable;
@@ -64,6 +64,9 @@ pub(crate) struct ConnectionInfo {
     pub(crate) channel_max: u16,
     /// Open channels, as of the last batch of frames handled.
     pub(crate) channels: AtomicUsize,
+    /// Octets read from the client, and written to it as of the last batch of frames.
+    pub(crate) recv_oct: AtomicU64,
+    pub(crate) send_oct: AtomicU64,
     /// Set to the reason when an operator closes the connection.
     close: watch::Sender<Option<String>>,
     /// To the connection's task: describe your channels.
@@ -101,6 +104,8 @@ impl ConnectionInfo {
             frame_max,
             channel_max,
             channels: AtomicUsize::new(0),
+            recv_oct: AtomicU64::new(0),
+            send_oct: AtomicU64::new(0),
             close: watch::channel(None).0,
             channel_requests,
             forced,
@@ -162,6 +167,9 @@ impl ConnectionInfo {
 #[derive(Default)]
 pub(crate) struct Connections {
     open: Mutex<BTreeMap<ConnectionId, Arc<ConnectionInfo>>>,
+    /// Connections listed and unlisted since start (RabbitMQ's connection churn).
+    pub(crate) opened: AtomicU64,
+    pub(crate) closed: AtomicU64,
 }
 
 /// Keeps a connection listed while it lives.
@@ -173,6 +181,7 @@ pub(crate) struct Listed<'a> {
 impl Drop for Listed<'_> {
     fn drop(&mut self) {
         self.connections.open.lock().remove(&self.info.id);
+        self.connections.closed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -181,6 +190,7 @@ impl Connections {
     pub(crate) fn register(&self, info: ConnectionInfo) -> Listed<'_> {
         let info = Arc::new(info);
         self.open.lock().insert(info.id, Arc::clone(&info));
+        self.opened.fetch_add(1, Ordering::Relaxed);
         Listed {
             connections: self,
             info,

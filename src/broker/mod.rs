@@ -183,6 +183,39 @@ impl BrokerState {
         true
     }
 
+    /// Takes vhost `name` out of the broker (`DELETE /api/vhosts/{name}`); the caller deletes
+    /// what it held and closes its connections.
+    /// Deletes a vhost with everything in it, as RabbitMQ does (false if there is none): its
+    /// connections are closed (CONNECTION_FORCED), its queues go with their messages (their
+    /// consumers told), its delayed exchanges with what they hold, the permissions granted in
+    /// it, and last the store drops whatever is left under it.
+    pub(crate) fn delete_vhost(&self, name: &str) -> bool {
+        let Some(vhost) = self.vhosts.write().remove(name) else {
+            return false;
+        };
+        let reason = format!("vhost '{name}' is deleted");
+        for connection in self.connections.list().iter().filter(|c| c.vhost == name) {
+            connection.close(reason.clone());
+        }
+        for queue in vhost.queues() {
+            let _ = vhost.delete_queue_instance(&queue);
+        }
+        for exchange in vhost.exchanges() {
+            if exchange.name.is_empty() || exchange.name.starts_with("amq.") {
+                self.delayed.forget_exchange(&vhost.name, &exchange.name);
+            } else {
+                let _ = vhost.delete_exchange(&exchange.name, false);
+            }
+        }
+        for (granted_in, user, _) in self.access.permissions() {
+            if granted_in == name {
+                let _ = self.access.clear_permission(&granted_in, &user);
+            }
+        }
+        persist::vhost_deleted(&self.runtime, name);
+        true
+    }
+
     pub(crate) fn user(&self, name: &str) -> Option<Arc<access::User>> {
         self.access.user(name)
     }

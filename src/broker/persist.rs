@@ -136,6 +136,12 @@ pub(crate) fn vhost_added(runtime: &Runtime, name: &str) {
     );
 }
 
+/// A vhost was deleted: the store drops every definition and message under it.
+pub(crate) fn vhost_deleted(runtime: &Runtime, name: &str) {
+    let Some(store) = store(runtime) else { return };
+    write(store, vec![Op::DeleteVhost { name: name.into() }]);
+}
+
 /// A durable exchange was created in `vhost` (`home`): if writing it fails, it is deleted
 /// again.
 pub(crate) fn exchange_declared(

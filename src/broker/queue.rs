@@ -21,6 +21,7 @@ use super::consumer::Consumer;
 use super::persist::PublishTicket;
 use super::rates::QueueCounters;
 use super::runtime::Runtime;
+use super::stats::DeliveryTotals;
 use super::vhost::VHost;
 
 /// Who owns an exclusive queue: the id of the connection that declared it.
@@ -112,6 +113,11 @@ impl Queue {
     }
 
     /// Whether deliveries are counted (a quorum queue): redeliveries then carry the counts.
+    /// The broker's delivery counters for this queue's type.
+    fn totals(&self) -> &DeliveryTotals {
+        self.runtime.queue_totals.of(self.config.queue_type)
+    }
+
     pub(crate) fn counts_deliveries(&self) -> bool {
         self.config.queue_type == QueueType::Quorum
     }
@@ -216,6 +222,7 @@ impl Queue {
         // Added once after the loop, under the same lock: one atomic add per batch of
         // deliveries, not per message.
         let mut delivered = 0;
+        let mut delivered_auto_ack = 0;
         for effect in effects.drain() {
             match effect {
                 Effect::Deliver {
@@ -228,6 +235,7 @@ impl Queue {
                     match consumer.sink.deliver(self, &consumer, entry) {
                         Ok(()) => {
                             delivered += 1;
+                            delivered_auto_ack += u64::from(consumer.credit.no_ack);
                             // A no-ack delivery settles the message: it leaves the store now
                             // that it went out (one handed back stays stored).
                             if let (true, Some(&queue)) = (forget, self.store_id.get()) {
@@ -235,6 +243,7 @@ impl Queue {
                             }
                             if redelivered {
                                 QueueCounters::add(&self.counters.redeliver, 1);
+                                DeliveryTotals::add(&self.totals().redelivered, 1);
                                 self.runtime
                                     .hooks
                                     .redelivered
@@ -288,6 +297,7 @@ impl Queue {
         }
         if delivered > 0 {
             QueueCounters::add(&self.counters.deliver, delivered);
+            self.totals().delivered(delivered, delivered_auto_ack);
         }
         if let (false, Some(store)) = (detached.is_empty(), &self.runtime.store) {
             store.submit_detached(detached);
@@ -401,6 +411,7 @@ impl Queue {
         let entries = entries.into_iter().inspect(|_| acked += 1);
         self.run_at(Time::IfUsed, |state, now, fx| state.ack(entries, now, fx));
         QueueCounters::add(&self.counters.ack, acked);
+        DeliveryTotals::add(&self.totals().acknowledged, acked);
     }
 
     /// Delivered messages were rejected without requeue: dead-lettered or dropped.
@@ -463,6 +474,8 @@ impl Queue {
     /// `basic.get`: the head message and how many remain, or `None` when none is ready.
     pub(crate) fn get(self: &Arc<Self>, no_ack: bool) -> Option<(QueueEntry, usize)> {
         let got = self.run(|state, now, fx| state.get(no_ack, now, fx));
+        self.totals()
+            .got(got.as_ref().map(|(entry, _)| entry), no_ack);
         if let Some((entry, _)) = &got {
             QueueCounters::add(&self.counters.get, 1);
             if entry.redelivered {
@@ -491,6 +504,43 @@ impl Queue {
             state.tick(now, fx);
             state.ready()
         })
+    }
+
+    /// What the management API and `/metrics` show of the contents, read under one lock (once
+    /// expired messages are gone).
+    pub(crate) fn figures(self: &Arc<Self>) -> QueueFigures {
+        self.run(|state, now, fx| {
+            state.tick(now, fx);
+            let (expiring, next_expiry_at) = state.expiring();
+            QueueFigures {
+                expiring,
+                next_expiry_at,
+                ready: state.ready(),
+                ready_bytes: state.ready_bytes(),
+                unacked: state.unacked(),
+                unacked_bytes: state.unacked_bytes(),
+                retrying: state.retrying(),
+                next_retry_at: state.next_retry_at(),
+                consumers: state.consumer_count(),
+            }
+        })
+    }
+
+    /// Ready messages the store holds a copy of, and their body bytes (none unless the queue
+    /// is in the store). One pass over the ready messages: for the management API, not for
+    /// every scrape.
+    pub(crate) fn persisted_ready(&self) -> (usize, u64) {
+        if self.store_id.get().is_none() {
+            return (0, 0);
+        }
+        let inner = self.inner.lock();
+        inner
+            .state
+            .ready_entries()
+            .filter(|e| e.message.is_persistent())
+            .fold((0, 0), |(n, bytes), e| {
+                (n + 1, bytes + e.message.body.len() as u64)
+            })
     }
 
     /// Messages waiting for a delayed retry: (ready again at, the entry), in that order.
@@ -594,6 +644,25 @@ impl Queue {
         effects.drain();
         result
     }
+}
+
+/// A queue's contents at one instant (`Queue::figures`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueueFigures {
+    pub(crate) ready: usize,
+    /// Body bytes of the ready messages.
+    pub(crate) ready_bytes: u64,
+    pub(crate) unacked: usize,
+    /// Body bytes of the unacked messages.
+    pub(crate) unacked_bytes: u64,
+    /// Waiting for a delayed retry (quorum queues).
+    pub(crate) retrying: usize,
+    /// When the first of those is ready again (ms on the broker's clock).
+    pub(crate) next_retry_at: Option<u64>,
+    pub(crate) consumers: usize,
+    /// Ready messages whose TTL is pending, and when the first expires.
+    pub(crate) expiring: usize,
+    pub(crate) next_expiry_at: Option<u64>,
 }
 
 /// A queue's settings: its arguments combined with the policy that applies.

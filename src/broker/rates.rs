@@ -22,6 +22,10 @@ pub(crate) enum RateKey {
     Overview,
     Queue(String, String),
     Exchange(String, String),
+    /// A queue's depth (ready, unacked, both): levels, whose rates may be negative.
+    QueueDepth(String, String),
+    VHost(String),
+    VHostDepth(String),
     /// (connection id, channel number).
     Channel(u64, u16),
 }
@@ -54,6 +58,16 @@ impl Rates {
     /// the increase per second since the previous reading (never negative: a counter that
     /// went down belongs to a recreated object).
     pub(crate) fn record(&self, sweep: u64, key: RateKey, at_ms: u64, counts: &Counts) {
+        self.record_with(sweep, key, at_ms, counts, false);
+    }
+
+    /// As `record`, for levels (a queue's depth): the rate is the change per second, negative
+    /// when the level went down.
+    pub(crate) fn record_levels(&self, sweep: u64, key: RateKey, at_ms: u64, levels: &Counts) {
+        self.record_with(sweep, key, at_ms, levels, true);
+    }
+
+    fn record_with(&self, sweep: u64, key: RateKey, at_ms: u64, counts: &Counts, signed: bool) {
         let values: Vec<u64> = counts.iter().map(|(_, n)| *n).collect();
         let mut samples = self.samples.lock();
         let rates = match samples.get(&key) {
@@ -62,7 +76,14 @@ impl Rates {
                 values
                     .iter()
                     .zip(&prev.counts)
-                    .map(|(now, before)| now.saturating_sub(*before) as f64 / seconds)
+                    .map(|(now, before)| {
+                        let change = if signed {
+                            *now as f64 - *before as f64
+                        } else {
+                            now.saturating_sub(*before) as f64
+                        };
+                        change / seconds
+                    })
                     .collect()
             }
             Some(prev) => prev.rates.clone(),
@@ -82,6 +103,22 @@ impl Rates {
     /// Forgets objects the sweep did not see.
     pub(crate) fn end_sweep(&self, sweep: u64) {
         self.samples.lock().retain(|_, s| s.sweep == sweep);
+    }
+
+    /// The last sampled rate of each of `key`'s values (zeros before two samples).
+    pub(crate) fn rates_of(&self, key: &RateKey, len: usize) -> Vec<f64> {
+        let mut rates = self
+            .samples
+            .lock()
+            .get(key)
+            .map(|s| s.rates.clone())
+            .unwrap_or_default();
+        rates.resize(len, 0.0);
+        // Rounded as RabbitMQ shows them (one decimal).
+        rates
+            .iter_mut()
+            .for_each(|r| *r = (*r * 10.0).round() / 10.0);
+        rates
     }
 
     /// RabbitMQ's `message_stats` for `counts` (read now), with the rates last sampled.

@@ -64,6 +64,8 @@ pub(crate) struct Runtime {
     pub(crate) timer: Arc<TimerControl>,
     pub(crate) expiry_mode: ExpiryMode,
     pub(crate) deaths: DeathCounters,
+    /// Deliveries, gets and acks by queue type, and queue churn (for `/metrics`).
+    pub(crate) queue_totals: super::stats::QueueTotals,
     /// Server-generated names (queues, consumer tags, reply addresses).
     pub(crate) names: Arc<NameGenerator>,
     /// The durable store (`--data-dir`), or `None` in memory: durable definitions and
@@ -95,6 +97,7 @@ impl Runtime {
             timer: Arc::new(TimerControl::default()),
             expiry_mode,
             deaths: DeathCounters::default(),
+            queue_totals: Default::default(),
             names: Arc::new(NameGenerator::new(name_seed)),
             store,
             restoring: std::sync::atomic::AtomicBool::new(false),

@@ -13,6 +13,7 @@ use super::exchange::{DeclaredType, Exchange, ExchangeKind};
 use super::policies::Policies;
 use super::queue::{ConnectionId, Queue};
 use super::runtime::Runtime;
+use super::stats::QueueTotals;
 
 /// The exchanges every vhost starts with, as RabbitMQ predeclares them.
 const PREDECLARED: &[(&str, RoutingKind)] = &[
@@ -436,6 +437,7 @@ impl VHost {
             )?;
             let existing = Arc::clone(existing);
             drop(queues);
+            QueueTotals::bump(&self.runtime.queue_totals.declared);
             existing.redeclared();
             return Ok(existing);
         }
@@ -464,6 +466,8 @@ impl VHost {
         super::persist::queue_declared(&self.runtime, &self.me, &queue);
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
+        QueueTotals::bump(&self.runtime.queue_totals.declared);
+        QueueTotals::bump(&self.runtime.queue_totals.created);
         queue.start(self.me.clone());
         Ok(queue)
     }
@@ -532,7 +536,9 @@ impl VHost {
                 name, self.name
             )));
         }
-        self.queues.write().remove(name);
+        if self.queues.write().remove(name).is_some() {
+            QueueTotals::bump(&self.runtime.queue_totals.deleted);
+        }
         // Marked deleted first: it takes no message after this, so the store's removal of the
         // queue comes after every message it stored.
         let (message_count, consumers) = queue.mark_deleted();

@@ -57,6 +57,7 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
     state.runtime.hooks.clear();
     state.stats.clear();
     state.runtime.deaths.clear();
+    state.runtime.queue_totals.clear();
     state.delayed.clear_unroutable();
     if fixture {
         for crate::config::PolicyConfig { vhost, policy } in &state.config.policies {

@@ -128,9 +128,8 @@ impl<const NEED: u8> FromRequestParts<Arc<Api>> for Authed<NEED> {
         if user.loopback_only {
             let peer = parts.extensions.get::<ConnectInfo<Peer>>();
             if !peer.is_some_and(|ConnectInfo(Peer(addr))| is_loopback(addr)) {
-                return Err(ApiError::unauthenticated(format!(
-                    "User '{name}' can only log in via localhost"
-                )));
+                // RabbitMQ's words and error (`not_authorised`), naming no user.
+                return Err(ApiError::forbidden("User can only log in via localhost"));
             }
         }
         if level(&user) < NEED {

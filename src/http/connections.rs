@@ -15,6 +15,8 @@ use super::fields::table_to_json;
 use super::sampler::channel_counts;
 use super::{Api, NODE};
 use crate::broker::connections::ConnectionInfo;
+use crate::broker::consumer::Consumer;
+use crate::broker::queue::Queue;
 use crate::broker::rates::RateKey;
 
 /// RabbitMQ's default reason when the request names none.
@@ -167,6 +169,31 @@ pub(crate) async fn channels_of_connection(
 }
 
 /// `GET /api/consumers`.
+/// One consumer as RabbitMQ's `/api/consumers` and a queue's `consumer_details` show it.
+pub(crate) fn consumer_json(queue: &Queue, consumer: &Consumer, conn: &ConnectionInfo) -> Value {
+    let number = consumer.channel;
+    json!({
+        "consumer_tag": consumer.tag.as_str(),
+        "queue": {"name": queue.name.as_str(), "vhost": queue.vhost.as_str()},
+        "channel_details": {
+            "name": format!("{} ({number})", conn.name),
+            "number": number,
+            "connection_name": conn.name,
+            "peer_host": conn.peer.ip().to_string(),
+            "peer_port": conn.peer.port(),
+            "user": conn.user,
+            "node": NODE,
+        },
+        "ack_required": !consumer.credit.no_ack,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": consumer.credit.prefetch,
+        "priority": consumer.priority,
+        "active": true,
+        "activity_status": "up",
+        "arguments": {},
+    })
+}
+
 pub(crate) async fn consumers(
     user: Authed<MANAGEMENT>,
     State(api): State<Arc<Api>>,
@@ -184,27 +211,7 @@ pub(crate) async fn consumers(
                 if !visible(&user, conn) {
                     continue;
                 }
-                let number = consumer.channel;
-                out.push(json!({
-                    "consumer_tag": consumer.tag.as_str(),
-                    "queue": {"name": queue.name.as_str(), "vhost": vhost.name.as_str()},
-                    "channel_details": {
-                        "name": format!("{} ({number})", conn.name),
-                        "number": number,
-                        "connection_name": conn.name,
-                        "peer_host": conn.peer.ip().to_string(),
-                        "peer_port": conn.peer.port(),
-                        "user": conn.user,
-                        "node": NODE,
-                    },
-                    "ack_required": !consumer.credit.no_ack,
-                    "exclusive": consumer.exclusive,
-                    "prefetch_count": consumer.credit.prefetch,
-                    "priority": consumer.priority,
-                    "active": true,
-                    "activity_status": "up",
-                    "arguments": {},
-                }));
+                out.push(consumer_json(queue, &consumer, conn));
             }
         }
     }

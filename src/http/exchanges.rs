@@ -43,12 +43,26 @@ pub(crate) fn exchange_json(api: &Api, vhost: &VHost, x: &Exchange) -> Value {
             &RateKey::Exchange(vhost.name.to_string(), x.name.to_string()),
             &x.counters.counts(),
         ),
+        // Per-channel and per-queue rates: RabbitMQ lists them only with `rates_mode`
+        // detailed; dwellmq's is basic, as RabbitMQ's default.
+        "incoming": [],
+        "outgoing": [],
     });
+    if is_predeclared(&x.name) {
+        // RabbitMQ's name for the broker itself. Exchanges clients declare do not record who
+        // declared them, so they show no user.
+        value["user_who_performed_action"] = "rmq-internal".into();
+    }
     if let ExchangeKind::Delayed(_) = x.kind {
         // As the delayed-message plugin reports it.
         value["messages_delayed"] = api.state.delayed.stats(&vhost.name, &x.name).0.into();
     }
     value
+}
+
+/// The default exchange and the `amq.*` ones every vhost is born with.
+fn is_predeclared(name: &str) -> bool {
+    name.is_empty() || name.starts_with("amq.")
 }
 
 fn vhost_exchanges(api: &Api, vhost: &VHost) -> Vec<Value> {

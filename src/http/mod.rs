@@ -20,6 +20,7 @@ mod overview;
 mod page;
 mod policies;
 mod publish_get;
+mod queue_shape;
 mod queues;
 mod sampler;
 mod test_clock;
@@ -28,6 +29,7 @@ mod test_inspect;
 mod test_reset;
 mod test_wait;
 mod users;
+mod vhost_delete;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -118,7 +120,9 @@ pub(crate) async fn serve_metrics(
     };
     let api = Arc::new(Api { state, amqp, http });
     let app = Router::new()
-        .route("/metrics", get(metrics::metrics))
+        .route("/metrics", get(metrics::aggregated))
+        .route("/metrics/per-object", get(metrics::per_object))
+        .route("/metrics/detailed", get(metrics::detailed))
         .fallback(|| async { ApiError::not_found() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(api)
@@ -145,7 +149,9 @@ fn router(api: Arc<Api>) -> Router {
         .route("/api/vhosts", get(overview::vhosts))
         .route(
             "/api/vhosts/{vhost}",
-            get(overview::vhost).put(overview::put_vhost),
+            get(overview::vhost)
+                .put(overview::put_vhost)
+                .delete(vhost_delete::delete_vhost),
         )
         .route(
             "/api/vhosts/{vhost}/permissions",
@@ -261,7 +267,9 @@ fn router(api: Arc<Api>) -> Router {
                 .put(policies::put)
                 .delete(policies::delete),
         )
-        .route("/metrics", get(metrics::metrics))
+        .route("/metrics", get(metrics::aggregated))
+        .route("/metrics/per-object", get(metrics::per_object))
+        .route("/metrics/detailed", get(metrics::detailed))
         // The test double's endpoints (src/http/test_*.rs).
         .route("/test/clock", get(test_clock::show))
         .route("/test/clock/advance", post(test_clock::advance))

@@ -7,12 +7,12 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::auth::{self, Authed, ADMINISTRATOR, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::extract::PathOf;
-use super::sampler::overview_counts;
+use super::sampler::{depth, overview_counts, vhost_counts, vhost_octets};
 use super::{Api, NODE};
 use crate::broker::rates::RateKey;
 use crate::broker::vhost::VHost;
@@ -88,18 +88,39 @@ pub(crate) async fn whoami(user: Authed<MANAGEMENT>) -> Json<Value> {
     Json(json!({"name": user.user.name, "tags": auth::tags(&user.user)}))
 }
 
-fn vhost_json(vhost: &VHost) -> Value {
+fn vhost_json(api: &Api, vhost: &VHost) -> Value {
     let (ready, unacked) = vhost_totals(vhost);
-    json!({
-        "name": vhost.name.as_str(),
-        "description": "",
-        "tags": [],
-        "default_queue_type": "classic",
-        "tracing": false,
-        "messages": ready + unacked,
-        "messages_ready": ready,
-        "messages_unacknowledged": unacked,
-    })
+    let rates = &api.state.rates;
+    let name = vhost.name.to_string();
+    let counts = vhost_counts(vhost);
+    let octets = vhost_octets(api, &vhost.name);
+    let all_rates = rates.rates_of(&RateKey::VHost(name.clone()), counts.len() + octets.len());
+    let levels = depth(ready, unacked);
+    let depth_rates = rates.rates_of(&RateKey::VHostDepth(name), levels.len());
+    let mut out = Map::new();
+    out.insert("name".into(), vhost.name.as_str().into());
+    out.insert("description".into(), "".into());
+    out.insert("tags".into(), json!([]));
+    out.insert("default_queue_type".into(), "classic".into());
+    out.insert(
+        "metadata".into(),
+        json!({"description": "", "tags": [], "default_queue_type": "classic"}),
+    );
+    out.insert("tracing".into(), false.into());
+    out.insert("cluster_state".into(), json!({ NODE: "running" }));
+    out.insert(
+        "message_stats".into(),
+        rates.message_stats(&RateKey::VHost(vhost.name.to_string()), &counts),
+    );
+    for ((key, n), rate) in levels.iter().zip(&depth_rates) {
+        out.insert((*key).into(), (*n).into());
+        out.insert(format!("{key}_details"), json!({ "rate": rate }));
+    }
+    for ((key, n), rate) in octets.iter().zip(&all_rates[counts.len()..]) {
+        out.insert((*key).into(), (*n).into());
+        out.insert(format!("{key}_details"), json!({ "rate": rate }));
+    }
+    Value::Object(out)
 }
 
 /// `GET /api/vhosts`: the vhosts the user may see.
@@ -108,7 +129,7 @@ pub(crate) async fn vhosts(user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>
         .vhosts()
         .iter()
         .filter(|v| user.sees(&v.name))
-        .map(|v| vhost_json(v))
+        .map(|v| vhost_json(&api, v))
         .collect();
     Json(Value::Array(list))
 }
@@ -123,7 +144,7 @@ pub(crate) async fn vhost(
     if !user.sees(&name) {
         return Err(ApiError::not_found());
     }
-    Ok(Json(vhost_json(&vhost)))
+    Ok(Json(vhost_json(&api, &vhost)))
 }
 
 /// `PUT /api/vhosts/{vhost}`: creates it (201), or leaves an existing one (204), as RabbitMQ.

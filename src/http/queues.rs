@@ -5,49 +5,28 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use dwellmq_core::arguments::QueueType;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::auth::{Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::exchanges::yes;
 use super::extract::{lenient_bool, JsonBody, PathOf, QueryOf};
-use super::fields::{json_to_table, short, table_to_json};
-use super::{Api, NODE};
+use super::fields::{json_to_table, short};
+use super::queue_shape::queue_json;
+use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::queue::Queue;
-use crate::broker::rates::{RateKey, Rates};
 use crate::broker::vhost::{QueueSpec, VHost};
 
-pub(crate) fn queue_json(rates: &Rates, q: &Arc<Queue>) -> Value {
-    let ready = q.message_count();
-    let unacked = q.unacked_count();
-    json!({
-        "name": q.name.as_str(),
-        "vhost": q.vhost.as_str(),
-        "durable": q.durable,
-        "auto_delete": q.auto_delete,
-        "exclusive": q.exclusive_owner.is_some(),
-        "arguments": table_to_json(&q.arguments),
-        "type": QueueType::of_arguments(&q.arguments).name(),
-        "node": NODE,
-        "state": "running",
-        "messages": ready + unacked,
-        "messages_ready": ready,
-        "messages_unacknowledged": unacked,
-        "consumers": q.consumer_count(),
-        "message_stats": rates.message_stats(
-            &RateKey::Queue(q.vhost.to_string(), q.name.to_string()),
-            &q.counters.counts(),
-        ),
-    })
-}
-
-fn vhost_queues(rates: &Rates, vhost: &VHost) -> Vec<Value> {
+fn vhost_queues(api: &Api, vhost: &VHost) -> Vec<Value> {
+    let connections = api.state.connections.list();
     let mut queues = vhost.queues();
     queues.sort_by(|a, b| a.name.cmp(&b.name));
-    queues.iter().map(|q| queue_json(rates, q)).collect()
+    queues
+        .iter()
+        .map(|q| queue_json(api, q, &connections))
+        .collect()
 }
 
 /// `GET /api/queues`.
@@ -56,7 +35,7 @@ pub(crate) async fn list_all(user: Authed<MANAGEMENT>, State(api): State<Arc<Api
         .vhosts()
         .iter()
         .filter(|v| user.sees(&v.name))
-        .flat_map(|v| vhost_queues(&api.state.rates, v))
+        .flat_map(|v| vhost_queues(&api, v))
         .collect();
     Json(Value::Array(list))
 }
@@ -69,7 +48,7 @@ pub(crate) async fn list_vhost(
 ) -> ApiResult<Json<Value>> {
     let vhost = api.vhost(&vhost)?;
     user.check_vhost(&vhost.name)?;
-    Ok(Json(Value::Array(vhost_queues(&api.state.rates, &vhost))))
+    Ok(Json(Value::Array(vhost_queues(&api, &vhost))))
 }
 
 /// The vhost and queue a path names, after checking access.
@@ -91,7 +70,11 @@ pub(crate) async fn show(
     PathOf((vhost, name)): PathOf<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let queue = find_queue(&api, &user, &vhost, &name)?;
-    Ok(Json(queue_json(&api.state.rates, &queue)))
+    Ok(Json(queue_json(
+        &api,
+        &queue,
+        &api.state.connections.list(),
+    )))
 }
 
 /// The body of `PUT /api/queues/{vhost}/{name}`.

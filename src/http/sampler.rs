@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use super::Api;
 use crate::broker::connections::ChannelSummary;
 use crate::broker::rates::{Counts, RateKey, SAMPLE_INTERVAL};
+use crate::broker::vhost::VHost;
 use crate::server::shutdown_requested;
 
 /// Samples until the broker shuts down.
@@ -34,10 +35,26 @@ async fn sample(api: &Api, at_ms: u64) {
     let sweep = rates.begin_sweep();
     rates.record(sweep, RateKey::Overview, at_ms, &overview_counts(api));
     for vhost in api.vhosts() {
+        let (mut ready, mut unacked) = (0, 0);
         for queue in vhost.queues() {
             let key = RateKey::Queue(vhost.name.to_string(), queue.name.to_string());
             rates.record(sweep, key, at_ms, &queue.counters.counts());
+            let figures = queue.figures();
+            ready += figures.ready;
+            unacked += figures.unacked;
+            let key = RateKey::QueueDepth(vhost.name.to_string(), queue.name.to_string());
+            rates.record_levels(sweep, key, at_ms, &depth(figures.ready, figures.unacked));
         }
+        let name = vhost.name.to_string();
+        let mut counts = vhost_counts(&vhost);
+        counts.extend(vhost_octets(api, &vhost.name));
+        rates.record(sweep, RateKey::VHost(name.clone()), at_ms, &counts);
+        rates.record_levels(
+            sweep,
+            RateKey::VHostDepth(name),
+            at_ms,
+            &depth(ready, unacked),
+        );
         for exchange in vhost.exchanges() {
             let key = RateKey::Exchange(vhost.name.to_string(), exchange.name.to_string());
             rates.record(sweep, key, at_ms, &exchange.counters.counts());
@@ -77,6 +94,57 @@ pub(crate) fn overview_counts(api: &Api) -> Counts {
         ("drop_unroutable", totals.unroutable_dropped),
         ("return_unroutable", totals.unroutable_returned),
     ]
+}
+
+/// A queue's or vhost's depth, as RabbitMQ names it (`messages_details` and so on).
+pub(crate) fn depth(ready: usize, unacked: usize) -> Counts {
+    vec![
+        ("messages", (ready + unacked) as u64),
+        ("messages_ready", ready as u64),
+        ("messages_unacknowledged", unacked as u64),
+    ]
+}
+
+/// A vhost's message counters: publishes as its exchanges count them, deliveries and acks
+/// over its queues.
+pub(crate) fn vhost_counts(vhost: &VHost) -> Counts {
+    let publish = vhost
+        .exchanges()
+        .iter()
+        .map(|x| x.counters.counts()[0].1)
+        .sum();
+    let mut totals: Counts = vec![
+        ("publish", publish),
+        ("deliver", 0),
+        ("get", 0),
+        ("deliver_get", 0),
+        ("ack", 0),
+        ("redeliver", 0),
+    ];
+    for queue in vhost.queues() {
+        for (name, n) in queue.counters.counts() {
+            if let Some(total) = totals
+                .iter_mut()
+                .find(|(t, _)| *t == name && name != "publish")
+            {
+                total.1 += n;
+            }
+        }
+    }
+    totals
+}
+
+/// Octets received from and sent to the vhost's open connections (`recv_oct`, `send_oct`);
+/// sampled after the message counters, under the same key.
+pub(crate) fn vhost_octets(api: &Api, vhost: &str) -> Counts {
+    let (mut recv, mut send) = (0, 0);
+    for c in api.state.connections.list() {
+        if c.vhost == vhost {
+            recv += c.recv_oct.load(std::sync::atomic::Ordering::Relaxed);
+            send += c.send_oct.load(std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    vec![("recv_oct", recv), ("send_oct", send)]
 }
 
 /// A channel's counters, as RabbitMQ names them.

@@ -288,7 +288,8 @@ async fn run<R: AsyncRead + Unpin>(
         tokio::select! {
             read = reader.read_buf(buf), if !blocked && !paused => match read {
                 Ok(0) | Err(_) => break Err(FaultOrExit::Exit),
-                Ok(_) => {
+                Ok(read) => {
+                    listed.info.recv_oct.fetch_add(read as u64, Ordering::Relaxed);
                     last_read = Instant::now();
                     conn.received_ms = conn.state.clock.now_ms();
                     match conn.handle_input(buf, &listed.info) {
@@ -456,6 +457,8 @@ impl Connection {
     fn handle_input(&mut self, buf: &mut BytesMut, info: &ConnectionInfo) -> Result<Flow, Fault> {
         let processed = self.process(buf);
         info.channels.store(self.channels.len(), Ordering::Relaxed);
+        info.send_oct
+            .store(self.outbound.written_total(), Ordering::Relaxed);
         processed
     }
 
@@ -528,6 +531,7 @@ impl Connection {
                 let delivery =
                     Arc::new(DeliveryChannel::new(id, Arc::clone(cx.outbound), frame_max));
                 channels.insert(id, ChannelSlot::Open(Box::new(Channel::new(delivery))));
+                cx.counts.channels_opened += 1;
                 cx.outbound.send_method(id, &Method::ChannelOpenOk);
                 Ok(Flow::Continue)
             }
@@ -676,6 +680,8 @@ impl Connection {
         for queue in std::mem::take(cx.exclusive_queues) {
             let _ = cx.vhost.delete_queue_instance(&queue);
         }
+        // The channels closed here count too.
+        self.state.stats.flush(&mut self.counts);
     }
 }
 

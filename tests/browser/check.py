@@ -75,7 +75,7 @@ class Chromium:
         self.proc = subprocess.Popen(
             [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
              "--remote-debugging-pipe", f"--user-data-dir={self._profile}",
-             "--window-size=1100,900", "about:blank"],
+             "--window-size=1100,1400", "about:blank"],
             close_fds=False, preexec_fn=wire_fds,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
@@ -159,6 +159,21 @@ def scenario(amqp_url: str, http_port: int, chromium: str) -> None:
                          pika.BasicProperties(headers={"x-delay": delay}))
     held = api(http_port, "/api/delayed/%2F/later")
     expect(held["messages_delayed"] == 3, "three messages held", held)
+    # A message waiting for its TTL, one waiting for a delayed retry, one discarded.
+    ch.queue_declare("ttl", arguments={"x-message-ttl": 60_000})
+    ch.basic_publish("", "ttl", b"expires")
+    ch.queue_declare("retry", durable=True, arguments={
+        "x-queue-type": "quorum", "x-delayed-retry-type": "failed",
+        "x-delayed-retry-min": 30_000, "x-delayed-retry-max": 120_000})
+    ch.basic_publish("", "retry", b"job")
+    method, _, _ = ch.basic_get("retry")
+    ch.basic_reject(method.delivery_tag, requeue=True)
+    ch.queue_declare("lossy")
+    ch.basic_publish("", "lossy", b"dropped")
+    method, _, _ = ch.basic_get("lossy")
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    retry = api(http_port, "/api/queues/%2F/retry")
+    expect(retry["messages_delayed"] == 1, "a message waits for a delayed retry", retry)
     first_id = held["items"][0]["id"]
 
     browser = Chromium(chromium)
@@ -171,6 +186,19 @@ def scenario(amqp_url: str, http_port: int, chromium: str) -> None:
         expect(sum(bars) == 3 and bars[0] == 2, "the timeline shows the held messages", bars)
         buttons = browser.eval("document.querySelectorAll('button.cancel').length")
         expect(buttons == 3, "each held message has a cancel button", buttons)
+        rows = browser.eval(
+            "Object.fromEntries([...document.querySelectorAll('#queues tbody tr')]"
+            ".map(r => [r.cells[1].textContent, [...r.cells].map(c => c.textContent)]))")
+        expect(rows["retry"][8] == "1" and rows["retry"][9] != "",
+               "the page shows the message waiting for a retry, with its due time", rows)
+        expect(rows["ttl"][10] == "1" and rows["ttl"][11] != "",
+               "the page shows the message waiting for its TTL, with its expiry", rows)
+        deaths = browser.eval(
+            "Object.fromEntries([...document.querySelectorAll('#deaths tbody tr')]"
+            ".map(r => [r.cells[0].textContent, [r.cells[1].textContent, r.cells[2].textContent]]))")
+        expect(deaths.get("rejected") == ["0", "1"], "the page counts deaths by reason", deaths)
+        lateness = browser.eval("document.querySelectorAll('#lateness div').length")
+        expect(lateness > 1, "the page draws the release-lateness histogram", lateness)
         shot = target_dir() / "page.png"
         browser.screenshot(shot)
         print(f"screenshot: {shot}", flush=True)

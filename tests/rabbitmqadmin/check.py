@@ -132,7 +132,14 @@ def scenario(c: Check) -> None:
     c.run("purge", "queue", "name=jobs")
     expect(c.json("list", "queues")[0]["messages"] == 0, "purge empties the queue")
 
+    queue = c.json("list", "queues")[0]
+    shape = ("message_bytes", "message_bytes_ready", "message_bytes_unacknowledged",
+             "messages_ram", "messages_persistent", "consumer_capacity", "consumer_details",
+             "messages_details")
+    expect(all(field in queue for field in shape), "a queue has RabbitMQ 3.10's fields", queue)
+
     users_and_permissions(c)
+    vhosts(c)
 
     with tempfile.TemporaryDirectory() as tmp:
         exported = Path(tmp) / "defs.json"
@@ -173,6 +180,18 @@ def users_and_permissions(c: Check) -> None:
     c.run("delete", "permission", "vhost=/", "user=alice")
     c.run("delete", "user", "name=alice")
     expect("alice" not in names(c.json("list", "users")), "delete user")
+
+
+def vhosts(c: Check) -> None:
+    c.run("declare", "vhost", "name=doomed")
+    listed = c.json("list", "vhosts")
+    expect("doomed" in names(listed), "declare vhost, list vhosts", listed)
+    default = [v for v in listed if v["name"] == "/"][0]
+    shape = ("message_stats", "messages_details", "recv_oct", "send_oct", "cluster_state")
+    expect(all(field in default for field in shape), "a vhost has RabbitMQ 3.10's fields",
+           default)
+    c.run("delete", "vhost", "name=doomed")
+    expect("doomed" not in names(c.json("list", "vhosts")), "delete vhost")
 
 
 def main() -> int:

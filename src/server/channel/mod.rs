@@ -277,6 +277,7 @@ impl Channel {
             confirms.close();
         }
         self.counters.flush();
+        cx.counts.channel_closed(self.counters.publish > 0);
         let mut unacked = std::mem::take(&mut self.settle_scratch);
         self.delivery.close(&mut unacked);
         self.return_to_queues(&mut unacked, Return::Requeue(ReturnCause::ConsumerGone));

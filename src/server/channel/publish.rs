@@ -220,7 +220,10 @@ impl Channel {
             }
             _ => None,
         };
-        cx.counts.published += 1;
+        let first_on_channel = self.counters.publish == 0;
+        let body_len = publication.message.body.len();
+        cx.counts
+            .received(confirm_tag.is_some(), body_len, first_on_channel);
         if publication.exchange.is_empty() && publication.routing_key.starts_with(REPLY_PREFIX) {
             self.counters.publish += 1;
             // A direct reply: straight to the requester's reply consumer, no queue.

@@ -118,6 +118,8 @@ pub struct QueueState<C> {
     next_consumer: usize,
     /// Delivered and not yet settled.
     unacked: usize,
+    /// Body bytes of those.
+    unacked_bytes: u64,
     deleted: bool,
     /// An auto-delete queue is deleted when its last consumer goes, once it has had one.
     had_consumer: bool,
@@ -141,6 +143,7 @@ impl<C: Clone> QueueState<C> {
             next_subscription: 0,
             next_consumer: 0,
             unacked: 0,
+            unacked_bytes: 0,
             deleted: false,
             had_consumer: false,
             last_used_ms: now_ms,
@@ -181,6 +184,29 @@ impl<C: Clone> QueueState<C> {
     /// Delivered and not yet settled.
     pub fn unacked(&self) -> usize {
         self.unacked
+    }
+
+    /// Ready messages whose TTL is pending, and when the first of them expires.
+    pub fn expiring(&self) -> (usize, Option<u64>) {
+        let first = self.expiring.first_key_value().map(|(&(at, _), _)| at);
+        (self.expiring.len(), first)
+    }
+
+    /// Body bytes of the messages delivered and not yet settled.
+    pub fn unacked_bytes(&self) -> u64 {
+        self.unacked_bytes
+    }
+
+    fn count_unacked(&mut self, entry: &QueueEntry) {
+        self.unacked += 1;
+        self.unacked_bytes += entry.message.body.len() as u64;
+    }
+
+    fn settle_unacked(&mut self, entry: &QueueEntry) {
+        self.unacked = self.unacked.saturating_sub(1);
+        self.unacked_bytes = self
+            .unacked_bytes
+            .saturating_sub(entry.message.body.len() as u64);
     }
 
     /// Attached consumers.
@@ -402,7 +428,7 @@ impl<C: Clone> QueueState<C> {
             if no_ack {
                 self.forget(entry, fx);
             } else {
-                self.unacked += 1;
+                self.count_unacked(entry);
                 self.note_delivery(entry, fx);
             }
         }
@@ -418,7 +444,7 @@ impl<C: Clone> QueueState<C> {
         fx: &mut Effects<C>,
     ) {
         for entry in entries {
-            self.unacked = self.unacked.saturating_sub(1);
+            self.settle_unacked(entry);
             self.forget(entry, fx);
         }
         self.deliver_ready(now_ms, None, fx);
@@ -433,7 +459,7 @@ impl<C: Clone> QueueState<C> {
         fx: &mut Effects<C>,
     ) {
         for entry in entries {
-            self.unacked = self.unacked.saturating_sub(1);
+            self.settle_unacked(&entry);
             self.forget(&entry, fx);
             self.dead_letter(entry.message, DeathReason::Rejected, fx);
         }
@@ -453,7 +479,7 @@ impl<C: Clone> QueueState<C> {
         fx: &mut Effects<C>,
     ) {
         for mut entry in entries {
-            self.unacked = self.unacked.saturating_sub(1);
+            self.settle_unacked(&entry);
             if self.deleted {
                 continue;
             }
@@ -498,7 +524,7 @@ impl<C: Clone> QueueState<C> {
     pub fn undelivered(&mut self, credit: &ConsumerCredit, entry: QueueEntry) {
         if !credit.no_ack {
             credit.settled(1);
-            self.unacked = self.unacked.saturating_sub(1);
+            self.settle_unacked(&entry);
         }
         if !self.deleted {
             self.put_back(entry);
@@ -779,7 +805,9 @@ impl<C: Clone> QueueState<C> {
                 .reserve(credit::delivery_reservation(entry.message.body.len()));
             let forget = slot.credit.no_ack && self.is_persisted(&entry.message);
             if !slot.credit.no_ack {
+                // Fields, not `count_unacked`: `slot` borrows the consumers.
                 self.unacked += 1;
+                self.unacked_bytes += entry.message.body.len() as u64;
                 self.note_delivery(&entry, fx);
             }
             fx.push(Effect::Deliver {
