@@ -25,7 +25,13 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 
-const BIN: &str = env!("CARGO_BIN_EXE_dwellmq");
+/// The broker under test: `DWELLMQ_BIN` when set (`.ci/run` passes the debug build every step
+/// shares; the kill points live in this harness, so no release build is needed), else the
+/// binary cargo built alongside this test.
+fn broker_bin() -> String {
+    std::env::var("DWELLMQ_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_dwellmq").to_string())
+}
+
 const QUEUE: &str = "crash";
 /// A durable `x-delayed-message` exchange, bound to `DUE` with key `d`.
 const DELAYED: &str = "crash-delayed";
@@ -69,7 +75,7 @@ impl Drop for Broker {
 
 /// Starts the binary on `dir`; returns it and its AMQP URL.
 fn spawn(dir: &Path) -> (Broker, String) {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(broker_bin())
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir)
         .env("DWELLMQ_HTTP", "off")
