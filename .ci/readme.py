@@ -13,7 +13,7 @@
    each starting the binary the first command built.
 4. Builds a scratch crate whose Cargo.toml has the README's dependency lines (the `path` pointing
    at this checkout) and runs the README's Rust example in it as a test; checks that
-   tests/readme_example.rs is the same code (it runs with `cargo test --workspace`); and checks
+   tests/amqp/readme_example.rs is the same code (it runs with `cargo test --workspace`); and checks
    that the library without default features pulls in none of the binary's dependencies.
 
 The commands `cargo test --workspace`, the interop test runs and the benchmark commands are not
@@ -22,11 +22,24 @@ repeated here: `.ci/run` runs the first ones, and benchmarks measure rather than
 Needs pika (`pip install pika==1.3.2`) and amqplib (`npm install --prefix tests/node`).
 If 127.0.0.1:5672 is taken (a RabbitMQ), the broker is started with `--listen 127.0.0.1:0` added,
 as the README advises, and the examples get the URL in AMQP_URL, which they read.
-README_PROFILE=debug runs `cargo run` without `--release`, for a quicker check by hand.
+
+Which binary the `cargo run` lines start:
+- DWELLMQ_BIN set (what .ci/run does): the README's `cargo run --release -- ARGS` lines are
+  checked as printed (exactly `cargo run`, `--release`, `--`, then the arguments), `cargo
+  metadata` must show that `cargo run` picks the `dwellmq` binary (`default-run`, its required
+  features in the default ones), and then that binary runs with the printed ARGS from the
+  checkout. The binary is CI's one debug build, compiled from the same source with the same
+  features; the code has no `cfg(debug_assertions)` branch, and debug builds check more
+  (overflow, debug assertions), so what the examples prove of it holds for the release build.
+  What this does not prove is that the release profile compiles; that would take a third full
+  build of every dependency (minutes on CI's two cores) to catch a compiler bug.
+- otherwise: each line runs as printed (`cargo run --release` builds in release mode), or
+  without `--release` when README_PROFILE=debug, for a quicker check by hand.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -41,7 +54,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-STARTUP_TIMEOUT = 1800.0  # the first command compiles the broker in release mode
+STARTUP_TIMEOUT = 1800.0  # run as printed, the first command compiles the broker in release mode
 EXAMPLE_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 BINARY_ONLY_DEPENDENCIES = ("mimalloc", "toml", "tracing-subscriber")
@@ -142,14 +155,42 @@ class Broker:
 
 
 def start_command() -> list[str]:
-    """The README's first shell command (starting the broker), as printed."""
+    """The README's first shell command (starting the broker), as it is to be run here."""
     first = code_blocks("sh")[0].strip()
     if "\n" in first or not first.startswith("cargo run"):
         fail(f"the README's first sh block should be the one command that starts the broker: {first!r}")
-    command = shlex.split(first)
+    return runnable(first)
+
+
+def runnable(printed: str) -> list[str]:
+    """The command to run for a README line `cargo run --release -- ARGS`: $DWELLMQ_BIN ARGS
+    when DWELLMQ_BIN is set (see the module's doc), else the line as printed."""
+    command = shlex.split(printed)
+    if command[:3] != ["cargo", "run", "--release"] or command[3:4] != ["--"]:
+        fail(f"expected a README line `cargo run --release -- ARGS`, found {printed!r}")
+    binary = os.environ.get("DWELLMQ_BIN")
+    if binary:
+        return [binary, *command[4:]]
     if os.environ.get("README_PROFILE") == "debug":
         command.remove("--release")
     return command
+
+
+def cargo_run_starts_the_broker() -> None:
+    """`cargo run` in the checkout runs the `dwellmq` binary with the default features: what
+    running $DWELLMQ_BIN in place of the README's `cargo run` lines relies on."""
+    metadata = json.loads(subprocess.run(
+        ["cargo", "metadata", "--no-deps", "--format-version", "1"],
+        cwd=REPO, check=True, capture_output=True, text=True,
+    ).stdout)
+    package = next(p for p in metadata["packages"] if p["name"] == "dwellmq")
+    if package.get("default_run") != "dwellmq":
+        fail(f"`cargo run` would not pick the dwellmq binary (default-run = {package.get('default_run')!r})")
+    binary = next(t for t in package["targets"] if t["name"] == "dwellmq" and "bin" in t["kind"])
+    missing = set(binary.get("required-features") or []) - set(package["features"].get("default", []))
+    if missing:
+        fail(f"`cargo run` would not build the dwellmq binary: {sorted(missing)} not default")
+    step("`cargo run` runs the dwellmq binary with the default features (cargo metadata)")
 
 
 def with_free_port(command: list[str]) -> tuple[list[str], bool]:
@@ -220,10 +261,7 @@ def the_toml_example(work: Path) -> None:
     if not match:
         fail(f"the TOML example should start with '# FILE: cargo run ...', not {first_line!r}")
     name, printed = match.groups()
-    command = shlex.split(printed)
-    if os.environ.get("README_PROFILE") == "debug":
-        command.remove("--release")
-    command, _ = with_free_port(command)
+    command, _ = with_free_port(runnable(printed))
     # The command names the file relative to the checkout, where `cargo run` runs.
     config = REPO / name
     if config.exists():
@@ -286,13 +324,13 @@ def the_rust_example(work: Path) -> None:
     formatted = work / "formatted.rs"
     formatted.write_text(rust)
     subprocess.run(["rustfmt", "--edition", "2021", str(formatted)], check=True)
-    in_tests = (REPO / "tests" / "readme_example.rs").read_text()
+    in_tests = (REPO / "tests" / "amqp" / "readme_example.rs").read_text()
     body = "\n".join(
         line for line in in_tests.splitlines() if not line.startswith("//!")
     ).lstrip("\n")
     if body.strip() != formatted.read_text().strip():
-        fail("tests/readme_example.rs differs from the README's Rust example (rustfmt both)")
-    step("tests/readme_example.rs matches the README's Rust example")
+        fail("tests/amqp/readme_example.rs differs from the README's Rust example (rustfmt both)")
+    step("tests/amqp/readme_example.rs matches the README's Rust example")
 
 
 def no_binary_dependencies_for_embedders() -> None:
@@ -312,7 +350,7 @@ def the_test_double_examples(work: Path) -> None:
     """The pytest and node --test examples, each against a broker it starts itself from the
     binary the first command built (DWELLMQ_BIN)."""
     profile = "debug" if os.environ.get("README_PROFILE") == "debug" else "release"
-    binary = target_dir() / profile / "dwellmq"
+    binary = Path(os.environ.get("DWELLMQ_BIN") or target_dir() / profile / "dwellmq")
     if not binary.is_file():
         fail(f"{binary} is missing (the README's first command builds it)")
     env = dict(os.environ, DWELLMQ_BIN=str(binary))
@@ -336,6 +374,8 @@ def the_test_double_examples(work: Path) -> None:
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dwellmq-readme-") as tmp:
         work = Path(tmp)
+        if os.environ.get("DWELLMQ_BIN"):
+            cargo_run_starts_the_broker()
         examples_against_the_first_command(work)
         the_test_double_examples(work)
         the_toml_example(work)
