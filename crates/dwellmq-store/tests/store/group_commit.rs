@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::{faulty_options, payload, Faults, Scratch};
-use dwellmq_store::{Completion, DeadlineId, Op, Receipt, Store};
+use dwellmq_store::{Completion, DeadlineId, Op, Receipt, Store, StoreOptions};
 
 fn persist(queue: u64, seq: u64) -> Op {
     Op::Persist {
@@ -303,19 +303,30 @@ fn a_burst_is_split_into_commits_of_bounded_size() {
 #[test]
 fn what_a_group_submits_goes_into_one_commit_even_while_the_writer_is_idle() {
     let dir = Scratch::new("group");
-    let store = Store::open(dir.path()).expect("open");
+    // One submission per commit unless grouped: without the group the two submissions below
+    // could only be committed apart, whenever the writer picks them up.
+    let options = StoreOptions {
+        max_batch: 1,
+        ..StoreOptions::default()
+    };
+    let store = Store::open_with(dir.path(), options).expect("open");
+    // A commit waited for: the writer is idle, waiting for the next submission.
+    let before = store.write(vec![persist(1, 0)]).expect("committed").commit;
+    let commits_before = store.stats().commits;
     let (tx, rx) = mpsc::channel();
     let group = store.group();
-    store.submit(vec![persist(1, 0)], sending_to(&tx));
-    // An idle writer takes the first submission at once; without the group it would commit
-    // it alone before the second arrives.
-    std::thread::sleep(Duration::from_millis(50));
+    store.submit(vec![persist(1, 1)], sending_to(&tx));
     store.submit(vec![Op::Forget { queue: 1, seq: 7 }], sending_to(&tx));
     drop(group);
     let first = rx.recv().unwrap().expect("committed");
     let second = rx.recv().unwrap().expect("committed");
-    assert!(first.commit.is_some());
+    assert!(first.commit > before);
     assert_eq!(first, second, "one commit for the whole group");
+    assert_eq!(
+        store.stats().commits,
+        commits_before + 1,
+        "the group made one commit"
+    );
     store.close();
 }
 
@@ -339,12 +350,23 @@ fn a_group_larger_than_the_batch_limits_still_commits_whole() {
     faults.resume();
     first.recv().unwrap().expect("first");
     let commits = commit_numbers(&rx, 200);
-    let grouped = &commits[30..150];
+    let grouped = commits[30];
     assert!(
-        grouped.iter().all(|&c| c == grouped[0]),
-        "the group's 120 submissions in one commit: {grouped:?}"
+        commits[30..150].iter().all(|&c| c == grouped),
+        "the group's 120 submissions in one commit: {commits:?}"
     );
-    let mut distinct = commits.clone();
-    distinct.dedup();
-    assert!(distinct.len() >= 2, "the rest still split: {distinct:?}");
+    assert!(
+        commits.is_sorted(),
+        "commits in submission order: {commits:?}"
+    );
+    // Every other commit keeps to the limit of 50 ops: those after the group do not ride
+    // along with it, however many are queued when the writer gathers.
+    for commit in commits.iter().copied().filter(|&c| c != grouped) {
+        let ops = commits.iter().filter(|&&c| c == commit).count();
+        assert!(ops <= 50, "commit {commit} took {ops} ops: {commits:?}");
+    }
+    assert!(
+        commits[150] > grouped,
+        "the 50 after the group commit apart: {commits:?}"
+    );
 }
