@@ -4,7 +4,7 @@
 //! task, aborts the test binary; an accounting mismatch is a panic.
 //!
 //! The seeds are scripts for the interpreter in `src/fuzzing.rs`: regenerate them with
-//! `cargo test --test fuzz_connection -- --ignored regenerate_seed_corpus`.
+//! `cargo test --test amqp fuzz_connection -- --ignored regenerate_seed_corpus`.
 
 use std::path::{Path, PathBuf};
 
@@ -163,16 +163,27 @@ fn the_corpus_runs_clean() {
         .into_iter()
         .map(|(name, bytes)| (name.to_string(), bytes))
         .collect();
-    if let Ok(dir) = std::fs::read_dir(corpus_dir()) {
-        for entry in dir.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            // A fuzzer running meanwhile replaces inputs as it reduces them: one gone is skipped.
-            if let Ok(bytes) = std::fs::read(entry.path()) {
-                inputs.push((name, bytes));
-            }
+    // The corpus is checked in: a missing or unreadable directory is a failure, not a skip.
+    let dir = std::fs::read_dir(corpus_dir())
+        .unwrap_or_else(|e| panic!("the corpus {} is missing: {e}", corpus_dir().display()));
+    let mut on_disk = Vec::new();
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // A fuzzer running meanwhile replaces inputs as it reduces them: one gone is skipped.
+        if let Ok(bytes) = std::fs::read(entry.path()) {
+            on_disk.push((name, bytes));
         }
     }
-    assert!(inputs.len() >= seeds().len());
+    // The seeds on disk are the ones written here (the fuzzer starts from those files).
+    for (name, bytes) in seeds() {
+        let file = format!("{name}.bin");
+        let found = on_disk.iter().find(|(n, _)| *n == file);
+        assert!(
+            found.is_some_and(|(_, b)| *b == bytes),
+            "{file} is missing from the corpus or stale: regenerate_seed_corpus rewrites it"
+        );
+    }
+    inputs.extend(on_disk);
     for (name, bytes) in inputs {
         eprintln!("corpus input {name}");
         dwellmq::fuzzing::run_connection(&bytes);

@@ -130,8 +130,20 @@ async fn expiry_is_on_time_behind_a_longer_ttl_by_default() {
     declare_queue(&ch, "q").await;
     publish(&ch, "q", "long", Some("60000")).await;
     publish(&ch, "q", "short", Some("1000")).await;
-    t.broker.advance(Duration::from_millis(1000));
-    assert_eq!(ready(&ch, "q").await, 1);
+    t.broker.advance(Duration::from_millis(999));
+    assert_eq!(
+        ready(&ch, "q").await,
+        2,
+        "nothing expires a millisecond early"
+    );
+    t.broker.advance(Duration::from_millis(1));
+    assert_eq!(
+        ready(&ch, "q").await,
+        1,
+        "the short one expires behind the long one"
+    );
+    assert_eq!(get_body(&ch, "q").await.as_deref(), Some("long"));
+    assert_eq!(get_body(&ch, "q").await, None);
 }
 
 /// RabbitMQ's classic queues expire only at the head: the head-of-queue trap, kept on request.
