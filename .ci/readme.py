@@ -2,6 +2,7 @@
 """Runs README.md's commands and examples as printed, from this checkout (CI calls it).
 
     python3 .ci/readme.py
+    python3 .ci/readme.py --prebuild   (only compiles step 4's crate, ahead of time)
 
 1. Starts the broker with the README's first command (`cargo run --release -- --in-memory`),
    then runs the README's Python (pika) and Node.js (amqplib) examples against it. Each must exit
@@ -298,6 +299,41 @@ def toml_blocks() -> tuple[str, str]:
 
 
 def the_rust_example(work: Path) -> None:
+    crate, env = scratch_crate(work)
+    step("$ cargo test   (the README's Rust example in a crate with its Cargo.toml lines)")
+    done = subprocess.run(["cargo", "test", "--test", "reminder"], cwd=crate, env=env)
+    if done.returncode != 0:
+        fail("the README's Rust example failed in a crate of its own")
+
+    rust = only_block("rust")
+    formatted = work / "formatted.rs"
+    formatted.write_text(rust)
+    subprocess.run(["rustfmt", "--edition", "2021", str(formatted)], check=True)
+    in_tests = (REPO / "tests" / "amqp" / "readme_example.rs").read_text()
+    body = "\n".join(
+        line for line in in_tests.splitlines() if not line.startswith("//!")
+    ).lstrip("\n")
+    if body.strip() != formatted.read_text().strip():
+        fail("tests/amqp/readme_example.rs differs from the README's Rust example (rustfmt both)")
+    step("tests/amqp/readme_example.rs matches the README's Rust example")
+
+
+def prebuild_the_rust_example() -> int:
+    """Compiles the scratch crate without running it (`--prebuild`): .ci/run starts this in the
+    background while the interop steps, which hardly use the CPU, run, so that the README step
+    finds its dependencies built. The crate's own path does not matter: cargo keys what it
+    reuses (dwellmq and the registry crates) by package and features."""
+    with tempfile.TemporaryDirectory(prefix="dwellmq-readme-prebuild-") as tmp:
+        crate, env = scratch_crate(Path(tmp))
+        done = subprocess.run(
+            ["cargo", "test", "--quiet", "--no-run", "--test", "reminder"], cwd=crate, env=env
+        )
+    return done.returncode
+
+
+def scratch_crate(work: Path) -> tuple[Path, dict[str, str]]:
+    """A crate in `work` with the README's Cargo.toml lines and its Rust example as a test, and
+    the environment to build it in."""
     rust = only_block("rust")
     cargo_lines = toml_blocks()[1]
     printed_path = 'path = "../dwellmq"'
@@ -319,21 +355,7 @@ def the_rust_example(work: Path) -> None:
     # As a newcomer builds it: without the clippy wrapper .ci/run sets for the workspace.
     env.pop("RUSTC_WORKSPACE_WRAPPER", None)
     env.pop("CLIPPY_ARGS", None)
-    step("$ cargo test   (the README's Rust example in a crate with its Cargo.toml lines)")
-    done = subprocess.run(["cargo", "test", "--test", "reminder"], cwd=crate, env=env)
-    if done.returncode != 0:
-        fail("the README's Rust example failed in a crate of its own")
-
-    formatted = work / "formatted.rs"
-    formatted.write_text(rust)
-    subprocess.run(["rustfmt", "--edition", "2021", str(formatted)], check=True)
-    in_tests = (REPO / "tests" / "amqp" / "readme_example.rs").read_text()
-    body = "\n".join(
-        line for line in in_tests.splitlines() if not line.startswith("//!")
-    ).lstrip("\n")
-    if body.strip() != formatted.read_text().strip():
-        fail("tests/amqp/readme_example.rs differs from the README's Rust example (rustfmt both)")
-    step("tests/amqp/readme_example.rs matches the README's Rust example")
+    return crate, env
 
 
 def no_binary_dependencies_for_embedders() -> None:
@@ -375,6 +397,8 @@ def the_test_double_examples(work: Path) -> None:
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--prebuild"]:
+        return prebuild_the_rust_example()
     with tempfile.TemporaryDirectory(prefix="dwellmq-readme-") as tmp:
         work = Path(tmp)
         if os.environ.get("DWELLMQ_BIN"):
