@@ -8,6 +8,10 @@ mod common;
 #[path = "../http_client/mod.rs"]
 mod http_client;
 
-mod durability;
+mod data_dir;
+mod delayed_on_disk;
 mod durability_faults;
+mod restart;
 mod restart_state;
+mod support;
+mod write_failures;
