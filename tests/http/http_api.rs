@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use crate::common::*;
 use crate::http_client::*;
-use dwellmq::BrokerConfig;
+use dwellmq::{BrokerConfig, MemoryWatermark};
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
@@ -585,6 +585,51 @@ async fn health_checks_answer_ok() {
     get(addr, "/api/aliveness-test/nope", GUEST)
         .await
         .error(404);
+    drop(t); // shuts the broker down
+}
+
+/// The alarms check's other answer: 503 with the alarm in effect while memory is over the
+/// watermark, as RabbitMQ answers, and 200 again once the memory is freed.
+#[tokio::test]
+async fn the_alarms_health_check_fails_while_the_memory_alarm_is_on() {
+    let mut config = BrokerConfig::ephemeral();
+    config.http = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.limits.memory_high_watermark = MemoryWatermark::Absolute(1024);
+    let t = start_with(config).await;
+    let addr = t.broker.http_addr().expect("HTTP on");
+    let ch = t.channel().await;
+    declare_queue(&ch, "big").await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let confirm = ch
+        .basic_publish(
+            "".into(),
+            "big".into(),
+            BasicPublishOptions::default(),
+            &[0u8; 2048],
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(confirm.is_ack());
+    let reply = get(addr, "/api/health/checks/alarms", GUEST).await;
+    assert_eq!(
+        (reply.status, reply.json()),
+        (
+            503,
+            json!({
+                "status": "failed",
+                "reason": "resource alarm(s) in effect in the cluster",
+                "alarms": [{"node": "dwellmq@localhost", "resource": "memory"}],
+            })
+        )
+    );
+    delete(addr, "/api/queues/%2F/big/contents", GUEST).await;
+    let reply = get(addr, "/api/health/checks/alarms", GUEST).await;
+    assert_eq!((reply.status, reply.json()), (200, json!({"status": "ok"})));
     drop(t); // shuts the broker down
 }
 
