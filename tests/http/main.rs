@@ -9,6 +9,7 @@ mod common;
 #[path = "../http_client/mod.rs"]
 mod http_client;
 
+mod consumer_cancel;
 mod http_api;
 mod http_auth;
 mod http_connections;
