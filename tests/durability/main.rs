@@ -11,6 +11,7 @@ mod http_client;
 mod data_dir;
 mod delayed_on_disk;
 mod durability_faults;
+mod large_messages;
 mod restart;
 mod restart_state;
 mod support;
