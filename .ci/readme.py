@@ -2,6 +2,7 @@
 """Runs README.md's commands and examples as printed, from this checkout (CI calls it).
 
     python3 .ci/readme.py
+    python3 .ci/readme.py --prebuild   (only compiles step 4's crate, ahead of time)
 
 1. Starts the broker with the README's first command (`cargo run --release -- --in-memory`),
    then runs the README's Python (pika) and Node.js (amqplib) examples against it. Each must exit
@@ -13,7 +14,7 @@
    each starting the binary the first command built.
 4. Builds a scratch crate whose Cargo.toml has the README's dependency lines (the `path` pointing
    at this checkout) and runs the README's Rust example in it as a test; checks that
-   tests/readme_example.rs is the same code (it runs with `cargo test --workspace`); and checks
+   tests/amqp/readme_example.rs is the same code (it runs with `cargo test --workspace`); and checks
    that the library without default features pulls in none of the binary's dependencies.
 
 The commands `cargo test --workspace`, the interop test runs and the benchmark commands are not
@@ -22,11 +23,24 @@ repeated here: `.ci/run` runs the first ones, and benchmarks measure rather than
 Needs pika (`pip install pika==1.3.2`) and amqplib (`npm install --prefix tests/node`).
 If 127.0.0.1:5672 is taken (a RabbitMQ), the broker is started with `--listen 127.0.0.1:0` added,
 as the README advises. The examples get the printed URL in AMQP_URL, which they read.
-README_PROFILE=debug runs `cargo run` without `--release`, for a quicker check by hand.
+
+Which binary the `cargo run` lines start:
+- DWELLMQ_BIN set (what .ci/run does): the README's `cargo run --release -- ARGS` lines are
+  checked as printed (exactly `cargo run`, `--release`, `--`, then the arguments), `cargo
+  metadata` must show that `cargo run` picks the `dwellmq` binary (`default-run`, its required
+  features in the default ones), and then that binary runs with the printed ARGS from the
+  checkout. The binary is CI's one debug build, compiled from the same source with the same
+  features; the code has no `cfg(debug_assertions)` branch, and debug builds check more
+  (overflow, debug assertions), so what the examples prove of it holds for the release build.
+  What this does not prove is that the release profile compiles; that would take a third full
+  build of every dependency (minutes on CI's two cores) to catch a compiler bug.
+- otherwise: each line runs as printed (`cargo run --release` builds in release mode), or
+  without `--release` when README_PROFILE=debug, for a quicker check by hand.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -41,7 +55,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-STARTUP_TIMEOUT = 1800.0  # the first command compiles the broker in release mode
+STARTUP_TIMEOUT = 1800.0  # run as printed, the first command compiles the broker in release mode
 EXAMPLE_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 BINARY_ONLY_DEPENDENCIES = ("mimalloc", "toml", "tracing-subscriber")
@@ -142,14 +156,42 @@ class Broker:
 
 
 def start_command() -> list[str]:
-    """The README's first shell command (starting the broker), as printed."""
+    """The README's first shell command (starting the broker), as it is to be run here."""
     first = code_blocks("sh")[0].strip()
     if "\n" in first or not first.startswith("cargo run"):
         fail(f"the README's first sh block should be the one command that starts the broker: {first!r}")
-    command = shlex.split(first)
+    return runnable(first)
+
+
+def runnable(printed: str) -> list[str]:
+    """The command to run for a README line `cargo run --release -- ARGS`: $DWELLMQ_BIN ARGS
+    when DWELLMQ_BIN is set (see the module's doc), else the line as printed."""
+    command = shlex.split(printed)
+    if command[:3] != ["cargo", "run", "--release"] or command[3:4] != ["--"]:
+        fail(f"expected a README line `cargo run --release -- ARGS`, found {printed!r}")
+    binary = os.environ.get("DWELLMQ_BIN")
+    if binary:
+        return [binary, *command[4:]]
     if os.environ.get("README_PROFILE") == "debug":
         command.remove("--release")
     return command
+
+
+def cargo_run_starts_the_broker() -> None:
+    """`cargo run` in the checkout runs the `dwellmq` binary with the default features: what
+    running $DWELLMQ_BIN in place of the README's `cargo run` lines relies on."""
+    metadata = json.loads(subprocess.run(
+        ["cargo", "metadata", "--no-deps", "--format-version", "1"],
+        cwd=REPO, check=True, capture_output=True, text=True,
+    ).stdout)
+    package = next(p for p in metadata["packages"] if p["name"] == "dwellmq")
+    if package.get("default_run") != "dwellmq":
+        fail(f"`cargo run` would not pick the dwellmq binary (default-run = {package.get('default_run')!r})")
+    binary = next(t for t in package["targets"] if t["name"] == "dwellmq" and "bin" in t["kind"])
+    missing = set(binary.get("required-features") or []) - set(package["features"].get("default", []))
+    if missing:
+        fail(f"`cargo run` would not build the dwellmq binary: {sorted(missing)} not default")
+    step("`cargo run` runs the dwellmq binary with the default features (cargo metadata)")
 
 
 def with_free_port(command: list[str]) -> tuple[list[str], bool]:
@@ -216,10 +258,7 @@ def the_toml_example(work: Path) -> None:
     if not match:
         fail(f"the TOML example should start with '# FILE: cargo run ...', not {first_line!r}")
     name, printed = match.groups()
-    command = shlex.split(printed)
-    if os.environ.get("README_PROFILE") == "debug":
-        command.remove("--release")
-    command, _ = with_free_port(command)
+    command, _ = with_free_port(runnable(printed))
     # The command names the file relative to the checkout, where `cargo run` runs.
     config = REPO / name
     if config.exists():
@@ -258,6 +297,41 @@ def toml_blocks() -> tuple[str, str]:
 
 
 def the_rust_example(work: Path) -> None:
+    crate, env = scratch_crate(work)
+    step("$ cargo test   (the README's Rust example in a crate with its Cargo.toml lines)")
+    done = subprocess.run(["cargo", "test", "--test", "reminder"], cwd=crate, env=env)
+    if done.returncode != 0:
+        fail("the README's Rust example failed in a crate of its own")
+
+    rust = only_block("rust")
+    formatted = work / "formatted.rs"
+    formatted.write_text(rust)
+    subprocess.run(["rustfmt", "--edition", "2021", str(formatted)], check=True)
+    in_tests = (REPO / "tests" / "amqp" / "readme_example.rs").read_text()
+    body = "\n".join(
+        line for line in in_tests.splitlines() if not line.startswith("//!")
+    ).lstrip("\n")
+    if body.strip() != formatted.read_text().strip():
+        fail("tests/amqp/readme_example.rs differs from the README's Rust example (rustfmt both)")
+    step("tests/amqp/readme_example.rs matches the README's Rust example")
+
+
+def prebuild_the_rust_example() -> int:
+    """Compiles the scratch crate without running it (`--prebuild`): .ci/run starts this in the
+    background while the interop steps, which hardly use the CPU, run, so that the README step
+    finds its dependencies built. The crate's own path does not matter: cargo keys what it
+    reuses (dwellmq and the registry crates) by package and features."""
+    with tempfile.TemporaryDirectory(prefix="dwellmq-readme-prebuild-") as tmp:
+        crate, env = scratch_crate(Path(tmp))
+        done = subprocess.run(
+            ["cargo", "test", "--quiet", "--no-run", "--test", "reminder"], cwd=crate, env=env
+        )
+    return done.returncode
+
+
+def scratch_crate(work: Path) -> tuple[Path, dict[str, str]]:
+    """A crate in `work` with the README's Cargo.toml lines and its Rust example as a test, and
+    the environment to build it in."""
     rust = only_block("rust")
     cargo_lines = toml_blocks()[1]
     printed_path = 'path = "../dwellmq"'
@@ -276,21 +350,10 @@ def the_rust_example(work: Path) -> None:
     # The checkout's lock file: the same dependency versions, so its build cache is reused.
     shutil.copy(REPO / "Cargo.lock", crate / "Cargo.lock")
     env = dict(os.environ, CARGO_TARGET_DIR=str(target_dir()))
-    step("$ cargo test   (the README's Rust example in a crate with its Cargo.toml lines)")
-    done = subprocess.run(["cargo", "test", "--test", "reminder"], cwd=crate, env=env)
-    if done.returncode != 0:
-        fail("the README's Rust example failed in a crate of its own")
-
-    formatted = work / "formatted.rs"
-    formatted.write_text(rust)
-    subprocess.run(["rustfmt", "--edition", "2021", str(formatted)], check=True)
-    in_tests = (REPO / "tests" / "readme_example.rs").read_text()
-    body = "\n".join(
-        line for line in in_tests.splitlines() if not line.startswith("//!")
-    ).lstrip("\n")
-    if body.strip() != formatted.read_text().strip():
-        fail("tests/readme_example.rs differs from the README's Rust example (rustfmt both)")
-    step("tests/readme_example.rs matches the README's Rust example")
+    # As a newcomer builds it: without the clippy wrapper .ci/run sets for the workspace.
+    env.pop("RUSTC_WORKSPACE_WRAPPER", None)
+    env.pop("CLIPPY_ARGS", None)
+    return crate, env
 
 
 def no_binary_dependencies_for_embedders() -> None:
@@ -310,7 +373,7 @@ def the_test_double_examples(work: Path) -> None:
     """The pytest and node --test examples, each against a broker it starts itself from the
     binary the first command built (DWELLMQ_BIN)."""
     profile = "debug" if os.environ.get("README_PROFILE") == "debug" else "release"
-    binary = target_dir() / profile / "dwellmq"
+    binary = Path(os.environ.get("DWELLMQ_BIN") or target_dir() / profile / "dwellmq")
     if not binary.is_file():
         fail(f"{binary} is missing (the README's first command builds it)")
     env = dict(os.environ, DWELLMQ_BIN=str(binary))
@@ -332,8 +395,12 @@ def the_test_double_examples(work: Path) -> None:
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--prebuild"]:
+        return prebuild_the_rust_example()
     with tempfile.TemporaryDirectory(prefix="dwellmq-readme-") as tmp:
         work = Path(tmp)
+        if os.environ.get("DWELLMQ_BIN"):
+            cargo_run_starts_the_broker()
         examples_against_the_first_command(work)
         the_test_double_examples(work)
         the_toml_example(work)

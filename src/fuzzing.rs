@@ -11,7 +11,7 @@
 //!
 //! A panic anywhere (also in a broker task, which tokio would otherwise swallow) aborts the
 //! process, which is what a fuzzer needs to see. The cargo-fuzz target is
-//! `fuzz/fuzz_targets/connection.rs`; `tests/fuzz_connection.rs` runs the seed corpus and
+//! `fuzz/fuzz_targets/connection.rs`; `tests/amqp/fuzz_connection.rs` runs the seed corpus and
 //! pseudo-random inputs on stable.
 
 use std::sync::Once;

@@ -34,6 +34,17 @@ def target_dir() -> Path:
     return Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 
 
+def broker_binary() -> Path:
+    """$DWELLMQ_BIN when set (CI passes the one debug build every step shares), else a debug
+    build made here."""
+    configured = os.environ.get("DWELLMQ_BIN")
+    if configured:
+        return Path(configured)
+    print("check: cargo build --bin dwellmq", flush=True)
+    subprocess.run(["cargo", "build", "--quiet", "--bin", "dwellmq"], cwd=REPO, check=True)
+    return target_dir() / "debug" / "dwellmq"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -229,9 +240,7 @@ def main() -> int:
     if not chromium:
         print("check: chromium is missing (apt-get install chromium)", file=sys.stderr)
         return 2
-    print("check: cargo build --bin dwellmq", flush=True)
-    subprocess.run(["cargo", "build", "--quiet", "--bin", "dwellmq"], cwd=REPO, check=True)
-    binary = target_dir() / "debug" / "dwellmq"
+    binary = broker_binary()
     port = free_port()
     broker = subprocess.Popen(
         [str(binary), "--listen", "127.0.0.1:0", "--in-memory", "--http", f"127.0.0.1:{port}",

@@ -15,9 +15,15 @@ const targetDir = process.env.CARGO_TARGET_DIR || path.join(root, "target");
 let broker;
 let url;
 
-before(async () => {
+// $DWELLMQ_BIN when set (CI passes the one debug build every step shares), else a debug build.
+function brokerBinary() {
+  if (process.env.DWELLMQ_BIN) return process.env.DWELLMQ_BIN;
   execFileSync("cargo", ["build", "--quiet", "--bin", "dwellmq"], { cwd: root, stdio: "inherit" });
-  broker = spawn(path.join(targetDir, "debug", "dwellmq"), ["--listen", "127.0.0.1:0", "--in-memory", "--http", "off"], {
+  return path.join(targetDir, "debug", "dwellmq");
+}
+
+before(async () => {
+  broker = spawn(brokerBinary(), ["--listen", "127.0.0.1:0", "--in-memory", "--http", "off"], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   url = await new Promise((resolve, reject) => {

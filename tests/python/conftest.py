@@ -48,6 +48,7 @@ def target_dir() -> Path:
 
 def build_broker() -> Path:
     """Builds the broker with cargo (a no-op when up to date) and returns the binary's path."""
+    print("conftest: cargo build --bin dwellmq", flush=True)
     subprocess.run(["cargo", "build", "--bin", "dwellmq"], cwd=REPO, check=True)
     binary = target_dir() / "debug" / "dwellmq"
     if not binary.is_file():

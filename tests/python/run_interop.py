@@ -3,8 +3,9 @@
 
     python3 tests/python/run_interop.py [extra pytest arguments]
 
-Builds the broker with `cargo build --bin dwellmq` (into $CARGO_TARGET_DIR, default `target/`),
-then runs pytest on tests/python. The session fixture in conftest.py starts the binary with
+Runs the binary in $DWELLMQ_BIN when set (CI passes the one debug build every step shares);
+else builds it with `cargo build --bin dwellmq` (into $CARGO_TARGET_DIR, default `target/`).
+Then runs pytest on tests/python. The session fixture in conftest.py starts the binary with
 `--listen 127.0.0.1:0 --in-memory`, reads the AMQP URL from its first stdout line and stops it
 afterwards. Exits with pytest's status (non-zero on any failure, also when no test ran).
 Needs `python3 -m pip install pika==1.3.2 pytest`.
@@ -22,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.dont_write_bytecode = True
 
-from conftest import REPO, build_broker  # noqa: E402
+from conftest import REPO, broker_binary  # noqa: E402
 
 PYTEST_TIMEOUT = 900  # seconds for the whole suite; each test also has its own alarm
 
@@ -39,9 +40,8 @@ def main(argv: list[str]) -> int:
             )
             return 2
 
-    print("run_interop: cargo build --bin dwellmq", flush=True)
     try:
-        binary = build_broker()
+        binary = broker_binary()
     except (subprocess.CalledProcessError, RuntimeError, FileNotFoundError) as e:
         print(f"run_interop: building the broker failed: {e}", file=sys.stderr)
         return 1

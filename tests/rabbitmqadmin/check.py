@@ -51,6 +51,17 @@ def find_rabbitmqadmin() -> Path:
     return script
 
 
+def broker_binary() -> Path:
+    """$DWELLMQ_BIN when set (CI passes the one debug build every step shares), else a debug
+    build made here."""
+    configured = os.environ.get("DWELLMQ_BIN")
+    if configured:
+        return Path(configured)
+    print("check: cargo build --bin dwellmq", flush=True)
+    subprocess.run(["cargo", "build", "--quiet", "--bin", "dwellmq"], cwd=REPO, check=True)
+    return target_dir() / "debug" / "dwellmq"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -196,9 +207,7 @@ def vhosts(c: Check) -> None:
 
 def main() -> int:
     admin = find_rabbitmqadmin()
-    print("check: cargo build --bin dwellmq", flush=True)
-    subprocess.run(["cargo", "build", "--quiet", "--bin", "dwellmq"], cwd=REPO, check=True)
-    binary = target_dir() / "debug" / "dwellmq"
+    binary = broker_binary()
     port = free_port()
     broker = subprocess.Popen(
         [str(binary), "--listen", "127.0.0.1:0", "--in-memory", "--http", f"127.0.0.1:{port}"],

@@ -9,7 +9,7 @@
 //!   removal without the copy, never both);
 //! - the file opens and verifies.
 //!
-//! Used by `tests/simulate.rs` (fixed seeds) and `examples/simulate.rs` (long runs).
+//! Used by `tests/store/simulate.rs` (fixed seeds) and `examples/simulate.rs` (long runs).
 
 #![allow(dead_code)]
 

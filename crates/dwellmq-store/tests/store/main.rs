@@ -1,0 +1,15 @@
+//! The store through its public API: opening, messages, definitions, group commit, injected
+//! faults and SIGKILL crashes. One test binary (one link) with a module per feature.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod crash;
+mod definitions;
+mod faults;
+mod group_commit;
+mod messages;
+mod open;
+#[path = "../sim/mod.rs"]
+mod sim;
+mod simulate;

@@ -1,0 +1,19 @@
+//! A broker on a data directory: what survives a restart, store faults and recovery.
+//! One test binary (one link, as CI's build time wants) with a module per feature; a new test file
+//! joins it with a `mod` line here and `use crate::common::...` inside.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+#[path = "../http_client/mod.rs"]
+mod http_client;
+
+mod data_dir;
+mod delayed_on_disk;
+mod durability_faults;
+mod failure_paths;
+mod large_messages;
+mod restart;
+mod restart_state;
+mod support;
+mod write_failures;

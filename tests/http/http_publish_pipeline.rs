@@ -1,0 +1,84 @@
+//! Publishing over HTTP takes the same steps as `basic.publish` (`broker::publish`): `BCC`
+//! routes and leaves the message, a malformed `CC` is refused, an `x-delay` a standard exchange
+//! cannot read is ignored.
+
+use std::net::SocketAddr;
+
+use crate::common::*;
+use crate::http_client::*;
+use dwellmq::BrokerConfig;
+use lapin::options::{BasicGetOptions, QueueBindOptions};
+use lapin::types::FieldTable;
+use serde_json::json;
+
+async fn start_api() -> (TestBroker, SocketAddr) {
+    let mut config = BrokerConfig::ephemeral();
+    config.http = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let broker = start_with(config).await;
+    let addr = broker.broker.http_addr().expect("HTTP on");
+    (broker, addr)
+}
+
+async fn publish_over_http(addr: SocketAddr, headers: serde_json::Value) -> Reply {
+    post(
+        addr,
+        "/api/exchanges/%2F/amq.direct/publish",
+        GUEST,
+        json!({"properties": {"headers": headers}, "routing_key": "a",
+               "payload": "hello", "payload_encoding": "string"}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn http_publish_follows_basic_publish_for_cc_bcc_and_x_delay() {
+    let (t, addr) = start_api().await;
+    let ch = t.channel().await;
+    for queue in ["a", "b"] {
+        declare_queue(&ch, queue).await;
+        ch.queue_bind(
+            queue.into(),
+            "amq.direct".into(),
+            queue.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    let get = |queue: &'static str| {
+        let ch = ch.clone();
+        async move {
+            ch.basic_get(queue.into(), BasicGetOptions { no_ack: true })
+                .await
+                .unwrap()
+                .expect("a message")
+        }
+    };
+
+    // BCC routes to "b" too, and neither copy carries it.
+    let reply = publish_over_http(addr, json!({"BCC": ["b"]})).await;
+    assert_eq!(reply.json(), json!({"routed": true}));
+    for queue in ["a", "b"] {
+        let got = get(queue).await;
+        let headers = got.properties.headers().clone().unwrap_or_default();
+        assert!(
+            !headers.inner().contains_key("BCC"),
+            "{queue} got the BCC header"
+        );
+    }
+
+    // A CC header that is not an array is refused, as basic.publish refuses it.
+    let reply = publish_over_http(addr, json!({"CC": "b"})).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(
+        reply.text().contains("406 PRECONDITION_FAILED"),
+        "{}",
+        reply.text()
+    );
+
+    // A standard exchange ignores an x-delay it cannot read (a delayed exchange would refuse).
+    let reply = publish_over_http(addr, json!({"x-delay": "soon"})).await;
+    assert_eq!(reply.json(), json!({"routed": true}));
+    assert_eq!(get("a").await.delivery.data, b"hello");
+}
