@@ -19,6 +19,8 @@ pub(crate) struct DiskAlarm {
     writes_failing: AtomicBool,
     backlog: AtomicBool,
     free_space_low: AtomicBool,
+    /// The free disk space limit in octets (0 without a data directory).
+    free_space_limit: std::sync::atomic::AtomicU64,
     blocked: watch::Sender<bool>,
 }
 
@@ -28,6 +30,7 @@ impl DiskAlarm {
             writes_failing: AtomicBool::new(false),
             backlog: AtomicBool::new(false),
             free_space_low: AtomicBool::new(false),
+            free_space_limit: std::sync::atomic::AtomicU64::new(0),
             blocked: watch::channel(false).0,
         })
     }
@@ -63,6 +66,15 @@ impl DiskAlarm {
             *current = blocked;
             changed
         });
+    }
+
+    /// The free disk space limit in effect, in octets (0: none, in memory).
+    pub(crate) fn free_space_limit(&self) -> u64 {
+        self.free_space_limit.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_free_space_limit(&self, octets: u64) {
+        self.free_space_limit.store(octets, Ordering::Relaxed);
     }
 
     /// Whether free disk space is below the limit.

@@ -25,6 +25,7 @@ impl FreeSpaceCheck {
     pub(crate) fn new(dir: &Path, limit: DiskFreeLimit, alarm: Arc<DiskAlarm>) -> Self {
         let limit = limit.resolve(available_memory::detect().bytes);
         tracing::info!(dir = %dir.display(), limit, "disk free space limit set");
+        alarm.set_free_space_limit(limit);
         FreeSpaceCheck {
             dir: dir.to_path_buf(),
             limit,
@@ -70,7 +71,7 @@ impl FreeSpaceCheck {
 
 /// Free octets for unprivileged users on the file system holding `dir` (`statvfs`).
 #[cfg(target_os = "linux")]
-fn free_octets(dir: &Path) -> Option<u64> {
+pub(crate) fn free_octets(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
@@ -82,10 +83,13 @@ fn free_octets(dir: &Path) -> Option<u64> {
     }
     // SAFETY: statvfs returned 0, so it filled the buffer.
     let stat = unsafe { stat.assume_init() };
-    Some((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+    // Both are u64 on 64-bit Linux, narrower on some 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let (available, fragment) = (u64::from(stat.f_bavail), u64::from(stat.f_frsize));
+    Some(available.saturating_mul(fragment))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn free_octets(_dir: &Path) -> Option<u64> {
+pub(crate) fn free_octets(_dir: &Path) -> Option<u64> {
     None
 }

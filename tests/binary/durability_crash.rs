@@ -1,10 +1,12 @@
 //! Crash safety of the binary on a data directory: publishers send persistent messages with
 //! confirms from several connections while a consumer acks, and another publishes to a
 //! durable delayed exchange with confirms (some delays fall due during the round, others are
-//! still held at the kill); the broker is killed with SIGKILL at a random moment, and after a
-//! restart every message that was confirmed and not acked is there exactly once, and every
-//! confirmed delayed message is delivered exactly once, in the round it falls due or a later
-//! one (the last ones after the final start). Kill points: `DWELLMQ_CRASH_POINTS` (default 5;
+//! still held at the kill), and another declares durable queues; the broker is killed with
+//! SIGKILL at a random moment once all of that is under way, and after a restart every message
+//! that was confirmed and not acked is there exactly once, every queue whose declare-ok came is
+//! there, and every confirmed delayed message is delivered exactly once, in the round it falls
+//! due or a later one (the last ones after the final start). After a restart everything is
+//! declared passively: a lost definition fails instead of being made again. Kill points: `DWELLMQ_CRASH_POINTS` (default 5;
 //! `.ci/run` asks for more), seeded by `DWELLMQ_CRASH_SEED` (printed, with each kill point,
 //! so a failing run can be replayed).
 
@@ -117,6 +119,51 @@ struct Ledger {
     acked: HashSet<String>,
     /// Delayed messages confirmed (held durably by the exchange).
     delayed: HashSet<String>,
+    /// Durable queues whose declare-ok came (written by then).
+    declared: HashSet<String>,
+}
+
+/// Declares durable queues `def-round-i` until the connection dies: each declare-ok comes
+/// after its definition's commit, so each one answered must be there after the restart.
+async fn declarer(url: String, round: u64, ledger: Arc<Mutex<Ledger>>) {
+    let connection = connect(&url).await;
+    let Ok(ch) = connection.create_channel().await else {
+        return;
+    };
+    for i in 0.. {
+        let name = format!("def-{round}-{i}");
+        let declared = ch
+            .queue_declare(
+                name.as_str().into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        if declared.is_err() {
+            return;
+        }
+        ledger.lock().unwrap().declared.insert(name);
+    }
+}
+
+/// Declares `queue` passively on a fresh channel: Err if it is not there.
+async fn exists(connection: &Connection, queue: &str) -> bool {
+    let Ok(ch) = connection.create_channel().await else {
+        return false;
+    };
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .is_ok()
 }
 
 /// Publishes `round-p-i` messages with confirms until the connection dies.
@@ -247,11 +294,29 @@ async fn declare_delayed(ch: &Channel) {
 }
 
 /// Takes everything in `DUE` (without ack), then makes that taking durable with a confirmed
-/// publish to `BARRIER`.
-async fn take_due(url: &str) -> Vec<String> {
+/// publish to `BARRIER`. Only the first round declares: after a restart every definition must
+/// be there already (declared passively: a lost one fails instead of being made again).
+async fn take_due(url: &str, first: bool) -> Vec<String> {
     let connection = connect(url).await;
     let ch = connection.create_channel().await.unwrap();
-    declare_delayed(&ch).await;
+    if first {
+        declare_delayed(&ch).await;
+    } else {
+        for queue in [DUE, BARRIER] {
+            assert!(exists(&connection, queue).await, "queue {queue} lost");
+        }
+        ch.exchange_declare(
+            DELAYED.into(),
+            ExchangeKind::Custom("x-delayed-message".into()),
+            ExchangeDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("the delayed exchange survived");
+    }
     let mut out = Vec::new();
     while let Some(m) = ch
         .basic_get(DUE.into(), BasicGetOptions { no_ack: true })
@@ -278,6 +343,19 @@ async fn take_due(url: &str) -> Vec<String> {
     assert!(confirm.is_ack(), "the barrier is confirmed");
     let _ = connection.close(200, "bye".into()).await;
     out
+}
+
+/// Every queue whose declare-ok came before the kill is there after the restart (declared
+/// passively).
+async fn check_declared(url: &str, ledger: &Ledger, round: u64, seed: u64) {
+    let connection = connect(url).await;
+    for name in &ledger.declared {
+        assert!(
+            exists(&connection, name).await,
+            "round {round}: declared queue {name} lost (seed {seed})"
+        );
+    }
+    let _ = connection.close(200, "bye".into()).await;
 }
 
 /// Counts delayed messages taken from `DUE`: each at most once over the whole run.
@@ -318,21 +396,22 @@ async fn consumer(url: String, ledger: Arc<Mutex<Ledger>>) {
     }
 }
 
-/// Everything in the queue (declared if absent: it is durable), taken with `basic.get`
-/// without ack.
-async fn drain(url: &str) -> Vec<String> {
+/// Everything in the queue, taken with `basic.get` without ack. Declared in the first round
+/// only; after a restart passively (it must have survived).
+async fn drain(url: &str, first: bool) -> Vec<String> {
     let connection = connect(url).await;
     let ch = connection.create_channel().await.unwrap();
     ch.queue_declare(
         QUEUE.into(),
         QueueDeclareOptions {
             durable: true,
+            passive: !first,
             ..Default::default()
         },
         FieldTable::default(),
     )
     .await
-    .unwrap();
+    .expect("the queue survived the restart");
     let mut out = Vec::new();
     while let Some(m) = ch
         .basic_get(QUEUE.into(), BasicGetOptions { no_ack: true })
@@ -372,8 +451,9 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
     let mut kill_points = Vec::new();
     for round in 0..points {
         let (mut broker, url) = spawn(&dir);
-        let recovered = drain(&url).await;
+        let recovered = drain(&url, round == 0).await;
         if let Some(ledger) = previous.take() {
+            check_declared(&url, &ledger, round, seed).await;
             let unique: HashSet<&String> = recovered.iter().collect();
             assert_eq!(
                 unique.len(),
@@ -388,7 +468,7 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
             }
             total_confirmed += ledger.confirmed.len();
         }
-        count_delivered(&mut delivered, take_due(&url).await, seed);
+        count_delivered(&mut delivered, take_due(&url, round == 0).await, seed);
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let mut tasks = Vec::new();
         for p in 0..3 {
@@ -406,9 +486,29 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
             seed,
             Arc::clone(&ledger),
         )));
-        let kill_after = 50 + rng.below(450);
+        tasks.push(tokio::spawn(declarer(
+            url.clone(),
+            round,
+            Arc::clone(&ledger),
+        )));
+        // The kill comes at a random moment once every kind of write is under way (on a slow
+        // or loaded machine connecting alone can take longer than the window).
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            let under_way = {
+                let ledger = ledger.lock().unwrap();
+                !ledger.confirmed.is_empty()
+                    && !ledger.delayed.is_empty()
+                    && !ledger.declared.is_empty()
+            };
+            if under_way {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let kill_after = rng.below(450);
         kill_points.push(kill_after);
-        println!("crash test: round {round}: SIGKILL after {kill_after} ms");
+        println!("crash test: round {round}: SIGKILL {kill_after} ms into the writes");
         tokio::time::sleep(Duration::from_millis(kill_after)).await;
         // SIGKILL: no shutdown, no last commit.
         broker.kill();
@@ -419,11 +519,12 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
         delayed_confirmed.extend(ledger.delayed.drain());
         previous = Some(ledger);
     }
-    println!("crash test: kill points (ms into each round): {kill_points:?}");
+    println!("crash test: kill points (ms into each round's writes): {kill_points:?}");
     // The last round's messages, checked once more after a clean start.
     let (mut broker, url) = spawn(&dir);
-    let recovered = drain(&url).await;
+    let recovered = drain(&url, false).await;
     if let Some(ledger) = previous {
+        check_declared(&url, &ledger, points, seed).await;
         let unique: HashSet<&String> = recovered.iter().collect();
         assert_eq!(unique.len(), recovered.len(), "duplicates (seed {seed})");
         for body in ledger.confirmed.difference(&ledger.acked) {
@@ -435,7 +536,7 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
     // delivered within a few seconds of this start (overdue ones at once), none twice.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        count_delivered(&mut delivered, take_due(&url).await, seed);
+        count_delivered(&mut delivered, take_due(&url, false).await, seed);
         let missing: Vec<&String> = delayed_confirmed
             .iter()
             .filter(|body| !delivered.contains_key(*body))

@@ -56,13 +56,13 @@ pub(crate) fn limits(s: &Snapshot, scope: &Scope<'_>, out: &mut Exposition) {
         "Memory high watermark in bytes",
     )
     .sample(&[], s.memory_limit);
-    // dwellmq raises its disk alarm on the store's backlog, not on free space: no limit.
+    // RabbitMQ's disk_free_limit, as resolved at start (0 in memory: nothing is written).
     out.family(
         &format!("{}disk_space_available_limit_bytes", scope.prefix),
         Kind::Gauge,
         "Free disk space low watermark in bytes",
     )
-    .sample(&[], 0);
+    .sample(&[], s.disk_free_limit);
     let mut family = out.family(
         &format!("{}erlang_uptime_seconds", scope.prefix),
         Kind::Gauge,
@@ -136,15 +136,7 @@ mod imp {
     }
 
     fn disk_available(path: &Path) -> Option<u64> {
-        use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-        // SAFETY: statvfs fills the zeroed struct for a NUL-terminated path.
-        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-        let ok = unsafe { libc::statvfs(path.as_ptr(), &mut stat) } == 0;
-        // Both are u64 on 64-bit Linux, narrower on some 32-bit targets.
-        #[allow(clippy::useless_conversion)]
-        let available = u64::from(stat.f_bavail) * u64::from(stat.f_frsize);
-        ok.then_some(available)
+        crate::broker::free_space::free_octets(path)
     }
 }
 

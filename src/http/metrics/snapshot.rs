@@ -60,6 +60,8 @@ pub(crate) struct Snapshot {
     pub(crate) process: super::node::Process,
     /// The memory high watermark.
     pub(crate) memory_limit: u64,
+    /// The free disk space limit (`disk_free_limit`, resolved).
+    pub(crate) disk_free_limit: u64,
 }
 
 /// RabbitMQ's name for a queue type in the `queue_type` label.
@@ -152,6 +154,7 @@ impl Snapshot {
                     .unwrap_or(std::path::Path::new(".")),
             ),
             memory_limit: state.memory.high_watermark(),
+            disk_free_limit: state.disk.free_space_limit(),
         }
     }
 
