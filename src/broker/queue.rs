@@ -112,12 +112,12 @@ impl Queue {
         self.run(|state, now, fx| state.start(now, fx));
     }
 
-    /// Whether deliveries are counted (a quorum queue): redeliveries then carry the counts.
     /// The broker's delivery counters for this queue's type.
     fn totals(&self) -> &DeliveryTotals {
         self.runtime.queue_totals.of(self.config.queue_type)
     }
 
+    /// Whether deliveries are counted (a quorum queue): redeliveries then carry the counts.
     pub(crate) fn counts_deliveries(&self) -> bool {
         self.config.queue_type == QueueType::Quorum
     }
