@@ -70,6 +70,8 @@ pub(crate) struct Queue {
     inner: Mutex<Inner>,
     /// Message counters for the management API's rates.
     pub(crate) counters: QueueCounters,
+    /// Counters for the broker's global message totals (added to the runtime's at deletion).
+    totals: DeliveryTotals,
 }
 
 impl Queue {
@@ -100,6 +102,7 @@ impl Queue {
                 effects: Effects::new(),
             }),
             counters: QueueCounters::default(),
+            totals: DeliveryTotals::default(),
             runtime,
             store_id: OnceLock::new(),
             home: OnceLock::new(),
@@ -112,9 +115,14 @@ impl Queue {
         self.run(|state, now, fx| state.start(now, fx));
     }
 
-    /// The broker's delivery counters for this queue's type.
+    /// This queue's delivery counters (summed over queues for the broker's totals).
     fn totals(&self) -> &DeliveryTotals {
-        self.runtime.queue_totals.of(self.config.queue_type)
+        &self.totals
+    }
+
+    /// This queue's delivery counters, read (see [`DeliveryTotals::read`]).
+    pub(crate) fn delivery_totals(&self) -> [u64; 7] {
+        self.totals.read()
     }
 
     /// Whether deliveries are counted (a quorum queue): redeliveries then carry the counts.
@@ -642,6 +650,11 @@ impl Queue {
         // Only store hooks can come out of a delete; the store drops the queue's messages
         // with the queue.
         effects.drain();
+        // The broker's totals keep what it counted.
+        self.runtime
+            .queue_totals
+            .of(self.config.queue_type)
+            .absorb(&self.totals);
         result
     }
 }

@@ -125,11 +125,26 @@ impl Snapshot {
             })
             .collect();
         let queue_totals = &state.runtime.queue_totals;
+        // Deleted queues' counts, plus every live queue's own.
+        let live: Vec<_> = state
+            .all_vhosts()
+            .iter()
+            .flat_map(|v| v.queues())
+            .map(|q| (q.config.queue_type, q.delivery_totals()))
+            .collect();
         let by_type = [QueueType::Classic, QueueType::Quorum]
             .into_iter()
-            .map(|t| TypeTotals {
-                label: type_label(t),
-                counts: queue_totals.of(t).read(),
+            .map(|t| {
+                let mut counts = queue_totals.of(t).read();
+                for (_, queue) in live.iter().filter(|(qt, _)| *qt == t) {
+                    for (total, n) in counts.iter_mut().zip(queue) {
+                        *total += n;
+                    }
+                }
+                TypeTotals {
+                    label: type_label(t),
+                    counts,
+                }
             })
             .collect();
         let read = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
