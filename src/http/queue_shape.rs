@@ -93,14 +93,16 @@ pub(crate) fn queue_json(api: &Api, q: &Arc<Queue>, connections: &[Arc<Connectio
         &RateKey::QueueDepth(q.vhost.to_string(), q.name.to_string()),
         levels.len(),
     );
-    let map = out.as_object_mut().expect("an object");
-    with_rates(map, &levels, &depth_rates);
-    // dwellmq's own: ready messages waiting for their TTL (the page shows them).
-    map.insert("messages_expiring".into(), figures.expiring.into());
-    map.insert("next_expiry_at".into(), at(figures.next_expiry_at));
-    if queue_type == QueueType::Quorum {
-        map.insert("messages_delayed".into(), figures.retrying.into());
-        map.insert("next_delayed_at".into(), at(figures.next_retry_at));
+    // `json!` with braces builds an object: the match only names it.
+    if let Value::Object(map) = &mut out {
+        with_rates(map, &levels, &depth_rates);
+        // dwellmq's own: ready messages waiting for their TTL (the page shows them).
+        map.insert("messages_expiring".into(), figures.expiring.into());
+        map.insert("next_expiry_at".into(), at(figures.next_expiry_at));
+        if queue_type == QueueType::Quorum {
+            map.insert("messages_delayed".into(), figures.retrying.into());
+            map.insert("next_delayed_at".into(), at(figures.next_retry_at));
+        }
     }
     out
 }
