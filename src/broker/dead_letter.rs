@@ -45,22 +45,15 @@ pub(crate) fn route(
     };
     let mut routing = Routing::default();
     vhost.route(&exchange, key, extra_keys, headers, delay > 0, &mut routing);
-    if !routing.delayed.is_empty() {
-        let due = now_ms.saturating_add(delay.unsigned_abs());
-        for delayed in routing.delayed.drain(..) {
-            if runtime
-                .delayed
-                .hold(vhost, &delayed, Arc::clone(&dead.message), due)
-            {
-                runtime.timer.wake();
-            }
-        }
-    }
-    for target_queue in routing.queues.drain(..) {
-        if is_cycle(&dead.message.deaths, &target_queue.name) {
+    routing.queues.retain(|target_queue| {
+        let cycle = is_cycle(&dead.message.deaths, &target_queue.name);
+        if cycle {
             tracing::debug!(%queue, target = %target_queue.name, "dead-letter cycle; message dropped");
-            continue;
         }
-        target_queue.publish(Arc::clone(&dead.message));
-    }
+        !cycle
+    });
+    let due = now_ms.saturating_add(delay.unsigned_abs());
+    // What the source queue's store group holds (see `Queue::run_with`): the copies commit
+    // with the removal from the source.
+    super::publish::enqueue(runtime, vhost, &dead.message, None, due, &mut routing, None);
 }

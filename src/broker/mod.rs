@@ -262,31 +262,4 @@ impl BrokerState {
             .as_ref()
             .map_or(0, |store| store.commits_to_fail())
     }
-
-    /// Holds a message on a delayed exchange until `due_ms`, waking the timer thread if needed.
-    pub(crate) fn hold_delayed(
-        &self,
-        vhost: &Arc<VHost>,
-        exchange: &Arc<exchange::Exchange>,
-        message: Arc<dwellmq_core::Message>,
-        due_ms: u64,
-    ) {
-        self.hold_delayed_confirmed(vhost, exchange, message, due_ms, None);
-    }
-
-    /// As `hold_delayed`; a durable exchange's message is stored, its commit counting on
-    /// `ticket` (the publisher's confirm).
-    pub(crate) fn hold_delayed_confirmed(
-        &self,
-        vhost: &Arc<VHost>,
-        exchange: &Arc<exchange::Exchange>,
-        message: Arc<dwellmq_core::Message>,
-        due_ms: u64,
-        ticket: Option<&Arc<persist::PublishTicket>>,
-    ) {
-        let delayed = &self.delayed;
-        if delayed.hold_confirmed(vhost, exchange, message, due_ms, ticket) {
-            self.timer.wake();
-        }
-    }
 }

@@ -2,7 +2,8 @@
 //! channel, `POST /api/exchanges/.../publish` over HTTP): the exchange may be published to,
 //! the properties are the publisher's own, the delay is read as the exchange reads it, the
 //! `CC` and `BCC` headers give extra routing keys and `BCC` leaves the message, and a copy that
-//! a delayed exchange holds keeps `BCC` to route by it at release.
+//! a delayed exchange holds keeps `BCC` to route by it at release. Once routed, [`enqueue`]
+//! hands the message on: held by the delayed exchanges on its way, taken by each queue.
 
 use std::sync::Arc;
 
@@ -10,9 +11,13 @@ use dwellmq_codec::{BasicProperties, FieldValue, ShortStr};
 use dwellmq_core::routing::{bcc_keys, extra_routing_keys, BCC};
 use dwellmq_core::{arguments, Body, BrokerError, BrokerResult, Message};
 
+use dwellmq_core::queue::PublishOutcome;
+
 use super::exchange::{Exchange, ExchangeKind};
 use super::memory::MemoryMonitor;
-use super::vhost::VHost;
+use super::persist::PublishTicket;
+use super::runtime::Runtime;
+use super::vhost::{Routing, VHost};
 
 /// A publish ready to route.
 pub(crate) struct Prepared {
@@ -117,4 +122,62 @@ pub(crate) fn held_copy(
         message.body.clone(),
         Some(Box::new(charge)),
     )
+}
+
+/// Whether a publish routed as `routing` has copies the store must write before its confirm:
+/// a persistent message's in durable queues, any message's held by durable delayed exchanges
+/// or in quorum queues (which keep every message).
+pub(crate) fn stores_copies(message: &Message, routing: &Routing) -> bool {
+    message.is_persistent()
+        || !routing.delayed.is_empty()
+        || routing.queues.iter().any(|q| q.keeps_every_message())
+}
+
+/// Hands a routed message on, draining `routing`: each delayed exchange on its way holds the
+/// copy that keeps `bcc`, due at `due_ms`; each queue takes the message (an injected delivery
+/// delay makes a queue take it later). Copies the store writes count on `ticket`. Returns
+/// whether a queue refused it (`x-overflow` = reject-publish: the publisher hears a nack).
+/// Every way into queues goes through here: `basic.publish`, the HTTP publish, dead-lettering
+/// and a delayed exchange's release.
+pub(crate) fn enqueue(
+    runtime: &Runtime,
+    vhost: &Arc<VHost>,
+    message: &Arc<Message>,
+    bcc: Option<&FieldValue>,
+    due_ms: u64,
+    routing: &mut Routing,
+    ticket: Option<&Arc<PublishTicket>>,
+) -> bool {
+    if !routing.delayed.is_empty() {
+        // The queues are chosen again at release, from the bindings as they are then.
+        let held = held_copy(&runtime.memory, message, bcc);
+        let mut wake = false;
+        for exchange in routing.delayed.drain(..) {
+            let held = Arc::clone(&held);
+            wake |= runtime
+                .delayed
+                .hold_confirmed(vhost, &exchange, held, due_ms, ticket);
+        }
+        if wake {
+            runtime.timer.wake();
+        }
+    }
+    let mut rejected = false;
+    for queue in routing.queues.drain(..) {
+        if let Some(delay) = runtime.hooks.delivery_delay(&queue.vhost, &queue.name) {
+            // An injected fault: the message enters the queue later, in broker time.
+            let due_ms = runtime.clock.now_ms().saturating_add(delay.delay_ms);
+            let held = Arc::clone(message);
+            if runtime
+                .delayed
+                .hold_for_queue(&queue, held, due_ms, &delay.pending)
+            {
+                runtime.timer.wake();
+            }
+            continue;
+        }
+        let outcome = queue.publish_confirmed(Arc::clone(message), ticket);
+        rejected |= outcome == PublishOutcome::Rejected;
+    }
+    rejected
 }

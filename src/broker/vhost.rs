@@ -204,6 +204,11 @@ impl VHost {
             .ok_or_else(|| self.no_exchange(name))
     }
 
+    /// What this vhost's queues share (clock, scheduler, store, test hooks).
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
     /// Whether `exchange` is still declared here (not deleted, nor replaced by a new exchange of
     /// the same name).
     pub(crate) fn is_current(&self, exchange: &Arc<Exchange>) -> bool {

@@ -92,17 +92,17 @@ pub(crate) fn publish_message(
     counts.unroutable_dropped = u64::from(!routed && delay_ms == 0);
     counts.routed = u64::from(routed);
     state.stats.flush(&mut counts);
-    if !routing.delayed.is_empty() {
-        // As on a channel: the queues are chosen again at release.
-        let due_ms = state.clock.now_ms().saturating_add(delay_ms);
-        let held = publish::held_copy(&state.memory, &message, bcc.as_ref());
-        for exchange in routing.delayed.drain(..) {
-            state.hold_delayed(vhost, &exchange, Arc::clone(&held), due_ms);
-        }
-    }
-    for queue in routing.queues.drain(..) {
-        queue.publish(Arc::clone(&message));
-    }
+    let due_ms = state.clock.now_ms().saturating_add(delay_ms);
+    // No confirm over HTTP: nothing waits for the store, and a refusing queue changes nothing.
+    publish::enqueue(
+        &state.runtime,
+        vhost,
+        &message,
+        bcc.as_ref(),
+        due_ms,
+        &mut routing,
+        None,
+    );
     Ok(routed)
 }
 

@@ -308,6 +308,7 @@ impl DelayedMessages {
 
     /// Holds `message` until `due_ms`. Returns true when the timer thread must wake sooner than
     /// it planned.
+    #[cfg(test)]
     pub(crate) fn hold(
         &self,
         vhost: &Arc<VHost>,
@@ -543,9 +544,16 @@ impl DelayedMessages {
             if routing.queues.is_empty() {
                 unroutable += 1;
             }
-            for queue in routing.queues.drain(..) {
-                queue.publish(Arc::clone(&message));
-            }
+            // Copies in durable queues join this round's store group with the releases.
+            crate::broker::publish::enqueue(
+                vhost.runtime(),
+                vhost,
+                &message,
+                None,
+                0,
+                routing,
+                None,
+            );
         }
         ticked.clear();
         self.release_stored(stored);

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use dwellmq_codec::methods::*;
 use dwellmq_codec::{reply_code, FieldValue, Method, ShortStr};
-use dwellmq_core::queue::PublishOutcome;
 use dwellmq_core::{BrokerError, BrokerResult, Message};
 
 use super::confirms::Confirms;
@@ -278,9 +277,7 @@ impl Channel {
         // A persistent message's confirm waits for the commits of its copies in durable queues,
         // any message's for its copies held by durable delayed exchanges and in quorum queues
         // (which keep every message).
-        let stored = publication.message.is_persistent()
-            || !routing.delayed.is_empty()
-            || routing.queues.iter().any(|q| q.keeps_every_message());
+        let stored = publish::stores_copies(&publication.message, &routing);
         let ticket = match (&self.mode, confirm_tag) {
             (PublishMode::Confirm { confirms, .. }, Some(tag))
                 if cx.state.runtime.store.is_some() && stored =>
@@ -297,53 +294,25 @@ impl Channel {
         // transient message's copy needs no commit).
         let tx_ticket = tx_ticket.filter(|_| stored);
         let store_ticket = ticket.as_ref().map(|t| &t.0).or(tx_ticket);
-        if !routing.delayed.is_empty() {
-            // Routability was checked now (so `mandatory` is honest); the queues are chosen
-            // again at release, from the bindings as they are then.
-            // Due its delay after the publish reached the broker (its read), however long the
-            // frames read with it took to handle.
-            let due_ms = cx.received_ms.saturating_add(publication.delay_ms);
-            let held = held_message(cx, &publication);
-            for exchange in routing.delayed.drain(..) {
-                cx.state.hold_delayed_confirmed(
-                    cx.vhost,
-                    &exchange,
-                    Arc::clone(&held),
-                    due_ms,
-                    store_ticket,
-                );
-            }
-        } else if !routing.is_routable() && !publication.mandatory {
+        // Routability was checked now (so `mandatory` is honest).
+        if routing.delayed.is_empty() && !routing.is_routable() && !publication.mandatory {
             cx.counts.unroutable_dropped += 1;
         }
         if routing.is_routable() {
             cx.counts.routed += 1;
         }
-        let mut rejected = false;
-        for queue in routing.queues.drain(..) {
-            if let Some(delay) = cx
-                .state
-                .runtime
-                .hooks
-                .delivery_delay(&queue.vhost, &queue.name)
-            {
-                // An injected fault: the message enters the queue later, in broker time.
-                let due_ms = cx.state.clock.now_ms().saturating_add(delay.delay_ms);
-                let message = Arc::clone(&publication.message);
-                if cx
-                    .state
-                    .delayed
-                    .hold_for_queue(&queue, message, due_ms, &delay.pending)
-                {
-                    cx.state.timer.wake();
-                }
-                continue;
-            }
-            // `x-overflow` = reject-publish: the other queues still take it; the publisher
-            // hears a nack.
-            let outcome = queue.publish_confirmed(Arc::clone(&publication.message), store_ticket);
-            rejected |= outcome == PublishOutcome::Rejected;
-        }
+        // Due its delay after the publish reached the broker (its read), however long the
+        // frames read with it took to handle.
+        let due_ms = cx.received_ms.saturating_add(publication.delay_ms);
+        let rejected = publish::enqueue(
+            &cx.state.runtime,
+            cx.vhost,
+            &publication.message,
+            publication.bcc.as_ref(),
+            due_ms,
+            &mut routing,
+            store_ticket,
+        );
         self.routing = routing;
         // An injected fault nacks confirms whatever became of the message.
         let nack = confirm_tag.is_some() && (rejected || cx.state.runtime.hooks.take_nack());
@@ -433,14 +402,4 @@ impl Channel {
             }
         }
     }
-}
-
-/// The message a delayed exchange holds: the published one, with its `BCC` header back if it
-/// had one, since the release routes by those keys too (and removes the header then).
-fn held_message(cx: &ConnContext<'_>, publication: &Publication) -> Arc<Message> {
-    publish::held_copy(
-        &cx.state.memory,
-        &publication.message,
-        publication.bcc.as_ref(),
-    )
 }
