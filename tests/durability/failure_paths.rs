@@ -103,20 +103,11 @@ async fn committed(ch: &Channel) {
     panic!("the store never committed again");
 }
 
-fn persistent() -> BasicProperties {
-    BasicProperties::default().with_delivery_mode(2)
-}
-
-/// A confirmed delayed message released while its commit fails: the release's copy and the
-/// removal of its hold are retried together, so after the restart it is in its queue (before,
-/// the retry removed the hold alone and the message was gone).
-#[tokio::test]
-async fn a_delayed_release_whose_commit_fails_is_retried_whole() {
-    let dir = DataDir::new("failure-release");
-    let broker = Broker::start(config(&dir, T0_MS)).await.expect("starts");
-    let (connection, ch) = channel(&broker).await;
-    declare_delayed(&ch, "later", "direct", true).await;
-    durable_queue(&ch, "due", FieldTable::default()).await;
+/// A durable delayed exchange `later` (direct) bound to a durable queue `due` with key `k`,
+/// and the channel in confirm mode.
+async fn delayed_into_due(ch: &Channel) {
+    declare_delayed(ch, "later", "direct", true).await;
+    durable_queue(ch, "due", FieldTable::default()).await;
     ch.queue_bind(
         "due".into(),
         "later".into(),
@@ -129,6 +120,21 @@ async fn a_delayed_release_whose_commit_fails_is_retried_whole() {
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
+}
+
+fn persistent() -> BasicProperties {
+    BasicProperties::default().with_delivery_mode(2)
+}
+
+/// A confirmed delayed message released while its commit fails: the release's copy and the
+/// removal of its hold are retried together, so after the restart it is in its queue (before,
+/// the retry removed the hold alone and the message was gone).
+#[tokio::test]
+async fn a_delayed_release_whose_commit_fails_is_retried_whole() {
+    let dir = DataDir::new("failure-release");
+    let broker = Broker::start(config(&dir, T0_MS)).await.expect("starts");
+    let (connection, ch) = channel(&broker).await;
+    delayed_into_due(&ch).await;
     let delayed = persistent().with_headers(table(&[("x-delay", AMQPValue::LongInt(1500))]));
     assert!(publish(&ch, "later", "k", "reminder", delayed).await);
 
@@ -425,20 +431,7 @@ async fn definitions_that_cannot_be_restored_are_kept_for_a_later_start() {
         .await
         .expect("tenant");
     let ch = connection.create_channel().await.unwrap();
-    declare_delayed(&ch, "later", "direct", true).await;
-    durable_queue(&ch, "due", FieldTable::default()).await;
-    ch.queue_bind(
-        "due".into(),
-        "later".into(),
-        "k".into(),
-        QueueBindOptions::default(),
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    delayed_into_due(&ch).await;
     assert!(publish(&ch, "", "due", "queued", persistent()).await);
     let delayed = persistent().with_headers(table(&[("x-delay", AMQPValue::LongInt(60_000))]));
     assert!(publish(&ch, "later", "k", "held", delayed).await);
