@@ -15,5 +15,6 @@ mod failure_paths;
 mod large_messages;
 mod restart;
 mod restart_state;
+mod shell_sim;
 mod support;
 mod write_failures;
