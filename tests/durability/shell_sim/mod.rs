@@ -13,25 +13,27 @@
 //! (`cargo test --release --test durability shell_sim -- --nocapture`), and
 //! `DWELLMQ_SHELL_SIM_SEED=S` replays one seed's operations (thread timing is not replayed).
 
+mod definitions;
+mod faults;
+mod messages;
 mod model;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::{connect, declare_delayed, long_str, table, DataDir, T0_MS};
+use definitions::Definitions;
 use dwellmq::{Broker, BrokerConfig, BrokerHandle, StoreFaults};
 use lapin::options::{
-    BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, BasicRejectOptions,
-    ConfirmSelectOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
-    QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions,
+    ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ExchangeKind, PublisherConfirm};
+use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
 use model::{Model, Place, Seen};
 
 /// Queues the simulation uses: `q0` (classic, bound to the delayed exchange), `q1` (quorum,
-/// bound to it too), `q2` (classic, dead-letters into `dead`), `dead`.
+/// bound to it too), `q2` (classic, dead-letters rejected and expired messages into `dead`;
+/// messages expire 5 s after they enter it), `dead`.
 const QUEUES: [&str; 4] = ["q0", "q1", "q2", "dead"];
 /// The durable delayed exchange (topic inside): `q0.<id>` goes to `q0`, `q1.<id>` to `q1`.
 const LATER: &str = "later";
@@ -72,6 +74,8 @@ pub struct Report {
     pub confirmed: u64,
     pub nacked: u64,
     pub power_cuts: u64,
+    /// Expiries counted at clock advances (each since its broker's start: an upper bound).
+    pub expired: u64,
     pub restarts: u64,
     pub checks: u64,
 }
@@ -86,6 +90,7 @@ struct Sim {
     broker: Option<BrokerHandle>,
     connection: Option<Connection>,
     ch: Option<Channel>,
+    definitions: Definitions,
     log: Vec<String>,
     /// What the step under way rolled (for a report of a stuck one).
     last_roll: u64,
@@ -96,6 +101,7 @@ fn config(dir: &DataDir, faults: &Arc<StoreFaults>, now_ms: u64) -> BrokerConfig
     BrokerConfig {
         data_dir: Some(dir.path().to_path_buf()),
         store_faults: Some(Arc::clone(faults)),
+        http: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
         ..BrokerConfig::ephemeral().with_manual_clock(now_ms)
     }
 }
@@ -131,6 +137,7 @@ impl Sim {
             broker: None,
             connection: None,
             ch: None,
+            definitions: Definitions::default(),
             log: Vec::new(),
             last_roll: 0,
             report: Report::default(),
@@ -195,6 +202,7 @@ impl Sim {
             "q2" => table(&[
                 ("x-dead-letter-exchange", long_str("")),
                 ("x-dead-letter-routing-key", long_str("dead")),
+                ("x-message-ttl", AMQPValue::LongInt(5_000)),
             ]),
             _ => FieldTable::default(),
         };
@@ -257,427 +265,6 @@ impl Sim {
         self.next_id
     }
 
-    /// Sends one publish; the model hears of it as unconfirmed until its confirm comes.
-    async fn send(
-        &mut self,
-        exchange: &str,
-        key: &str,
-        id: u64,
-        properties: BasicProperties,
-    ) -> PublisherConfirm {
-        self.model.unconfirmed(id);
-        let body = id.to_string();
-        match self
-            .ch()
-            .basic_publish(
-                exchange.into(),
-                key.into(),
-                BasicPublishOptions::default(),
-                body.as_bytes(),
-                properties,
-            )
-            .await
-        {
-            Ok(confirm) => confirm,
-            Err(e) => self.fail(&format!("publishing {id} failed: {e}")),
-        }
-    }
-
-    /// Waits for confirms; acked ones are confirmed in `places`. Returns (acked, nacked).
-    async fn settle_confirms(
-        &mut self,
-        confirms: Vec<(u64, Vec<Place>, PublisherConfirm)>,
-    ) -> (usize, usize) {
-        let (mut acked, mut nacked) = (0, 0);
-        for (id, places, confirm) in confirms {
-            match bounded("a confirm", confirm).await {
-                Ok(c) if c.is_ack() => {
-                    self.model.confirmed(id, places);
-                    acked += 1;
-                }
-                Ok(_) => nacked += 1,
-                Err(e) => self.fail(&format!("the confirm of {id} failed: {e}")),
-            }
-        }
-        self.report.confirmed += acked as u64;
-        self.report.nacked += nacked as u64;
-        (acked, nacked)
-    }
-
-    /// Publishes 1-8 messages straight to a queue (transient ones to the quorum queue, which
-    /// keeps them all the same).
-    async fn publish_batch(&mut self) -> String {
-        let queue = self.rng.pick(&QUEUES);
-        let n = 1 + self.rng.below(8);
-        let mut confirms = Vec::new();
-        for _ in 0..n {
-            let id = self.next_id();
-            let transient = queue == "q1" && self.rng.below(2) == 0;
-            if transient {
-                self.log.push(format!("  ({id} transient)"));
-            }
-            let properties = if transient {
-                BasicProperties::default()
-            } else {
-                persistent()
-            };
-            let confirm = self.send("", queue, id, properties).await;
-            confirms.push((id, vec![Place::Queue(queue.into())], confirm));
-        }
-        let first = self.next_id + 1 - n;
-        let (acked, nacked) = self.settle_confirms(confirms).await;
-        format!(
-            "publish {first}..={} to {queue}: {acked} acked, {nacked} nacked",
-            self.next_id
-        )
-    }
-
-    /// Publishes 1-4 messages held 1 ms to 4 s (some beyond the scheduler's horizon).
-    async fn publish_delayed(&mut self) -> String {
-        let n = 1 + self.rng.below(4);
-        let mut confirms = Vec::new();
-        for _ in 0..n {
-            let id = self.next_id();
-            let queue = self.rng.pick(&["q0", "q1"]);
-            let delay = 1 + self.rng.below(4_000) as i32;
-            let properties =
-                persistent().with_headers(table(&[("x-delay", AMQPValue::LongInt(delay))]));
-            let key = format!("{queue}.{id}");
-            let confirm = self.send(LATER, &key, id, properties).await;
-            let places = vec![Place::Held(queue.into()), Place::Queue(queue.into())];
-            confirms.push((id, places, confirm));
-        }
-        let (acked, nacked) = self.settle_confirms(confirms).await;
-        format!("hold {n} until up to 4 s later: {acked} acked, {nacked} nacked")
-    }
-
-    /// Gets one message (manual ack) from `queue`.
-    async fn get(&mut self, queue: &str) -> Option<(u64, u64)> {
-        let got = bounded(
-            "basic.get",
-            self.ch()
-                .basic_get(queue.into(), BasicGetOptions { no_ack: false }),
-        )
-        .await;
-        match got {
-            Ok(m) => m.map(|m| (id_of(&m.delivery.data), m.delivery.delivery_tag)),
-            Err(e) => self.fail(&format!("basic.get on {queue} failed: {e}")),
-        }
-    }
-
-    /// A round trip on the channel: what was sent before it (an ack, nack or reject, which
-    /// have no reply) has been handled.
-    async fn round_trip(&mut self, queue: &str) {
-        self.declare_queue(queue, true).await;
-    }
-
-    async fn get_and_ack(&mut self) -> String {
-        let queue = self.rng.pick(&QUEUES);
-        let Some((id, tag)) = self.get(queue).await else {
-            return format!("get {queue}: empty");
-        };
-        if let Err(e) = self.ch().basic_ack(tag, BasicAckOptions::default()).await {
-            self.fail(&format!("ack failed: {e}"));
-        }
-        self.round_trip(queue).await;
-        self.model.removed(id);
-        format!("get {id} from {queue} and ack")
-    }
-
-    /// Requeues one (not on the quorum queue, whose delivery limit would drop it in the end).
-    async fn get_and_requeue(&mut self) -> String {
-        let queue = self.rng.pick(&["q0", "q2", "dead"]);
-        let Some((id, tag)) = self.get(queue).await else {
-            return format!("get {queue}: empty");
-        };
-        let options = BasicNackOptions {
-            requeue: true,
-            multiple: false,
-        };
-        if let Err(e) = self.ch().basic_nack(tag, options).await {
-            self.fail(&format!("nack failed: {e}"));
-        }
-        self.round_trip(queue).await;
-        format!("get {id} from {queue} and requeue")
-    }
-
-    async fn reject_to_dead(&mut self) -> String {
-        let Some((id, tag)) = self.get("q2").await else {
-            return "get q2: empty".into();
-        };
-        self.model.may_move(id, Place::Queue("dead".into()));
-        if let Err(e) = self
-            .ch()
-            .basic_reject(tag, BasicRejectOptions { requeue: false })
-            .await
-        {
-            self.fail(&format!("reject failed: {e}"));
-        }
-        self.round_trip("dead").await;
-        format!("get {id} from q2 and reject it into dead")
-    }
-
-    fn advance(&mut self) -> String {
-        let by = self.rng.below(3_000);
-        let released = self.broker().advance(Duration::from_millis(by));
-        format!("advance {by} ms: {released} released")
-    }
-
-    fn cancel_one(&mut self) -> String {
-        let held = self.broker().delayed_messages("/", LATER, 10_000);
-        if held.is_empty() {
-            return "cancel: nothing held".into();
-        }
-        let info = &held[self.rng.below(held.len() as u64) as usize];
-        let id = held_id(&info.routing_key).0;
-        if self.broker().cancel_delayed(info.id) {
-            self.model.removed(id);
-            format!("cancel held {id}")
-        } else {
-            format!("cancel held {id}: already gone")
-        }
-    }
-
-    /// Ids ready in `queue` now.
-    fn ready_in(&self, queue: &str) -> Vec<u64> {
-        self.broker()
-            .peek_messages("/", queue, usize::MAX)
-            .iter()
-            .map(|m| id_of(&m.body))
-            .collect()
-    }
-
-    async fn purge_queue(&mut self) -> String {
-        let queue = self.rng.pick(&QUEUES);
-        let ids = self.ready_in(queue);
-        let purged = match self
-            .ch()
-            .queue_purge(queue.into(), QueuePurgeOptions::default())
-            .await
-        {
-            Ok(n) => n,
-            Err(e) => self.fail(&format!("purging {queue} failed: {e}")),
-        };
-        if purged as usize != ids.len() {
-            self.fail(&format!(
-                "purge of {queue} said {purged}, {} were ready",
-                ids.len()
-            ));
-        }
-        for id in &ids {
-            self.model.removed(*id);
-        }
-        format!("purge {queue}: {purged}")
-    }
-
-    async fn delete_and_redeclare_queue(&mut self) -> String {
-        let queue = self.rng.pick(&QUEUES);
-        let ids = self.ready_in(queue);
-        let deleted = match self
-            .ch()
-            .queue_delete(queue.into(), QueueDeleteOptions::default())
-            .await
-        {
-            Ok(n) => n,
-            Err(e) => self.fail(&format!("deleting {queue} failed: {e}")),
-        };
-        if deleted as usize != ids.len() {
-            self.fail(&format!(
-                "delete of {queue} said {deleted}, {} were ready",
-                ids.len()
-            ));
-        }
-        for id in &ids {
-            self.model.removed(*id);
-        }
-        self.declare_queue(queue, false).await;
-        if queue == "q0" || queue == "q1" {
-            self.bind(queue).await;
-        }
-        format!("delete {queue} ({deleted}) and declare it again")
-    }
-
-    fn held_ids(&self) -> Vec<u64> {
-        self.broker()
-            .delayed_messages("/", LATER, usize::MAX)
-            .iter()
-            .map(|info| held_id(&info.routing_key).0)
-            .collect()
-    }
-
-    fn purge_later(&mut self) -> String {
-        let ids = self.held_ids();
-        let purged = self.broker().purge_delayed("/", LATER);
-        if purged != ids.len() {
-            self.fail(&format!(
-                "the delayed purge said {purged}, {} were held",
-                ids.len()
-            ));
-        }
-        for id in ids {
-            self.model.removed(id);
-        }
-        format!("purge the delayed exchange: {purged}")
-    }
-
-    async fn delete_and_redeclare_later(&mut self) -> String {
-        let ids = self.held_ids();
-        if let Err(e) = self
-            .ch()
-            .exchange_delete(LATER.into(), ExchangeDeleteOptions::default())
-            .await
-        {
-            self.fail(&format!("deleting the delayed exchange failed: {e}"));
-        }
-        for &id in &ids {
-            self.model.removed(id);
-        }
-        self.declare_later(false).await;
-        self.bind("q0").await;
-        self.bind("q1").await;
-        format!(
-            "delete the delayed exchange ({} held) and declare it again",
-            ids.len()
-        )
-    }
-
-    /// A confirmed publish to the scratch queue: everything submitted before it is committed
-    /// (commits end in order; a failed one is retried whole before a later one ends). Failures
-    /// still to come are used up by the nacks.
-    async fn sync(&mut self) -> String {
-        for attempt in 0..100 {
-            let id = self.next_id();
-            let confirm = self.send("", SCRATCH, id, persistent()).await;
-            match bounded("a scratch confirm", confirm).await {
-                Ok(c) if c.is_ack() => {
-                    self.model.removed(id);
-                    self.model.removals_committed();
-                    return format!("sync ({attempt} nacked first)");
-                }
-                Ok(_) => self.model.removed(id),
-                Err(e) => self.fail(&format!("the scratch confirm failed: {e}")),
-            }
-        }
-        self.fail("the store never committed again")
-    }
-
-    /// The next 1-3 message commits fail; a batch runs into them, then a sync uses up the rest.
-    async fn failing_commits(&mut self) -> String {
-        let n = 1 + self.rng.below(3);
-        self.broker().fail_next_writes(n);
-        let batch = if self.rng.below(2) == 0 {
-            self.publish_batch().await
-        } else {
-            self.publish_delayed().await
-        };
-        let sync = self.sync().await;
-        format!("fail the next {n} commits; {batch}; {sync}")
-    }
-
-    /// Every fsync fails for 20-300 ms while a batch is published (a publisher blocked by the
-    /// disk alarm waits for the disk to work again); then the rest of the batch goes through.
-    async fn failing_fsync(&mut self) -> String {
-        self.faults.fail_sync.store(true, Ordering::SeqCst);
-        let failing_for = Duration::from_millis(20 + self.rng.below(280));
-        let faults = Arc::clone(&self.faults);
-        tokio::spawn(async move {
-            tokio::time::sleep(failing_for).await;
-            faults.fail_sync.store(false, Ordering::SeqCst);
-        });
-        let queue = self.rng.pick(&["q0", "q2"]);
-        let n = 2 + self.rng.below(4);
-        let mut confirms = Vec::new();
-        for _ in 0..n {
-            let id = self.next_id();
-            let confirm = self.send("", queue, id, persistent()).await;
-            confirms.push((id, vec![Place::Queue(queue.into())], confirm));
-        }
-        let (acked, nacked) = self.settle_confirms(confirms).await;
-        // The store reopens and checks its file after a failed fsync; until it has, reads fail
-        // and the disk alarm is up.
-        let since = Instant::now();
-        while self.broker().disk_alarm() {
-            if since.elapsed() > STUCK {
-                self.fail("the disk alarm never cleared after the fsync failure");
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        format!(
-            "fsync fails for {failing_for:?} under a batch to {queue}: {acked} acked, {nacked} nacked"
-        )
-    }
-
-    /// Power off: the disk keeps what was fsynced, at a moment chosen while publishes may be
-    /// in flight; a new broker starts on that image.
-    async fn power_cut(&mut self) -> String {
-        let in_flight = self.rng.below(2) * (1 + self.rng.below(10));
-        let landed = Arc::new(parking_lot::Mutex::new(Vec::new()));
-        for _ in 0..in_flight {
-            let id = self.next_id();
-            let queue = self.rng.pick(&["q0", "q1", "q2"]);
-            let confirm = self.send("", queue, id, persistent()).await;
-            let landed = Arc::clone(&landed);
-            tokio::spawn(async move {
-                if let Ok(c) = confirm.await {
-                    if c.is_ack() {
-                        landed.lock().push((id, queue));
-                    }
-                }
-            });
-        }
-        let wait = self.rng.below(3_000);
-        tokio::time::sleep(Duration::from_micros(wait)).await;
-        // Every confirm that arrived before the image was taken was fsynced before it.
-        let confirmed = landed.lock().clone();
-        let image = DataDir::new("shell-sim");
-        std::fs::create_dir_all(image.path()).expect("image directory");
-        let file = dwellmq_store::DB_FILE;
-        if let Err(e) = self
-            .faults
-            .disk_image(&self.dir.path().join(file), &image.path().join(file))
-        {
-            self.fail(&format!("taking the disk image failed: {e}"));
-        }
-        for (id, queue) in &confirmed {
-            self.model
-                .confirmed(*id, vec![Place::Queue((*queue).into())]);
-        }
-        let now_ms = self.broker().now_ms();
-        self.stop().await;
-        self.dir = image;
-        self.faults = Arc::new(StoreFaults::default());
-        self.start(now_ms).await;
-        self.report.power_cuts += 1;
-        format!(
-            "power cut with {in_flight} in flight ({} confirmed before it)",
-            confirmed.len()
-        )
-    }
-
-    async fn stop(&mut self) {
-        self.ch = None;
-        if let Some(connection) = self.connection.take() {
-            let _ = connection.close(200, "bye".into()).await;
-        }
-        if let Some(broker) = self.broker.take() {
-            broker.shutdown().await;
-        }
-    }
-
-    async fn clean_restart(&mut self) -> String {
-        self.ch = None;
-        if let Some(connection) = self.connection.take() {
-            let _ = connection.close(200, "bye".into()).await;
-        }
-        let broker = self.broker.take().expect("a broker runs");
-        match bounded("a restart", broker.restart()).await {
-            Ok(broker) => self.attach(broker).await,
-            Err(e) => self.fail(&format!("the restart failed: {e}")),
-        }
-        self.report.restarts += 1;
-        "clean restart".into()
-    }
-
     /// Every message the broker holds, where it is.
     fn look(&self) -> Seen {
         let mut seen = Seen::new();
@@ -711,20 +298,21 @@ impl Sim {
         let roll = self.rng.below(100);
         self.last_roll = roll;
         let done = match roll {
-            0..=21 => self.publish_batch().await,
-            22..=37 => self.publish_delayed().await,
-            38..=49 => self.get_and_ack().await,
-            50..=54 => self.reject_to_dead().await,
-            55..=58 => self.get_and_requeue().await,
-            59..=68 => self.advance(),
-            69..=71 => self.cancel_one(),
-            72..=73 => self.purge_queue().await,
-            74..=75 => self.delete_and_redeclare_queue().await,
-            76 => self.purge_later(),
-            77 => self.delete_and_redeclare_later().await,
-            78..=83 => self.sync().await,
-            84..=88 => self.failing_commits().await,
-            89..=90 => self.failing_fsync().await,
+            0..=19 => self.publish_batch().await,
+            20..=33 => self.publish_delayed().await,
+            34..=44 => self.get_and_ack().await,
+            45..=49 => self.reject_to_dead().await,
+            50..=53 => self.get_and_requeue().await,
+            54..=62 => self.advance(),
+            63..=65 => self.cancel_one(),
+            66..=67 => self.purge_queue().await,
+            68..=69 => self.delete_and_redeclare_queue().await,
+            70 => self.purge_later(),
+            71 => self.delete_and_redeclare_later().await,
+            72..=77 => self.sync().await,
+            78..=81 => self.failing_commits().await,
+            82..=83 => self.failing_fsync().await,
+            84..=90 => self.change_definition().await,
             91..=92 => self.clean_restart().await,
             _ => self.power_cut().await,
         };
@@ -733,6 +321,7 @@ impl Sim {
         if roll >= 91 {
             self.declare_all(true).await;
             self.check("after a restart", true);
+            self.check_definitions("after a restart").await;
         } else if self.report.steps.is_multiple_of(8) {
             self.check("while running", false);
         }
@@ -752,6 +341,7 @@ impl Sim {
         self.log.push(done);
         self.declare_all(true).await;
         self.check("after the last power cut", true);
+        self.check_definitions("after the last power cut").await;
         self.log.push(format!(
             "end: {} confirmed messages held",
             self.model.confirmed_count()
@@ -784,6 +374,7 @@ async fn what_was_confirmed_survives_every_failure_the_simulation_drives() {
         total.confirmed += r.confirmed;
         total.nacked += r.nacked;
         total.power_cuts += r.power_cuts;
+        total.expired += r.expired;
         total.restarts += r.restarts;
         total.checks += r.checks;
     };

@@ -24,6 +24,24 @@ impl fmt::Display for Place {
     }
 }
 
+impl Place {
+    /// Where a message here may be by the next look, without anyone taking it: a held one may
+    /// be released into its queue, one in `q2` may expire (`x-message-ttl`) into `dead`.
+    pub fn reachable(self) -> Vec<Place> {
+        match self {
+            Place::Held(queue) => {
+                let mut places = vec![Place::Held(queue.clone())];
+                places.extend(Place::Queue(queue).reachable());
+                places
+            }
+            Place::Queue(queue) if queue == "q2" => {
+                vec![Place::Queue(queue), Place::Queue("dead".into())]
+            }
+            place => vec![place],
+        }
+    }
+}
+
 /// Every place each message was seen in, in one look at the broker.
 pub type Seen = BTreeMap<u64, Vec<Place>>;
 
@@ -125,11 +143,10 @@ impl Model {
         self.must = seen
             .iter()
             .map(|(&id, places)| {
-                let mut allowed = places.clone();
-                // A held message may be released into its queue before the next look.
-                if let [Place::Held(queue)] = places.as_slice() {
-                    allowed.push(Place::Queue(queue.clone()));
-                }
+                let allowed = match places.as_slice() {
+                    [place] => place.clone().reachable(),
+                    _ => places.clone(),
+                };
                 (id, allowed)
             })
             .collect();
