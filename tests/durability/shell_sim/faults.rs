@@ -22,7 +22,7 @@ impl Sim {
             match bounded("a scratch confirm", confirm).await {
                 Ok(c) if c.is_ack() => {
                     self.model.removed(id);
-                    self.model.removals_committed();
+                    self.model.committed();
                     return format!("sync ({attempt} nacked first)");
                 }
                 Ok(_) => self.model.removed(id),

@@ -110,6 +110,8 @@ impl Sim {
     }
 
     /// Gets one message (manual ack) from `queue`.
+    /// Gets one message (manual ack) from `queue`: its id and delivery tag. A quorum queue's
+    /// `x-acquired-count` must count every return the broker committed.
     pub(super) async fn get(&mut self, queue: &str) -> Option<(u64, u64)> {
         let got = bounded(
             "basic.get",
@@ -117,10 +119,35 @@ impl Sim {
                 .basic_get(queue.into(), BasicGetOptions { no_ack: false }),
         )
         .await;
-        match got {
-            Ok(m) => m.map(|m| (id_of(&m.delivery.data), m.delivery.delivery_tag)),
+        let m = match got {
+            Ok(m) => m?,
             Err(e) => self.fail(&format!("basic.get on {queue} failed: {e}")),
+        };
+        let id = id_of(&m.delivery.data);
+        if queue == "q1" {
+            let count = m
+                .delivery
+                .properties
+                .headers()
+                .as_ref()
+                .and_then(|h| h.inner().get("x-acquired-count").cloned())
+                .and_then(|v| match v {
+                    AMQPValue::LongLongInt(n) => u64::try_from(n).ok(),
+                    AMQPValue::LongInt(n) => u64::try_from(n).ok(),
+                    AMQPValue::ShortInt(n) => u64::try_from(n).ok(),
+                    AMQPValue::ShortShortInt(n) => u64::try_from(n).ok(),
+                    AMQPValue::LongUInt(n) => Some(n.into()),
+                    _ => None,
+                })
+                .unwrap_or(0);
+            let returned = self.model.returns_committed(id);
+            if count < returned {
+                self.fail(&format!(
+                    "message {id} came with x-acquired-count {count} after {returned} committed returns"
+                ));
+            }
         }
+        Some((id, m.delivery.delivery_tag))
     }
 
     /// A round trip on the channel: what was sent before it (an ack, nack or reject, which
@@ -144,7 +171,7 @@ impl Sim {
 
     /// Requeues one (not on the quorum queue, whose delivery limit would drop it in the end).
     pub(super) async fn get_and_requeue(&mut self) -> String {
-        let queue = self.rng.pick(&["q0", "q2", "dead"]);
+        let queue = self.rng.pick(&["q0", "q1", "q2", "dead"]);
         let Some((id, tag)) = self.get(queue).await else {
             return format!("get {queue}: empty");
         };
@@ -152,6 +179,11 @@ impl Sim {
             requeue: true,
             multiple: false,
         };
+        if queue == "q1" {
+            // A nack returns it without failing it: `x-acquired-count` counts it, the delivery
+            // limit (failed deliveries) does not.
+            self.model.returned(id);
+        }
         if let Err(e) = self.ch().basic_nack(tag, options).await {
             self.fail(&format!("nack failed: {e}"));
         }

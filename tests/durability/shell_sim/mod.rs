@@ -32,8 +32,10 @@ use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
 use model::{Model, Place, Seen};
 
 /// Queues the simulation uses: `q0` (classic, bound to the delayed exchange), `q1` (quorum,
-/// bound to it too), `q2` (classic, dead-letters rejected and expired messages into `dead`;
-/// messages expire 5 s after they enter it), `dead`.
+/// bound to it too; a message whose delivery failed more than 3 times, as at a crash with it
+/// unacked, is dead-lettered into `dead`), `q2`
+/// (classic, dead-letters rejected and expired messages into `dead`; messages expire 5 s after
+/// they enter it; at 30 messages it refuses publishes), `dead`.
 const QUEUES: [&str; 4] = ["q0", "q1", "q2", "dead"];
 /// The durable delayed exchange (topic inside): `q0.<id>` goes to `q0`, `q1.<id>` to `q1`.
 const LATER: &str = "later";
@@ -198,11 +200,18 @@ impl Sim {
 
     async fn declare_queue(&mut self, queue: &str, passive: bool) {
         let arguments = match queue {
-            "q1" => table(&[("x-queue-type", long_str("quorum"))]),
+            "q1" => table(&[
+                ("x-queue-type", long_str("quorum")),
+                ("x-delivery-limit", AMQPValue::LongInt(3)),
+                ("x-dead-letter-exchange", long_str("")),
+                ("x-dead-letter-routing-key", long_str("dead")),
+            ]),
             "q2" => table(&[
                 ("x-dead-letter-exchange", long_str("")),
                 ("x-dead-letter-routing-key", long_str("dead")),
                 ("x-message-ttl", AMQPValue::LongInt(5_000)),
+                ("x-max-length", AMQPValue::LongInt(30)),
+                ("x-overflow", long_str("reject-publish")),
             ]),
             _ => FieldTable::default(),
         };

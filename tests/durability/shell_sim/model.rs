@@ -56,6 +56,9 @@ pub struct Model {
     removing: BTreeSet<u64>,
     /// Removed, and the removal is committed: never seen again.
     gone: BTreeSet<u64>,
+    /// Returns to a quorum queue (a nack with requeue), by message: (committed, not yet known
+    /// committed). Its `x-acquired-count` never falls below the committed ones.
+    returns: BTreeMap<u64, (u64, u64)>,
 }
 
 impl Model {
@@ -86,9 +89,22 @@ impl Model {
         self.removing.insert(id);
     }
 
-    /// Everything removed so far is committed (a later confirm came back).
-    pub fn removals_committed(&mut self) {
+    /// `id` went back to its quorum queue once more.
+    pub fn returned(&mut self, id: u64) {
+        self.returns.entry(id).or_default().1 += 1;
+    }
+
+    /// Returns of `id` known to be committed.
+    pub fn returns_committed(&self, id: u64) -> u64 {
+        self.returns.get(&id).map_or(0, |r| r.0)
+    }
+
+    /// Everything removed or returned so far is committed (a later confirm came back).
+    pub fn committed(&mut self) {
         self.gone.append(&mut self.removing);
+        for (committed, pending) in self.returns.values_mut() {
+            *committed += std::mem::take(pending);
+        }
     }
 
     /// Checks one look at the broker against the model; every violation, one per line.
@@ -132,6 +148,10 @@ impl Model {
     /// After a check that passed: what was seen is what the broker holds (a message that may
     /// have been there is now either there or gone for good).
     pub fn adopt(&mut self, seen: &Seen) {
+        // A return not known to be committed may have been lost with the crash.
+        for (_, pending) in self.returns.values_mut() {
+            *pending = 0;
+        }
         for id in std::mem::take(&mut self.maybe)
             .into_iter()
             .chain(std::mem::take(&mut self.removing))
