@@ -103,18 +103,20 @@ pub(crate) async fn negotiate<R: AsyncRead + Unpin>(
         Method::ConnectionTuneOk(m) => m,
         other => return unexpected(outbound, &other),
     };
+    // As RabbitMQ's `validate_negotiated_integer_value`: frame_max first, then channel_max.
+    check_tuned(
+        "frame_max",
+        tune_ok.frame_max,
+        limits.frame_max,
+        FRAME_MIN_SIZE,
+    )?;
+    check_tuned(
+        "channel_max",
+        u32::from(tune_ok.channel_max),
+        u32::from(limits.channel_max),
+        CHANNEL_MIN,
+    )?;
     let frame_max = negotiate_limit(tune_ok.frame_max, limits.frame_max);
-    if frame_max != 0 && frame_max < FRAME_MIN_SIZE {
-        // RabbitMQ's text, and like RabbitMQ the fault names `connection.tune`.
-        return Err(Fault::new(
-            BrokerError::NotAllowed(format!(
-                "negotiated frame_max = {frame_max} is lower than the minimum allowed value ({FRAME_MIN_SIZE})"
-            )),
-            10,
-            30,
-        )
-        .into());
-    }
     let frame_max = effective_frame_max(frame_max, limits);
     // 0 on both sides means "no limit": every channel number is usable.
     let channel_max = match negotiate_limit(
@@ -163,6 +165,31 @@ pub(crate) async fn negotiate<R: AsyncRead + Unpin>(
         capabilities,
         client_properties: start_ok.client_properties,
     }))
+}
+
+/// The smallest channel_max a client may ask for (RabbitMQ's `CHANNEL_MIN`); 0 means no limit.
+const CHANNEL_MIN: u32 = 1;
+
+/// A `connection.tune-ok` value the server cannot accept, refused as RabbitMQ refuses it: below
+/// the minimum, or above what the server offered (where 0, "no limit", is above every limit).
+/// RabbitMQ's text, and like RabbitMQ the fault names `connection.tune`.
+fn check_tuned(field: &str, client: u32, server: u32, min: u32) -> Result<(), Fault> {
+    let refusal = if client != 0 && client < min {
+        format!("negotiated {field} = {client} is lower than the minimum allowed value ({min})")
+    } else if server != 0 && (client == 0 || client > server) {
+        // RabbitMQ spells out what 0 means for channel_max only.
+        let detail = if client == 0 && field == "channel_max" {
+            " (no limit)"
+        } else {
+            ""
+        };
+        format!(
+            "negotiated {field} = {client}{detail} is higher than the maximum allowed value ({server})"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Fault::new(BrokerError::NotAllowed(refusal), 10, 30))
 }
 
 /// The smaller non-zero value (0 means "no limit" on either side).

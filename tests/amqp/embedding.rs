@@ -10,6 +10,7 @@ use dwellmq::{Broker, BrokerConfig, BrokerHandle, UserConfig};
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
+use tokio::io::AsyncReadExt;
 
 const PREDECLARED: [&str; 7] = [
     "",
@@ -500,19 +501,95 @@ async fn guest_is_loopback_only_while_other_users_may_connect_remotely() {
 
 #[tokio::test]
 async fn settle_returns_once_everything_is_written() {
-    let t = start().await;
-    let ch = round_trip(&t.connection, "settled").await;
-    ch.basic_publish(
-        "".into(),
-        "settled".into(),
-        BasicPublishOptions::default(),
-        b"x",
-        BasicProperties::default(),
-    )
-    .await
-    .unwrap();
-    sync(&ch).await;
-    t.broker.settle().await.expect("nothing left unwritten");
+    // In memory, on this test's single-threaded runtime: the broker writes only while this
+    // task waits, and the pipe holds 256 KiB, so what settle promises can be read off the pipe.
+    let broker = broker().await;
+    let mut client = RawClient::open_in_memory(&broker, Tune::default()).await;
+    client.open_channel(1).await;
+    client.declare_queue(1, "settled", false).await;
+    // 2 MiB of deliveries: far more than the pipe holds, below the 4 MiB at which a connection
+    // counts as congested, so every delivery is queued at once and most must wait.
+    const MESSAGES: usize = 32;
+    const SIZE: usize = 64 * 1024;
+    let body = vec![b's'; SIZE];
+    for _ in 0..MESSAGES {
+        client.publish(1, "", "settled", &body).await;
+    }
+    assert_eq!(client.queue_depth(1, "settled").await, MESSAGES as u32);
+    // From here the test reads the stream itself: consume-ok, then every delivery.
+    client
+        .send_method(
+            1,
+            &dwellmq::codec::Method::BasicConsume(dwellmq::codec::methods::BasicConsume {
+                queue: "settled".into(),
+                consumer_tag: "reader".into(),
+                no_ack: true,
+                ..Default::default()
+            }),
+        )
+        .await;
+    eventually("every message handed to the connection", || {
+        broker.queue_info("/", "settled").unwrap().messages == 0
+    })
+    .await;
+    let pending = broker
+        .settle_within(Duration::ZERO)
+        .await
+        .expect_err("deliveries wait for the client to read");
+    let [waiting] = pending.unwritten.as_slice() else {
+        panic!("one connection expected: {pending:?}");
+    };
+    assert!(waiting.queued_bytes > 0 || waiting.writing, "{pending}");
+
+    // The client reads while settle waits; settle returns once nothing is left to write.
+    let mut received = bytes::BytesMut::with_capacity(4 << 20);
+    let settled = {
+        let settle = broker.settle();
+        tokio::pin!(settle);
+        loop {
+            tokio::select! {
+                biased;
+                settled = &mut settle => break settled,
+                read = client.stream.read_buf(&mut received) => {
+                    assert!(read.expect("the pipe reads") > 0, "the broker closed the pipe");
+                }
+            }
+        }
+    };
+    settled.expect("settles once the client has read");
+    // Everything queued must now be in the pipe. It is read without yielding to the runtime,
+    // so the broker cannot write one more byte meanwhile: a settle that returned with output
+    // still queued leaves deliveries missing here.
+    loop {
+        let read = tokio::task::unconstrained(futures_lite::future::poll_once(
+            client.stream.read_buf(&mut received),
+        ))
+        .await;
+        match read {
+            Some(Ok(0)) => panic!("the broker closed the pipe"),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => panic!("reading the pipe: {e}"),
+            None => break,
+        }
+    }
+    let (mut deliveries, mut body_bytes) = (0, 0);
+    while let Some(frame) =
+        dwellmq::codec::decode_frame(&mut received, u32::MAX).expect("frames decode")
+    {
+        match frame.payload {
+            dwellmq::codec::FramePayload::Method(dwellmq::codec::Method::BasicDeliver(_)) => {
+                deliveries += 1
+            }
+            dwellmq::codec::FramePayload::Body(chunk) => body_bytes += chunk.len(),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        (deliveries, body_bytes, received.len()),
+        (MESSAGES, MESSAGES * SIZE, 0),
+        "everything written when settle returned, nothing cut in half"
+    );
+    broker.shutdown().await;
 }
 
 #[tokio::test]

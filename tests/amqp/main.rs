@@ -8,6 +8,7 @@ mod common;
 
 mod basic_flow;
 mod classic_queue_arguments;
+mod concurrent_topology;
 mod dead_lettering;
 mod delayed_exchange;
 mod direct_reply_to;

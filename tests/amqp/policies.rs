@@ -267,3 +267,60 @@ async fn invalid_policies_are_refused_with_a_reason() {
         "Validation failed: 0 is not a valid delayed-retry-min"
     );
 }
+
+/// `max-length` from a policy named `name` at `priority` for queues `^tie\.`.
+fn length_cap(name: &str, priority: i64, max_length: i64) -> Policy {
+    Policy {
+        priority,
+        ..policy(
+            name,
+            "^tie\\.",
+            ApplyTo::Queues,
+            definition(&[("max-length", int(max_length))]),
+        )
+    }
+}
+
+/// Publishes three more messages to `queue` and returns how many the applying cap keeps.
+async fn kept_of_three(ch: &Channel, queue: &str) -> u32 {
+    for body in ["1", "2", "3"] {
+        publish(ch, "", queue, body).await;
+    }
+    ready(ch, queue).await
+}
+
+#[tokio::test]
+async fn equal_priorities_go_to_the_policy_first_by_name_whatever_the_order_they_were_set_in() {
+    let t = start_manual().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "tie.q").await;
+    // Set in reverse name order: the later one wins the tie by its name, not by being later.
+    t.broker
+        .set_policy("/", length_cap("b-keeps-two", 5, 2))
+        .unwrap();
+    t.broker
+        .set_policy("/", length_cap("a-keeps-one", 5, 1))
+        .unwrap();
+    assert_eq!(kept_of_three(&ch, "tie.q").await, 1);
+    // Redefining the winner does not move it behind the other (it is still first by name).
+    t.broker
+        .set_policy("/", length_cap("a-keeps-one", 5, 1))
+        .unwrap();
+    assert_eq!(kept_of_three(&ch, "tie.q").await, 1);
+    // Priority decides before the name does.
+    t.broker
+        .set_policy("/", length_cap("a-keeps-one", 4, 1))
+        .unwrap();
+    assert_eq!(kept_of_three(&ch, "tie.q").await, 2);
+    // A tie set later, last by name, does not take over either.
+    t.broker
+        .set_policy("/", length_cap("c-keeps-three", 5, 3))
+        .unwrap();
+    assert_eq!(kept_of_three(&ch, "tie.q").await, 2);
+    // With the winner gone, the other policy of the highest priority applies.
+    assert!(t.broker.clear_policy("/", "b-keeps-two"));
+    assert_eq!(kept_of_three(&ch, "tie.q").await, 3);
+    // A queue declared after the policies gets the same answer.
+    declare_queue(&ch, "tie.later").await;
+    assert_eq!(kept_of_three(&ch, "tie.later").await, 3);
+}

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use dwellmq::{Broker, BrokerConfig, BrokerHandle, StartError, TlsConfig, TlsVerify};
 use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
@@ -12,6 +13,7 @@ use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, SanType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A CA with a server certificate and client certificates, as PEM files in a directory.
 struct Pki {
@@ -294,4 +296,148 @@ async fn unusable_tls_settings_stop_the_start_with_a_clear_error() {
     .err()
     .expect("refused");
     assert!(error.to_string().contains("cacertfile"), "{error}");
+}
+
+/// Reads until the broker closes `stream` (EOF or reset) and returns what it sent first.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream, within: Duration) -> Vec<u8> {
+    let mut sent = Vec::new();
+    let mut chunk = [0u8; 4096];
+    tokio::time::timeout(within, async {
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => sent.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the broker closes the socket");
+    sent
+}
+
+/// A TLS alert record (content type 21), as a TLS stack answers bytes it cannot accept.
+fn is_tls_alert(record: &[u8]) -> bool {
+    record.first() == Some(&0x15) && record.get(1) == Some(&0x03)
+}
+
+#[tokio::test]
+async fn plaintext_amqp_on_the_tls_port_is_refused_and_the_broker_serves_on() {
+    let pki = Pki::new();
+    let broker = broker(pki.tls(TlsVerify::VerifyNone, false)).await;
+    let mut plain = tokio::net::TcpStream::connect(broker.tls_local_addr().unwrap())
+        .await
+        .unwrap();
+    plain
+        .write_all(crate::common::raw::AMQP_0_9_1)
+        .await
+        .unwrap();
+    // Not an AMQP conversation (no protocol header back, no connection.start): at most a TLS
+    // alert, and the socket closes at once, well before the 10 s handshake timeout.
+    let answer = read_until_closed(&mut plain, Duration::from_secs(5)).await;
+    assert!(
+        answer.is_empty() || is_tls_alert(&answer),
+        "a TLS refusal, not {answer:?}"
+    );
+    let connection = connect(&url(&broker, "guest:guest@", ""), trusting(&pki))
+        .await
+        .expect("TLS clients are served after the refusal");
+    round_trip(&connection).await;
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_certificate_from_another_ca_is_refused_even_with_a_password() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    // verify_peer without fail_if_no_peer_cert: a client without a certificate may log in with
+    // a password, but a certificate the CA did not sign fails the handshake (as with Erlang's
+    // ssl under verify_peer), whatever credentials follow.
+    let broker = broker(pki.tls(TlsVerify::VerifyPeer, false)).await;
+    let (pem, key) = other.issue("guest", false);
+    let foreign = OwnedTLSConfig {
+        identity: Some(OwnedIdentity::PKCS8 {
+            pem: pem.into_bytes(),
+            key: key.into_bytes(),
+        }),
+        // The client trusts the server: only its own certificate is wrong.
+        cert_chain: Some(pki.ca_pem()),
+    };
+    let refused = connect(&url(&broker, "guest:guest@", ""), foreign)
+        .await
+        .expect_err("refused");
+    // The server's alert: UnknownCA for an issuer it has never heard of; here the other CA
+    // bears the same name as the trusted one, so the chain's signature is what fails.
+    let refused = refused.to_string();
+    assert!(
+        refused.contains("received fatal alert: DecryptError")
+            || refused.contains("received fatal alert: UnknownCA"),
+        "the handshake refused for the certificate's issuer: {refused}"
+    );
+    // The same login with a certificate from the broker's CA is served.
+    let connection = connect(
+        &url(&broker, "guest:guest@", ""),
+        with_identity(&pki, "guest"),
+    )
+    .await
+    .expect("a certificate from the right CA");
+    round_trip(&connection).await;
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stalled_tls_handshake_is_dropped_after_the_handshake_timeout_and_others_are_served() {
+    let pki = Pki::new();
+    let handshake_timeout = Duration::from_secs(4);
+    let broker = Broker::start(BrokerConfig {
+        tls: Some(pki.tls(TlsVerify::VerifyNone, false)),
+        limits: dwellmq::Limits {
+            handshake_timeout,
+            ..dwellmq::Limits::default()
+        },
+        ..BrokerConfig::ephemeral()
+    })
+    .await
+    .unwrap();
+    let mut stalled = tokio::net::TcpStream::connect(broker.tls_local_addr().unwrap())
+        .await
+        .unwrap();
+    let opened = tokio::time::Instant::now();
+    // The start of a ClientHello record (handshake, TLS 1.0 record version, 512 octets
+    // announced), then nothing more.
+    stalled
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .await
+        .unwrap();
+    // Meanwhile another client is served from start to finish.
+    let connection = connect(&url(&broker, "guest:guest@", ""), trusting(&pki))
+        .await
+        .expect("served while a handshake stalls");
+    round_trip(&connection).await;
+    connection.close(200, "bye".into()).await.unwrap();
+    // ... while the stalled one was still waiting, its socket open: handshakes do not queue
+    // behind one another (a full TLS and AMQP handshake takes milliseconds, not 4 s).
+    let mut octet = [0u8; 1];
+    assert!(
+        matches!(stalled.try_read(&mut octet), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the stalled handshake was still pending when the other client was done"
+    );
+    // The stalled one is dropped, silently, once its handshake timeout has passed.
+    let answer = read_until_closed(&mut stalled, handshake_timeout + Duration::from_secs(10)).await;
+    assert!(
+        opened.elapsed() >= handshake_timeout,
+        "dropped after {:?}, before the handshake timeout",
+        opened.elapsed()
+    );
+    assert!(
+        answer.is_empty(),
+        "nothing sent to a stalled peer: {answer:?}"
+    );
+    let connection = connect(&url(&broker, "guest:guest@", ""), trusting(&pki))
+        .await
+        .expect("served after the drop");
+    round_trip(&connection).await;
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
 }

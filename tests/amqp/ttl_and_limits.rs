@@ -504,3 +504,60 @@ async fn wait_for_sees_a_condition_reached_and_names_what_it_saw_on_timeout() {
         .unwrap_err();
     assert_eq!(missing.seen, "no queue 'nope' in vhost '/'");
 }
+
+#[tokio::test]
+async fn a_queue_expires_only_once_its_last_consumer_has_left_and_from_that_moment() {
+    let t = start_manual().await;
+    let ch = t.channel().await;
+    queue_with(&ch, "temp", &[("x-expires", AMQPValue::LongInt(1_000))]).await;
+    publish(&ch, "temp", "held", None).await;
+    // Two consumers on another connection: one acking (it holds the message unacked), one not.
+    let other = connect(&t.broker).await;
+    let holder = other.create_channel().await.unwrap();
+    let mut holding = holder
+        .basic_consume(
+            "temp".into(),
+            "holder".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let held = next_delivery(&mut holding).await;
+    assert_eq!(held.data, b"held");
+    let watcher = other.create_channel().await.unwrap();
+    let watching = consume_no_ack(&watcher, "temp").await;
+    t.broker.advance(Duration::from_millis(10_000));
+    assert!(t.broker.queue_info("/", "temp").is_some());
+
+    // One consumer leaves by basic.cancel: the other still uses the queue.
+    watcher
+        .basic_cancel(watching.tag(), BasicCancelOptions::default())
+        .await
+        .unwrap();
+    t.broker.advance(Duration::from_millis(10_000));
+    assert!(t.broker.queue_info("/", "temp").is_some());
+
+    // The last one leaves with its connection (its message back in the queue): the period
+    // starts at that moment, not at the queue's last earlier use.
+    other.close(200, "bye".into()).await.unwrap();
+    eventually("the closed connection's consumer is gone", || {
+        t.broker
+            .queue_info("/", "temp")
+            .is_some_and(|q| q.consumers == 0)
+    })
+    .await;
+    assert_eq!(
+        ready(&ch, "temp").await,
+        1,
+        "the unacked message is requeued"
+    );
+    t.broker.advance(Duration::from_millis(999));
+    assert!(t.broker.queue_info("/", "temp").is_some());
+    t.broker.advance(Duration::from_millis(1));
+    assert!(t.broker.queue_info("/", "temp").is_none());
+    // Gone for the client too: RabbitMQ's 404 on a passive declare.
+    let ch = t.channel().await;
+    let (code, _) = channel_error(passive_declare(&ch, "temp").await);
+    assert_eq!(code, 404);
+}

@@ -13,6 +13,7 @@ mod delayed_on_disk;
 mod durability_faults;
 mod failure_paths;
 mod large_messages;
+mod non_ascii_names;
 mod restart;
 mod restart_state;
 mod shell_sim;

@@ -88,3 +88,116 @@ async fn queues_exchanges_channels_and_the_overview_count_messages() {
     assert_stat(stats, "ack", 2);
     assert_stat(stats, "drop_unroutable", 1);
 }
+
+/// `message_stats[name]` and its `_details.rate` in `stats`.
+fn stat(stats: &Value, name: &str) -> (u64, f64) {
+    let count = stats[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{name} in {stats}"));
+    let rate = stats[format!("{name}_details")]["rate"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name}_details.rate in {stats}"));
+    (count, rate)
+}
+
+/// Polls `path` until `ready` holds for its JSON, and returns that JSON. The rate sampler
+/// runs on real time (every 5 s, RabbitMQ's `collect_statistics_interval`), not on the
+/// broker's clock: there is no manual clock to move it, so the test waits for its passes.
+async fn poll_until(
+    addr: SocketAddr,
+    path: &str,
+    what: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Value {
+    for _ in 0..1_500 {
+        let json = get(addr, path, GUEST).await.json();
+        if ready(&json) {
+            return json;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what} at {path}");
+}
+
+#[tokio::test]
+async fn rates_are_the_increase_per_second_between_two_samples() {
+    let mut config = BrokerConfig::ephemeral();
+    config.http = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let t = start_with(config).await;
+    let addr = t.broker.http_addr().unwrap();
+    let ch = t.channel().await;
+    declare_queue(&ch, "rated").await;
+    ch.exchange_declare(
+        "rated-in".into(),
+        ExchangeKind::Fanout,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_bind(
+        "rated".into(),
+        "rated-in".into(),
+        "".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+
+    // A sample boundary: one unroutable message shows in the overview's rate at the first
+    // sample after it, which also has read the queue and the exchange declared before it.
+    publish(&ch, "", "nowhere", "marker").await;
+    sync(&ch).await;
+    poll_until(addr, "/api/overview", "the marker's sample", |o| {
+        stat(&o["message_stats"], "drop_unroutable").1 > 0.0
+    })
+    .await;
+
+    // Known traffic within the next 5 s interval: 3 published, 2 got and acked.
+    for body in ["a", "b", "c"] {
+        publish(&ch, "rated-in", "", body).await;
+    }
+    sync(&ch).await;
+    for _ in 0..2 {
+        let got = ch
+            .basic_get("rated".into(), BasicGetOptions::default())
+            .await
+            .unwrap()
+            .expect("a message");
+        got.delivery.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    sync(&ch).await;
+    let queue = poll_until(addr, "/api/queues/%2F/rated", "the traffic's sample", |q| {
+        stat(&q["message_stats"], "publish").1 > 0.0
+    })
+    .await;
+    let stats = &queue["message_stats"];
+    // Per second over the 5 s between two samples, rounded to one decimal as RabbitMQ shows.
+    assert_eq!(stat(stats, "publish"), (3, 0.6), "{stats}");
+    assert_eq!(stat(stats, "get"), (2, 0.4), "{stats}");
+    assert_eq!(stat(stats, "deliver_get"), (2, 0.4), "{stats}");
+    assert_eq!(stat(stats, "ack"), (2, 0.4), "{stats}");
+    assert_eq!(stat(stats, "redeliver"), (0, 0.0), "{stats}");
+    let exchange = get(addr, "/api/exchanges/%2F/rated-in", GUEST).await.json();
+    let stats = &exchange["message_stats"];
+    assert_eq!(stat(stats, "publish_in"), (3, 0.6), "{stats}");
+    assert_eq!(stat(stats, "publish_out"), (3, 0.6), "{stats}");
+    let overview = get(addr, "/api/overview", GUEST).await.json();
+    let stats = &overview["message_stats"];
+    assert_eq!(stat(stats, "publish"), (4, 0.6), "{stats}");
+    assert_eq!(stat(stats, "drop_unroutable"), (1, 0.0), "{stats}");
+
+    // The next interval: one more published, nothing got. A rate is this interval's increase,
+    // not the total over the time since the start.
+    publish(&ch, "rated-in", "", "d").await;
+    sync(&ch).await;
+    let queue = poll_until(addr, "/api/queues/%2F/rated", "the next sample", |q| {
+        stat(&q["message_stats"], "publish").1 != 0.6
+    })
+    .await;
+    let stats = &queue["message_stats"];
+    assert_eq!(stat(stats, "publish"), (4, 0.2), "{stats}");
+    assert_eq!(stat(stats, "get"), (2, 0.0), "{stats}");
+    assert_eq!(stat(stats, "ack"), (2, 0.0), "{stats}");
+}

@@ -275,7 +275,7 @@ async fn opening_an_unknown_vhost_is_530() {
         .await;
     let _tune = client.recv_method0().await;
     let tune_ok = Method::ConnectionTuneOk(ConnectionTuneOk {
-        channel_max: 0,
+        channel_max: 2047,
         frame_max: 131_072,
         heartbeat: 0,
     });
@@ -405,29 +405,105 @@ async fn a_smaller_client_frame_max_wins_both_ways() {
     broker.shutdown().await;
 }
 
+/// Sends `tune_ok` in answer to the server's `connection.tune` (guest/guest, PLAIN) and returns
+/// the `connection.close` that must follow, acknowledged: (code, text, class, method).
+async fn refused_tune_ok(
+    broker: &dwellmq::BrokerHandle,
+    tune_ok: ConnectionTuneOk,
+) -> (u16, String, u16, u16) {
+    let (mut client, _) = RawClient::start(broker.local_addr()).await;
+    client
+        .send_method(0, &start_ok_plain("guest", "guest"))
+        .await;
+    assert!(matches!(
+        client.recv_method0().await,
+        Method::ConnectionTune(_)
+    ));
+    client
+        .send_method(0, &Method::ConnectionTuneOk(tune_ok))
+        .await;
+    client.expect_close_and_ack().await
+}
+
 #[tokio::test]
-async fn a_larger_client_frame_max_is_capped_by_the_server() {
+async fn a_frame_max_above_the_offer_is_refused_with_rabbitmqs_text() {
     let broker = broker().await;
-    let mut client = RawClient::open_with(
-        broker.local_addr(),
-        Tune {
-            frame_max: Some(1 << 20),
-            ..Tune::default()
+    // RabbitMQ (rabbit_reader's validate_negotiated_integer_value) does not cap a tune-ok
+    // above its offer: it closes the connection, naming connection.tune.
+    let refused = refused_tune_ok(
+        &broker,
+        ConnectionTuneOk {
+            channel_max: 2047,
+            frame_max: 131_073,
+            heartbeat: 0,
         },
     )
     .await;
-    client.open_channel(1).await;
-    let payload = 131_072u32 - 8 + 1;
-    let mut header = vec![3, 0, 1];
-    header.extend_from_slice(&payload.to_be_bytes());
-    client.send_raw(&header).await;
-    let (code, text, _, _) = client.expect_close_and_ack().await;
     assert_eq!(
-        (code, text.as_str()),
+        (refused.0, refused.1.as_str(), refused.2, refused.3),
         (
-            501,
-            "FRAME_ERROR - frame size 131073 exceeds frame-max 131072"
+            530,
+            "NOT_ALLOWED - negotiated frame_max = 131073 is higher than the maximum allowed value (131072)",
+            10,
+            30
         )
+    );
+    // 0 ("no limit") is above every limit the server set.
+    let refused = refused_tune_ok(
+        &broker,
+        ConnectionTuneOk {
+            channel_max: 2047,
+            frame_max: 0,
+            heartbeat: 0,
+        },
+    )
+    .await;
+    assert_eq!(
+        refused.1,
+        "NOT_ALLOWED - negotiated frame_max = 0 is higher than the maximum allowed value (131072)"
+    );
+    // The offer itself is accepted, and the broker serves on.
+    let mut client = RawClient::open(broker.local_addr()).await;
+    assert_eq!(client.tune_ok.frame_max, 131_072);
+    client.open_channel(1).await;
+    client.close().await;
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_channel_max_above_the_offer_is_refused_with_rabbitmqs_text() {
+    let broker = broker().await;
+    let refused = refused_tune_ok(
+        &broker,
+        ConnectionTuneOk {
+            channel_max: 2048,
+            frame_max: 131_072,
+            heartbeat: 0,
+        },
+    )
+    .await;
+    assert_eq!(
+        (refused.0, refused.1.as_str(), refused.2, refused.3),
+        (
+            530,
+            "NOT_ALLOWED - negotiated channel_max = 2048 is higher than the maximum allowed value (2047)",
+            10,
+            30
+        )
+    );
+    // RabbitMQ spells out what 0 means for channel_max.
+    let refused = refused_tune_ok(
+        &broker,
+        ConnectionTuneOk {
+            channel_max: 0,
+            frame_max: 131_072,
+            heartbeat: 0,
+        },
+    )
+    .await;
+    assert_eq!(
+        refused.1,
+        "NOT_ALLOWED - negotiated channel_max = 0 (no limit) is higher than the maximum allowed value (2047)"
     );
     broker.shutdown().await;
 }
