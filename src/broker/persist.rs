@@ -6,7 +6,8 @@
 //! Every write is a submission to the store's group-commit writer thread: nothing here waits
 //! for a disk, so connection tasks never block on an fsync. A declare-ok (bind-ok, delete-ok...)
 //! waits for the commit of the definitions its method wrote (passed down to the writes as
-//! [`DefinitionWrites`]), and a message's publisher confirm for its commit, both through a [`PublishTicket`].
+//! [`DefinitionWrites`]), and a persistent message's publisher confirm for its commit, both
+//! through a [`PublishTicket`].
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -73,7 +74,8 @@ fn store(runtime: &Runtime) -> Option<&Arc<Store>> {
 pub(crate) struct DefinitionWrites<'a>(Option<&'a Arc<PublishTicket>>);
 
 impl DefinitionWrites<'static> {
-    /// Nobody waits for these writes (a failure is still logged and taken back).
+    /// Nobody waits for these writes (a failure is still logged, and taken back where the
+    /// write says how).
     pub(crate) const UNAWAITED: Self = DefinitionWrites(None);
 }
 
