@@ -490,13 +490,20 @@ async fn check_accounting(broker: &BrokerHandle) {
     let state = broker.state();
     if let Some(vhost) = state.vhost("/") {
         for queue in vhost.queues() {
-            let _ = vhost.delete_queue_instance(&queue);
+            let _ = vhost.delete_queue_instance_reporting(
+                &queue,
+                crate::broker::persist::DefinitionWrites::UNAWAITED,
+            );
         }
         for exchange in vhost.exchanges() {
             if exchange.name.is_empty() || exchange.name.starts_with("amq.") {
                 continue;
             }
-            let _ = vhost.delete_exchange(&exchange.name, false);
+            let _ = vhost.delete_exchange_reporting(
+                &exchange.name,
+                false,
+                crate::broker::persist::DefinitionWrites::UNAWAITED,
+            );
         }
     }
     wait_for(broker, "nothing is buffered for output", |b| {

@@ -414,9 +414,9 @@ impl BrokerHandle {
 
     /// Removes a policy; false if `vhost` has none of that name.
     pub fn clear_policy(&self, vhost: &str, name: &str) -> bool {
-        self.state
-            .vhost(vhost)
-            .is_some_and(|v| v.clear_policy(name))
+        self.state.vhost(vhost).is_some_and(|v| {
+            v.clear_policy(name, crate::broker::persist::DefinitionWrites::UNAWAITED)
+        })
     }
 
     /// The policies of `vhost`, by name.
@@ -654,5 +654,6 @@ fn set_policy(state: &BrokerState, vhost: &str, policy: Policy) -> Result<(), Po
     let vhost = state
         .vhost(vhost)
         .ok_or_else(|| PolicyError(format!("no vhost '{vhost}'")))?;
-    vhost.set_policy(policy)
+    // The embedder's call returns at once; the write is on disk with the next commit.
+    vhost.set_policy(policy, crate::broker::persist::DefinitionWrites::UNAWAITED)
 }

@@ -168,8 +168,9 @@ impl BrokerState {
     }
 
     /// Adds a vhost (as RabbitMQ's `PUT /api/vhosts/{name}` or a definitions import does),
-    /// written to the store when there is one; false if it existed already.
-    pub(crate) fn add_vhost(&self, name: &str) -> bool {
+    /// written to the store when there is one (reported to `writes`); false if it existed
+    /// already.
+    pub(crate) fn add_vhost(&self, name: &str, writes: persist::DefinitionWrites<'_>) -> bool {
         let mut vhosts = self.vhosts.write();
         if vhosts.contains_key(name) {
             return false;
@@ -179,7 +180,7 @@ impl BrokerState {
             VHost::shared(name.into(), Arc::clone(&self.runtime)),
         );
         drop(vhosts);
-        persist::vhost_added(&self.runtime, name);
+        persist::vhost_added(&self.runtime, name, writes);
         true
     }
 
@@ -188,8 +189,8 @@ impl BrokerState {
     /// Deletes a vhost with everything in it, as RabbitMQ does (false if there is none): its
     /// connections are closed (CONNECTION_FORCED), its queues go with their messages (their
     /// consumers told), its delayed exchanges with what they hold, the permissions granted in
-    /// it, and last the store drops whatever is left under it.
-    pub(crate) fn delete_vhost(&self, name: &str) -> bool {
+    /// it, and last the store drops whatever is left under it. Its writes report to `writes`.
+    pub(crate) fn delete_vhost(&self, name: &str, writes: persist::DefinitionWrites<'_>) -> bool {
         let Some(vhost) = self.vhosts.write().remove(name) else {
             return false;
         };
@@ -198,13 +199,13 @@ impl BrokerState {
             connection.close(reason.clone());
         }
         for queue in vhost.queues() {
-            let _ = vhost.delete_queue_instance(&queue);
+            let _ = vhost.delete_queue_instance_reporting(&queue, writes);
         }
         for exchange in vhost.exchanges() {
             if exchange.name.is_empty() || exchange.name.starts_with("amq.") {
                 self.delayed.forget_exchange(&vhost.name, &exchange.name);
             } else {
-                let _ = vhost.delete_exchange(&exchange.name, false);
+                let _ = vhost.delete_exchange_reporting(&exchange.name, false, writes);
             }
         }
         for (granted_in, user, _) in self.access.permissions() {
@@ -212,7 +213,7 @@ impl BrokerState {
                 let _ = self.access.clear_permission(&granted_in, &user);
             }
         }
-        persist::vhost_deleted(&self.runtime, name);
+        persist::vhost_deleted(&self.runtime, name, writes);
         true
     }
 

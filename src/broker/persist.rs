@@ -5,8 +5,9 @@
 //!
 //! Every write is a submission to the store's group-commit writer thread: nothing here waits
 //! for a disk, so connection tasks never block on an fsync. A declare-ok (bind-ok, delete-ok...)
-//! waits for the commit of the definitions its method wrote (`reporting_definitions_to`), and a
-//! persistent message's publisher confirm for its commit, both through a [`PublishTicket`].
+//! waits for the commit of the definitions its method wrote (passed down to the writes as
+//! [`DefinitionWrites`]), and a persistent message's publisher confirm for its commit, both
+//! through a [`PublishTicket`].
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -64,25 +65,61 @@ fn store(runtime: &Runtime) -> Option<&Arc<Store>> {
     runtime.store.as_ref()
 }
 
-thread_local! {
-    /// What the definition writes of the method being handled on this thread report to (its
-    /// reply waits for them): set by [`reporting_definitions_to`].
-    static DEFINITION_TICKET: std::cell::RefCell<Option<Arc<PublishTicket>>> =
-        const { std::cell::RefCell::new(None) };
+/// Who hears of the commit of the definitions one operation writes: the reply that waits for
+/// it (a declare-ok, bind-ok, delete-ok, an HTTP answer), or nobody (what the broker does on
+/// its own: an auto-delete, an `x-expires`, a connection's exclusive queues, taking back a
+/// failed declare, a restore). Passed down explicitly from the channel or the HTTP handler to
+/// the writes, so that no caller can forget it.
+#[derive(Clone, Copy)]
+pub(crate) struct DefinitionWrites<'a>(Option<&'a Arc<PublishTicket>>);
+
+impl DefinitionWrites<'static> {
+    /// Nobody waits for these writes (a failure is still logged, and taken back where the
+    /// write says how).
+    pub(crate) const UNAWAITED: Self = DefinitionWrites(None);
 }
 
-/// Runs `f` (a connection handling a declare, bind, delete...) with every definition write it
-/// makes counted on `ticket`, which hears when they are all committed.
-pub(crate) fn reporting_definitions_to<R>(ticket: &Arc<PublishTicket>, f: impl FnOnce() -> R) -> R {
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            DEFINITION_TICKET.with(|t| t.borrow_mut().take());
+impl<'a> DefinitionWrites<'a> {
+    /// Every write is counted on `ticket`, which hears when they are all committed.
+    pub(crate) fn reported_to(ticket: &'a Arc<PublishTicket>) -> Self {
+        DefinitionWrites(Some(ticket))
+    }
+}
+
+/// The definition writes an HTTP request makes, which its answer waits for: as RabbitMQ
+/// answers after its metadata store, a 2xx means written.
+pub(crate) struct AwaitedWrites {
+    ticket: Arc<PublishTicket>,
+    outcome: tokio::sync::oneshot::Receiver<bool>,
+}
+
+impl AwaitedWrites {
+    pub(crate) fn new() -> Self {
+        let (tx, outcome) = tokio::sync::oneshot::channel();
+        let ticket = PublishTicket::new(move |committed, _| {
+            let _ = tx.send(committed);
+        });
+        AwaitedWrites { ticket, outcome }
+    }
+
+    /// What the request's operations report their writes to.
+    pub(crate) fn writes(&self) -> DefinitionWrites<'_> {
+        DefinitionWrites::reported_to(&self.ticket)
+    }
+
+    /// Waits until every write reported so far is committed; `Err` says why one was not.
+    pub(crate) async fn committed(self) -> Result<(), String> {
+        // The request's own count: the outcome may be reported from now on.
+        self.ticket.complete(true);
+        if !self.ticket.is_used() {
+            return Ok(());
+        }
+        match self.outcome.await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("the store could not write the definition".into()),
+            Err(_) => Err("the store was closed".into()),
         }
     }
-    DEFINITION_TICKET.with(|t| *t.borrow_mut() = Some(Arc::clone(ticket)));
-    let _reset = Reset;
-    f()
 }
 
 /// Submits `ops` counted on `ticket`, which hears once their commit ends (a confirm, or a
@@ -107,16 +144,20 @@ pub(crate) fn submit_counted(
 
 /// Submits definition changes; a failure is logged and reported to the method that made
 /// them, if it waits.
-fn write(store: &Store, ops: Vec<Op>) {
-    write_or_undo(store, ops, || {});
+fn write(store: &Store, ops: Vec<Op>, writes: DefinitionWrites<'_>) {
+    write_or_undo(store, ops, writes, || {});
 }
 
 /// As [`write`]; if the commit fails, `undo` takes the change back in memory first (before
 /// the method's reply reports the failure), as if it never happened: nothing lives on in
 /// memory that the next restart would not have, and a redeclare writes it again.
-fn write_or_undo(store: &Store, ops: Vec<Op>, undo: impl FnOnce() + Send + 'static) {
-    let ticket = DEFINITION_TICKET.with(|t| t.borrow().clone());
-    submit_counted(store, ops, ticket.as_ref(), move |outcome| {
+fn write_or_undo(
+    store: &Store,
+    ops: Vec<Op>,
+    writes: DefinitionWrites<'_>,
+    undo: impl FnOnce() + Send + 'static,
+) {
+    submit_counted(store, ops, writes.0, move |outcome| {
         if let Err(e) = outcome {
             tracing::error!(error = %e, "writing a durable definition failed; it is taken back");
             undo();
@@ -125,7 +166,7 @@ fn write_or_undo(store: &Store, ops: Vec<Op>, undo: impl FnOnce() + Send + 'stat
 }
 
 /// A vhost was added at runtime (configured ones are not written: the config brings them).
-pub(crate) fn vhost_added(runtime: &Runtime, name: &str) {
+pub(crate) fn vhost_added(runtime: &Runtime, name: &str, writes: DefinitionWrites<'_>) {
     let Some(store) = store(runtime) else { return };
     write(
         store,
@@ -133,13 +174,14 @@ pub(crate) fn vhost_added(runtime: &Runtime, name: &str) {
             name: name.into(),
             metadata: Vec::new(),
         })],
+        writes,
     );
 }
 
 /// A vhost was deleted: the store drops every definition and message under it.
-pub(crate) fn vhost_deleted(runtime: &Runtime, name: &str) {
+pub(crate) fn vhost_deleted(runtime: &Runtime, name: &str, writes: DefinitionWrites<'_>) {
     let Some(store) = store(runtime) else { return };
-    write(store, vec![Op::DeleteVhost { name: name.into() }]);
+    write(store, vec![Op::DeleteVhost { name: name.into() }], writes);
 }
 
 /// A durable exchange was created in `vhost` (`home`): if writing it fails, it is deleted
@@ -149,6 +191,7 @@ pub(crate) fn exchange_declared(
     vhost: &str,
     home: &Weak<VHost>,
     exchange: &Arc<Exchange>,
+    writes: DefinitionWrites<'_>,
 ) {
     let Some(store) = store(runtime) else { return };
     if !exchange.durable {
@@ -165,6 +208,7 @@ pub(crate) fn exchange_declared(
             internal: exchange.internal,
             arguments: exchange.arguments.to_encoded(),
         })],
+        writes,
         move || {
             if let Some(vhost) = undo_in.upgrade() {
                 vhost.undo_exchange_declare(&undo_exchange);
@@ -174,7 +218,12 @@ pub(crate) fn exchange_declared(
 }
 
 /// Exchanges were deleted (with the bindings whose source they were).
-pub(crate) fn exchanges_deleted(runtime: &Runtime, vhost: &str, names: &[impl AsRef<str>]) {
+pub(crate) fn exchanges_deleted(
+    runtime: &Runtime,
+    vhost: &str,
+    names: &[impl AsRef<str>],
+    writes: DefinitionWrites<'_>,
+) {
     let Some(store) = store(runtime) else { return };
     if names.is_empty() {
         return;
@@ -186,20 +235,26 @@ pub(crate) fn exchanges_deleted(runtime: &Runtime, vhost: &str, names: &[impl As
             name: name.as_ref().into(),
         })
         .collect();
-    write(store, ops);
+    write(store, ops, writes);
 }
 
 /// A queue was created in `vhost`: a durable, non-exclusive one is written with a fresh id
 /// (its messages are stored under that id). If writing it fails, it is deleted again, with
 /// whatever was stored under its id meanwhile.
-pub(crate) fn queue_declared(runtime: &Runtime, vhost: &Weak<VHost>, queue: &Arc<Queue>) {
+pub(crate) fn queue_declared(
+    runtime: &Runtime,
+    vhost: &Weak<VHost>,
+    queue: &Arc<Queue>,
+    writes: DefinitionWrites<'_>,
+) {
     let Some(store) = store(runtime) else { return };
     if !queue.durable || queue.exclusive_owner.is_some() {
         return;
     }
     let id = *queue.store_id.get_or_init(|| store.allocate_queue_id());
     let (undo_in, undo_queue) = (Weak::clone(vhost), Arc::clone(queue));
-    write_or_undo(store, vec![Op::PutQueue(queue_def(queue, id))], move || {
+    let ops = vec![Op::PutQueue(queue_def(queue, id))];
+    write_or_undo(store, ops, writes, move || {
         if let Some(vhost) = undo_in.upgrade() {
             vhost.undo_queue_declare(&undo_queue);
         }
@@ -219,7 +274,12 @@ fn queue_def(queue: &Queue, id: u64) -> QueueDef {
 /// A stored queue is being deleted: it goes with its messages and the bindings leading to
 /// it (called before the vhost drops those, so that a queue declared again under the same
 /// name does not get them back after a restart).
-pub(crate) fn queue_deleted(runtime: &Runtime, vhost: &VHost, queue: &Queue) {
+pub(crate) fn queue_deleted(
+    runtime: &Runtime,
+    vhost: &VHost,
+    queue: &Queue,
+    writes: DefinitionWrites<'_>,
+) {
     let Some(store) = store(runtime) else { return };
     let Some(&id) = queue.store_id.get() else {
         return;
@@ -238,7 +298,7 @@ pub(crate) fn queue_deleted(runtime: &Runtime, vhost: &VHost, queue: &Queue) {
         name: queue.name.to_string(),
         id,
     });
-    write(store, ops);
+    write(store, ops, writes);
 }
 
 fn binding_def(vhost: &str, binding: &Binding) -> BindingDef {
@@ -257,7 +317,13 @@ fn binding_def(vhost: &str, binding: &Binding) -> BindingDef {
 }
 
 /// A binding was added: written when both ends are durable (RabbitMQ's rule).
-pub(crate) fn bound(runtime: &Runtime, vhost: &VHost, source: &Exchange, binding: &Binding) {
+pub(crate) fn bound(
+    runtime: &Runtime,
+    vhost: &VHost,
+    source: &Exchange,
+    binding: &Binding,
+    writes: DefinitionWrites<'_>,
+) {
     let Some(store) = store(runtime) else { return };
     let durable_destination = match &binding.destination {
         Destination::Queue(name) => vhost.queue(name).is_ok_and(|q| q.store_id.get().is_some()),
@@ -267,18 +333,33 @@ pub(crate) fn bound(runtime: &Runtime, vhost: &VHost, source: &Exchange, binding
         write(
             store,
             vec![Op::PutBinding(binding_def(&vhost.name, binding))],
+            writes,
         );
     }
 }
 
 /// A binding was removed (removing one that was never stored is harmless).
-pub(crate) fn unbound(runtime: &Runtime, vhost: &str, binding: &Binding) {
+pub(crate) fn unbound(
+    runtime: &Runtime,
+    vhost: &str,
+    binding: &Binding,
+    writes: DefinitionWrites<'_>,
+) {
     let Some(store) = store(runtime) else { return };
-    write(store, vec![Op::DeleteBinding(binding_def(vhost, binding))]);
+    let ops = vec![Op::DeleteBinding(binding_def(vhost, binding))];
+    write(store, ops, writes);
 }
 
-/// A policy was set or replaced.
-pub(crate) fn policy_set(runtime: &Runtime, vhost: &str, policy: &Policy) {
+/// A policy was set in `vhost` (`home`), replacing `replaced` if there was one of its name:
+/// if writing it fails, the replaced one (or none) is in effect again.
+pub(crate) fn policy_set(
+    runtime: &Runtime,
+    vhost: &str,
+    home: &Weak<VHost>,
+    policy: &Policy,
+    replaced: Option<Policy>,
+    writes: DefinitionWrites<'_>,
+) {
     let Some(store) = store(runtime) else { return };
     let mut definition = FieldTable::new();
     for (key, value) in policy.definition.entries() {
@@ -288,7 +369,8 @@ pub(crate) fn policy_set(runtime: &Runtime, vhost: &str, policy: &Policy) {
         };
         definition.insert(key, value);
     }
-    write(
+    let (undo_in, undo_policy) = (Weak::clone(home), policy.clone());
+    write_or_undo(
         store,
         vec![Op::PutPolicy(PolicyDef {
             vhost: vhost.into(),
@@ -298,11 +380,22 @@ pub(crate) fn policy_set(runtime: &Runtime, vhost: &str, policy: &Policy) {
             priority: policy.priority,
             definition: definition.to_encoded(),
         })],
+        writes,
+        move || {
+            if let Some(vhost) = undo_in.upgrade() {
+                vhost.undo_policy_set(&undo_policy, replaced);
+            }
+        },
     );
 }
 
 /// A policy was removed.
-pub(crate) fn policy_cleared(runtime: &Runtime, vhost: &str, name: &str) {
+pub(crate) fn policy_cleared(
+    runtime: &Runtime,
+    vhost: &str,
+    name: &str,
+    writes: DefinitionWrites<'_>,
+) {
     let Some(store) = store(runtime) else { return };
     write(
         store,
@@ -310,6 +403,7 @@ pub(crate) fn policy_cleared(runtime: &Runtime, vhost: &str, name: &str) {
             vhost: vhost.into(),
             name: name.into(),
         }],
+        writes,
     );
 }
 

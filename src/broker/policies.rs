@@ -17,8 +17,9 @@ pub(crate) struct Policies {
 }
 
 impl Policies {
-    /// Adds or replaces (by name) a policy; refuses a pattern that is not a regular expression.
-    pub(crate) fn set(&mut self, policy: Policy) -> Result<(), PolicyError> {
+    /// Adds or replaces (by name) a policy, returning the one it replaced; refuses a pattern
+    /// that is not a regular expression.
+    pub(crate) fn set(&mut self, policy: Policy) -> Result<Option<Policy>, PolicyError> {
         let pattern = Regex::new(&policy.pattern).map_err(|e| {
             PolicyError(format!(
                 "'{}' is not a valid regular expression: {e}",
@@ -31,10 +32,20 @@ impl Policies {
             .iter_mut()
             .find(|e| e.policy.name == entry.policy.name)
         {
-            Some(existing) => *existing = entry,
-            None => self.entries.push(entry),
+            Some(existing) => Ok(Some(std::mem::replace(existing, entry).policy)),
+            None => {
+                self.entries.push(entry);
+                Ok(None)
+            }
         }
-        Ok(())
+    }
+
+    /// The policy called `name`, if there is one.
+    pub(crate) fn get(&self, name: &str) -> Option<&Policy> {
+        self.entries
+            .iter()
+            .map(|e| &e.policy)
+            .find(|p| p.name == name)
     }
 
     /// Removes a policy; false if there was none of that name.

@@ -18,7 +18,7 @@ use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry};
 use parking_lot::Mutex;
 
 use super::consumer::Consumer;
-use super::persist::PublishTicket;
+use super::persist::{DefinitionWrites, PublishTicket};
 use super::rates::QueueCounters;
 use super::runtime::Runtime;
 use super::stats::DeliveryTotals;
@@ -367,7 +367,7 @@ impl Queue {
             return;
         };
         tracing::debug!(queue = %self.name, vhost = %self.vhost, "queue expired (x-expires)");
-        let _ = vhost.delete_queue_instance(self);
+        let _ = vhost.delete_queue_instance_reporting(self, DefinitionWrites::UNAWAITED);
     }
 
     /// Enqueues a routed message and delivers what consumers can take.

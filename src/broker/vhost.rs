@@ -10,6 +10,7 @@ use dwellmq_core::{arguments, BrokerError, BrokerResult};
 use parking_lot::RwLock;
 
 use super::exchange::{DeclaredType, Exchange, ExchangeKind};
+use super::persist::DefinitionWrites;
 use super::policies::Policies;
 use super::queue::{ConnectionId, Queue};
 use super::runtime::Runtime;
@@ -237,8 +238,12 @@ impl VHost {
         self.exchanges.read().values().cloned().collect()
     }
 
-    /// `exchange.declare`.
-    pub(crate) fn declare_exchange(&self, d: ExchangeSpec) -> BrokerResult<Arc<Exchange>> {
+    /// `exchange.declare`; a created durable exchange's write reports to `writes`.
+    pub(crate) fn declare_exchange_reporting(
+        &self,
+        d: ExchangeSpec,
+        writes: DefinitionWrites<'_>,
+    ) -> BrokerResult<Arc<Exchange>> {
         if d.passive {
             if d.name.is_empty() {
                 return Err(default_exchange_refused());
@@ -282,7 +287,7 @@ impl VHost {
             .for_exchange(&exchange.name)
             .and_then(|d| d.alternate_exchange);
         exchanges.insert(d.name, Arc::clone(&exchange));
-        super::persist::exchange_declared(&self.runtime, &self.name, &self.me, &exchange);
+        super::persist::exchange_declared(&self.runtime, &self.name, &self.me, &exchange, writes);
         Ok(exchange)
     }
 
@@ -315,10 +320,11 @@ impl VHost {
 
     /// `exchange.delete`. Deleting a missing exchange succeeds, as in RabbitMQ 3.x.
     /// Returns the exchanges removed (this one, and auto-delete ones it was the last binding of).
-    pub(crate) fn delete_exchange(
+    pub(crate) fn delete_exchange_reporting(
         &self,
         name: &str,
         if_unused: bool,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<Vec<ShortStr>> {
         if name.is_empty() {
             return Err(default_exchange_refused());
@@ -346,7 +352,7 @@ impl VHost {
             Destination::Exchange(exchange.name.clone()),
             &mut removed,
         );
-        super::persist::exchanges_deleted(&self.runtime, &self.name, &removed);
+        super::persist::exchanges_deleted(&self.runtime, &self.name, &removed, writes);
         drop(exchanges);
         self.forget_held(&removed);
         Ok(removed)
@@ -363,7 +369,7 @@ impl VHost {
             exchange = %exchange.name,
             "the exchange's definition could not be written: the declare is taken back"
         );
-        let _ = self.delete_exchange(&exchange.name, false);
+        let _ = self.delete_exchange_reporting(&exchange.name, false, DefinitionWrites::UNAWAITED);
     }
 
     /// Takes back a declare whose definition could not be written: this queue (not a namesake
@@ -374,7 +380,7 @@ impl VHost {
             queue = %queue.name,
             "the queue's definition could not be written: the declare is taken back"
         );
-        let _ = self.delete_queue_instance(queue);
+        let _ = self.delete_queue_instance_reporting(queue, DefinitionWrites::UNAWAITED);
     }
 
     /// What a deletion leaves to do, done here so that no caller has to remember it: the
@@ -385,11 +391,13 @@ impl VHost {
         }
     }
 
-    /// `queue.declare`; returns the queue and whether it was created.
-    pub(crate) fn declare_queue(
+    /// `queue.declare`; returns the queue. A created durable queue's write reports to
+    /// `writes`.
+    pub(crate) fn declare_queue_reporting(
         &self,
         d: QueueSpec,
         connection: ConnectionId,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<Arc<Queue>> {
         if d.passive {
             let queue = self.queue(&d.name)?;
@@ -406,7 +414,17 @@ impl VHost {
         } else {
             d.name.clone()
         };
-        self.declare_named_queue(name, d, connection)
+        self.declare_named_queue(name, d, connection, writes)
+    }
+
+    /// `queue.declare` whose write nobody waits for: a transient queue the broker declares for
+    /// itself (the HTTP API's aliveness test), and unit tests.
+    pub(crate) fn declare_queue(
+        &self,
+        d: QueueSpec,
+        connection: ConnectionId,
+    ) -> BrokerResult<Arc<Queue>> {
+        self.declare_queue_reporting(d, connection, DefinitionWrites::UNAWAITED)
     }
 
     /// A name for a server-named queue (`amq.gen-…`).
@@ -416,12 +434,13 @@ impl VHost {
 
     /// Declares a server-named queue whose name `generate_queue_name` drew (a channel draws
     /// it first, to check permissions on it).
-    pub(crate) fn declare_generated_queue(
+    pub(crate) fn declare_generated_queue_reporting(
         &self,
         d: QueueSpec,
         connection: ConnectionId,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<Arc<Queue>> {
-        self.declare_named_queue(d.name.clone(), d, connection)
+        self.declare_named_queue(d.name.clone(), d, connection, writes)
     }
 
     fn declare_named_queue(
@@ -429,6 +448,7 @@ impl VHost {
         name: ShortStr,
         d: QueueSpec,
         connection: ConnectionId,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<Arc<Queue>> {
         let mut queues = self.queues.write();
         if let Some(existing) = queues.get(&name) {
@@ -468,7 +488,7 @@ impl VHost {
         ));
         // Its store id is set and its definition submitted before anyone can see it: a message
         // published to it at once is stored under that id, after the definition.
-        super::persist::queue_declared(&self.runtime, &self.me, &queue);
+        super::persist::queue_declared(&self.runtime, &self.me, &queue, writes);
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
         QueueTotals::bump(&self.runtime.queue_totals.declared);
@@ -512,12 +532,13 @@ impl VHost {
     }
 
     /// `queue.delete` (and auto-delete, exclusive cleanup, `x-expires`).
-    pub(crate) fn delete_queue(
+    pub(crate) fn delete_queue_reporting(
         &self,
         name: &str,
         if_unused: bool,
         if_empty: bool,
         connection: Option<ConnectionId>,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<DeletedQueue> {
         let Some(queue) = self.queues.read().get(name).cloned() else {
             return Ok(DeletedQueue {
@@ -547,7 +568,7 @@ impl VHost {
         // Marked deleted first: it takes no message after this, so the store's removal of the
         // queue comes after every message it stored.
         let (message_count, consumers) = queue.mark_deleted();
-        super::persist::queue_deleted(&self.runtime, self, &queue);
+        super::persist::queue_deleted(&self.runtime, self, &queue, writes);
         let mut orphaned = Vec::new();
         remove_bindings_to(
             &mut self.exchanges.write(),
@@ -567,11 +588,15 @@ impl VHost {
 
     /// Deletes exactly this queue (exclusive and auto-delete cleanup): if its name now belongs
     /// to another queue, that one is left alone.
-    pub(crate) fn delete_queue_instance(&self, queue: &Arc<Queue>) -> BrokerResult<DeletedQueue> {
+    pub(crate) fn delete_queue_instance_reporting(
+        &self,
+        queue: &Arc<Queue>,
+        writes: DefinitionWrites<'_>,
+    ) -> BrokerResult<DeletedQueue> {
         let current = self.queues.read().get(&queue.name).cloned();
         match current {
             Some(current) if Arc::ptr_eq(&current, queue) => {
-                self.delete_queue(&queue.name, false, false, None)
+                self.delete_queue_reporting(&queue.name, false, false, None, writes)
             }
             _ => Ok(DeletedQueue {
                 message_count: 0,
@@ -581,19 +606,62 @@ impl VHost {
         }
     }
 
-    /// Adds or replaces a policy and applies what changed to every queue and exchange.
-    pub(crate) fn set_policy(self: &Arc<Self>, policy: Policy) -> Result<(), PolicyError> {
-        self.policies.write().set(policy.clone())?;
-        super::persist::policy_set(&self.runtime, &self.name, &policy);
+    /// Adds or replaces a policy and applies what changed to every queue and exchange; its
+    /// write reports to `writes`.
+    pub(crate) fn set_policy(
+        self: &Arc<Self>,
+        policy: Policy,
+        writes: DefinitionWrites<'_>,
+    ) -> Result<(), PolicyError> {
+        let mut policies = self.policies.write();
+        let replaced = policies.set(policy.clone())?;
+        // Submitted under the lock: the store sees a policy's changes in the order memory does.
+        super::persist::policy_set(
+            &self.runtime,
+            &self.name,
+            &self.me,
+            &policy,
+            replaced,
+            writes,
+        );
+        drop(policies);
         self.apply_policies();
         Ok(())
     }
 
-    /// Removes a policy (false if there was none of that name) and applies what changed.
-    pub(crate) fn clear_policy(self: &Arc<Self>, name: &str) -> bool {
-        let removed = self.policies.write().clear(name);
+    /// Takes back a policy whose write failed: the one it replaced (or none) is in effect
+    /// again, unless the policy was changed since.
+    pub(crate) fn undo_policy_set(&self, policy: &Policy, replaced: Option<Policy>) {
+        let mut policies = self.policies.write();
+        if policies.get(&policy.name) != Some(policy) {
+            return;
+        }
+        tracing::warn!(
+            vhost = %self.name,
+            policy = %policy.name,
+            "the policy could not be written: it is taken back"
+        );
+        match replaced {
+            // Valid: it was in effect.
+            Some(replaced) => {
+                let _ = policies.set(replaced);
+            }
+            None => {
+                policies.clear(&policy.name);
+            }
+        }
+        drop(policies);
+        self.apply_policies();
+    }
+
+    /// Removes a policy (false if there was none of that name) and applies what changed; its
+    /// removal reports to `writes` (and is retried by the store until it is written).
+    pub(crate) fn clear_policy(self: &Arc<Self>, name: &str, writes: DefinitionWrites<'_>) -> bool {
+        let mut policies = self.policies.write();
+        let removed = policies.clear(name);
         if removed {
-            super::persist::policy_cleared(&self.runtime, &self.name, name);
+            super::persist::policy_cleared(&self.runtime, &self.name, name, writes);
+            drop(policies);
             self.apply_policies();
         }
         removed
@@ -625,12 +693,16 @@ impl VHost {
     }
 
     /// `queue.bind` / `exchange.bind`.
-    pub(crate) fn bind(&self, binding: Binding) -> BrokerResult<()> {
+    pub(crate) fn bind_reporting(
+        &self,
+        binding: Binding,
+        writes: DefinitionWrites<'_>,
+    ) -> BrokerResult<()> {
         let source = self.binding_source(&binding)?;
         if source.kind.routing() == RoutingKind::Headers {
             dwellmq_core::routing::validate_headers_binding_args(&binding.arguments)?;
         }
-        super::persist::bound(&self.runtime, self, &source, &binding);
+        super::persist::bound(&self.runtime, self, &source, &binding, writes);
         source.bindings.write().add(binding);
         Ok(())
     }
@@ -639,7 +711,11 @@ impl VHost {
     /// destination is not an error: the binding is gone either way.
     /// Returns the exchanges removed: an auto-delete source that lost its last binding, and
     /// auto-delete exchanges whose last binding was to it.
-    pub(crate) fn unbind(&self, binding: &Binding) -> BrokerResult<Vec<ShortStr>> {
+    pub(crate) fn unbind_reporting(
+        &self,
+        binding: &Binding,
+        writes: DefinitionWrites<'_>,
+    ) -> BrokerResult<Vec<ShortStr>> {
         check_not_default(binding)?;
         let Ok(source) = self.exchange(&binding.source) else {
             return Ok(Vec::new());
@@ -648,7 +724,7 @@ impl VHost {
             let mut bindings = source.bindings.write();
             bindings.remove(binding) && bindings.is_empty()
         };
-        super::persist::unbound(&self.runtime, &self.name, binding);
+        super::persist::unbound(&self.runtime, &self.name, binding, writes);
         let mut removed = Vec::new();
         if now_empty && source.auto_delete {
             let mut exchanges = self.exchanges.write();
@@ -663,7 +739,7 @@ impl VHost {
                 remove_bindings_to(&mut exchanges, gone, &mut removed);
             }
         }
-        super::persist::exchanges_deleted(&self.runtime, &self.name, &removed);
+        super::persist::exchanges_deleted(&self.runtime, &self.name, &removed, writes);
         self.forget_held(&removed);
         Ok(removed)
     }
@@ -780,6 +856,45 @@ impl VHost {
                     .map(|ae| (Arc::clone(ae), start_behind || holds(&start)));
             }
         }
+    }
+}
+
+/// Unit tests' short forms of the definition-writing operations: nobody waits for their writes.
+#[cfg(test)]
+impl VHost {
+    pub(crate) fn declare_exchange(&self, d: ExchangeSpec) -> BrokerResult<Arc<Exchange>> {
+        self.declare_exchange_reporting(d, DefinitionWrites::UNAWAITED)
+    }
+
+    pub(crate) fn delete_exchange(
+        &self,
+        name: &str,
+        if_unused: bool,
+    ) -> BrokerResult<Vec<ShortStr>> {
+        self.delete_exchange_reporting(name, if_unused, DefinitionWrites::UNAWAITED)
+    }
+
+    pub(crate) fn delete_queue(
+        &self,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+        connection: Option<ConnectionId>,
+    ) -> BrokerResult<DeletedQueue> {
+        let writes = DefinitionWrites::UNAWAITED;
+        self.delete_queue_reporting(name, if_unused, if_empty, connection, writes)
+    }
+
+    pub(crate) fn delete_queue_instance(&self, queue: &Arc<Queue>) -> BrokerResult<DeletedQueue> {
+        self.delete_queue_instance_reporting(queue, DefinitionWrites::UNAWAITED)
+    }
+
+    pub(crate) fn bind(&self, binding: Binding) -> BrokerResult<()> {
+        self.bind_reporting(binding, DefinitionWrites::UNAWAITED)
+    }
+
+    pub(crate) fn unbind(&self, binding: &Binding) -> BrokerResult<Vec<ShortStr>> {
+        self.unbind_reporting(binding, DefinitionWrites::UNAWAITED)
     }
 }
 

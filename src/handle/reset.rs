@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use super::BrokerHandle;
+use crate::broker::persist::DefinitionWrites;
 use crate::broker::BrokerState;
 
 /// A reset that could not declare the fixture again.
@@ -38,7 +39,10 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
     let names = std::iter::once("/").chain(state.config.vhosts.iter().map(String::as_str));
     for vhost in names.filter_map(|n| state.vhost(n)) {
         for queue in vhost.queues() {
-            if vhost.delete_queue_instance(&queue).is_ok() {
+            if vhost
+                .delete_queue_instance_reporting(&queue, DefinitionWrites::UNAWAITED)
+                .is_ok()
+            {
                 removed.queues += 1;
             }
         }
@@ -46,12 +50,14 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
             if exchange.name.is_empty() || exchange.name.starts_with("amq.") {
                 continue;
             }
-            if let Ok(gone) = vhost.delete_exchange(&exchange.name, false) {
+            if let Ok(gone) =
+                vhost.delete_exchange_reporting(&exchange.name, false, DefinitionWrites::UNAWAITED)
+            {
                 removed.exchanges += gone.len();
             }
         }
         for policy in vhost.policies() {
-            vhost.clear_policy(&policy.name);
+            vhost.clear_policy(&policy.name, DefinitionWrites::UNAWAITED);
         }
     }
     state.runtime.hooks.clear();

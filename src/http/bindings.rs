@@ -18,6 +18,7 @@ use super::extract::{JsonBody, PathOf};
 use super::fields::{json_to_table, short, table_to_json};
 use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
+use crate::broker::persist::AwaitedWrites;
 use crate::broker::vhost::VHost;
 
 /// RabbitMQ's `properties_key`: the routing key, URL-quoted, then `~` and a hash of the
@@ -259,7 +260,10 @@ pub(crate) async fn create(
         arguments: json_to_table(body.arguments.as_ref())?,
     };
     let key = properties_key(&binding.routing_key, &binding.arguments);
-    vhost.bind(binding)?;
+    let written = AwaitedWrites::new();
+    vhost.bind_reporting(binding, written.writes())?;
+    // Answered once the binding is on disk, as RabbitMQ answers after its metadata store.
+    written.committed().await.map_err(ApiError::not_stored)?;
     let mut headers = HeaderMap::new();
     if let Ok(location) = HeaderValue::from_str(&key) {
         headers.insert(header::LOCATION, location);
@@ -312,7 +316,9 @@ pub(crate) async fn delete(
     let vhost = checked_vhost(&api, &user, &vhost)?;
     let binding = find_one(&vhost, &source, &kind, &to, &props)?;
     permit_binding(&user, &vhost.name, &binding.source, &binding.destination)?;
-    vhost.unbind(&binding)?;
+    let written = AwaitedWrites::new();
+    vhost.unbind_reporting(&binding, written.writes())?;
+    written.committed().await.map_err(ApiError::not_stored)?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -26,6 +26,8 @@ use super::overview::RABBITMQ_API_VERSION;
 use super::queues::{declare_queue, QueueBody};
 use super::users::{permission_list, user_json, PermissionBody, UserBody};
 use super::Api;
+use crate::broker::access::Stored;
+use crate::broker::persist::{AwaitedWrites, DefinitionWrites};
 use crate::broker::vhost::VHost;
 use crate::broker::BrokerState;
 use dwellmq_core::routing::{Binding, Destination};
@@ -263,8 +265,15 @@ struct BindingDef {
 }
 
 /// Applies `defs` to the broker. `scope` is the vhost of a per-vhost import (whose objects
-/// carry no `vhost`); otherwise each object names its vhost.
-pub(crate) fn import(state: &BrokerState, defs: Definitions, scope: Option<&str>) -> ApiResult<()> {
+/// carry no `vhost`); otherwise each object names its vhost. Vhosts, exchanges, queues,
+/// bindings and policies report their writes to `writes`; the returned [`Stored`] are the
+/// writes of users and permissions.
+pub(crate) fn import(
+    state: &BrokerState,
+    defs: Definitions,
+    scope: Option<&str>,
+    writes: DefinitionWrites<'_>,
+) -> ApiResult<Vec<Stored>> {
     let vhost_of = |named: &Option<String>| -> ApiResult<Arc<VHost>> {
         let name = scope.or(named.as_deref()).ok_or_else(|| {
             ApiError::bad_request("every exchange, queue and binding must name its vhost")
@@ -291,7 +300,7 @@ pub(crate) fn import(state: &BrokerState, defs: Definitions, scope: Option<&str>
     }
     if scope.is_none() {
         for v in &defs.vhosts {
-            state.add_vhost(&v.name);
+            state.add_vhost(&v.name, writes);
         }
     }
     let exchanges = defs
@@ -353,23 +362,23 @@ pub(crate) fn import(state: &BrokerState, defs: Definitions, scope: Option<&str>
             "definitions import: topic permissions are not supported and were not applied"
         );
     }
+    let mut stored = Vec::new();
     for user in users {
-        // On disk with the next commit; the import does not wait for it (it runs at start too).
-        let _ = state.access.put_user(user);
+        stored.push(state.access.put_user(user).1);
     }
     for (vhost, user, permission) in permissions {
-        let _ = state.access.set_permission(&vhost, &user, permission);
+        stored.push(state.access.set_permission(&vhost, &user, permission).1);
     }
     for (vhost, policy) in policies {
-        set_policy(&vhost, policy)?;
+        set_policy(&vhost, policy, writes)?;
     }
     for (vhost, x) in exchanges {
         if exported_exchange(&x.name) {
-            declare_exchange(&vhost, &x.name, x.body)?;
+            declare_exchange(&vhost, &x.name, x.body, writes)?;
         }
     }
     for (vhost, q) in queues {
-        declare_queue(&vhost, &q.name, q.body)?;
+        declare_queue(&vhost, &q.name, q.body, writes)?;
     }
     for (vhost, b) in bindings {
         let destination = match b.destination_type.as_str() {
@@ -381,12 +390,29 @@ pub(crate) fn import(state: &BrokerState, defs: Definitions, scope: Option<&str>
                 )))
             }
         };
-        vhost.bind(Binding {
+        let binding = Binding {
             source: short(&b.source, "exchange name")?,
             destination,
             routing_key: short(&b.routing_key, "routing key")?,
             arguments: json_to_table(b.arguments.as_ref())?,
-        })?;
+        };
+        vhost.bind_reporting(binding, writes)?;
+    }
+    Ok(stored)
+}
+
+/// Imports `defs` and answers once everything it wrote is on disk, as RabbitMQ answers after
+/// its metadata store.
+async fn import_committed(
+    state: &BrokerState,
+    defs: Definitions,
+    scope: Option<&str>,
+) -> ApiResult<()> {
+    let written = AwaitedWrites::new();
+    let stored = import(state, defs, scope, written.writes())?;
+    written.committed().await.map_err(ApiError::not_stored)?;
+    for change in stored {
+        change.committed().await.map_err(ApiError::not_stored)?;
     }
     Ok(())
 }
@@ -397,7 +423,7 @@ pub(crate) async fn import_all(
     State(api): State<Arc<Api>>,
     JsonBody(defs): JsonBody<Definitions>,
 ) -> ApiResult<StatusCode> {
-    import(&api.state, defs, None)?;
+    import_committed(&api.state, defs, None).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -409,7 +435,7 @@ pub(crate) async fn import_vhost(
     JsonBody(defs): JsonBody<Definitions>,
 ) -> ApiResult<StatusCode> {
     api.vhost(&vhost)?;
-    import(&api.state, defs, Some(&vhost))?;
+    import_committed(&api.state, defs, Some(&vhost)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -418,5 +444,9 @@ pub(crate) fn import_file(state: &BrokerState, path: &std::path::Path) -> Result
     let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let defs: Definitions = serde_json::from_slice(&text)
         .map_err(|e| format!("{}: not a definitions file: {e}", path.display()))?;
-    import(state, defs, None).map_err(|e| format!("{}: {}", path.display(), e.reason()))
+    // At start (or a test double's reset) nobody waits: everything is on disk with the next
+    // commit.
+    import(state, defs, None, DefinitionWrites::UNAWAITED)
+        .map(drop)
+        .map_err(|e| format!("{}: {}", path.display(), e.reason()))
 }

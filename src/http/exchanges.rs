@@ -15,6 +15,7 @@ use super::fields::{json_to_table, short, table_to_json};
 use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::exchange::{DeclaredType, Exchange, ExchangeKind};
+use crate::broker::persist::{AwaitedWrites, DefinitionWrites};
 use crate::broker::rates::RateKey;
 use crate::broker::vhost::{ExchangeSpec, VHost};
 
@@ -132,11 +133,17 @@ pub(crate) fn yes() -> bool {
 /// Parses an exchange type (and, for delayed exchanges, `x-delayed-type`), as
 /// `exchange.declare` does.
 /// Declares an exchange; true if it was created (false: an equivalent one existed).
-pub(crate) fn declare_exchange(vhost: &VHost, name: &str, body: ExchangeBody) -> ApiResult<bool> {
+/// Its write reports to `writes`.
+pub(crate) fn declare_exchange(
+    vhost: &VHost,
+    name: &str,
+    body: ExchangeBody,
+    writes: DefinitionWrites<'_>,
+) -> ApiResult<bool> {
     let arguments = json_to_table(body.arguments.as_ref())?;
     let kind = DeclaredType::parse(&body.kind)?;
     let existed = vhost.exchange(name).is_ok();
-    vhost.declare_exchange(ExchangeSpec {
+    let spec = ExchangeSpec {
         name: short(name, "exchange name")?,
         kind,
         passive: false,
@@ -144,7 +151,8 @@ pub(crate) fn declare_exchange(vhost: &VHost, name: &str, body: ExchangeBody) ->
         auto_delete: body.auto_delete,
         internal: body.internal,
         arguments,
-    })?;
+    };
+    vhost.declare_exchange_reporting(spec, writes)?;
     Ok(!existed)
 }
 
@@ -164,7 +172,10 @@ pub(crate) async fn declare(
         ResourceKind::Exchange,
         name,
     )?;
-    let created = declare_exchange(&vhost, name, body)?;
+    let written = AwaitedWrites::new();
+    let created = declare_exchange(&vhost, name, body, written.writes())?;
+    // Answered once the definition is on disk, as RabbitMQ answers after its metadata store.
+    written.committed().await.map_err(ApiError::not_stored)?;
     Ok(if created {
         StatusCode::CREATED
     } else {
@@ -197,6 +208,8 @@ pub(crate) async fn delete(
         ResourceKind::Exchange,
         name,
     )?;
-    vhost.delete_exchange(name, query.if_unused)?;
+    let written = AwaitedWrites::new();
+    vhost.delete_exchange_reporting(name, query.if_unused, written.writes())?;
+    written.committed().await.map_err(ApiError::not_stored)?;
     Ok(StatusCode::NO_CONTENT)
 }

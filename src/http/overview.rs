@@ -14,6 +14,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::PathOf;
 use super::sampler::{depth, overview_counts, vhost_counts, vhost_octets};
 use super::{Api, NODE};
+use crate::broker::persist::AwaitedWrites;
 use crate::broker::rates::RateKey;
 use crate::broker::vhost::VHost;
 
@@ -156,7 +157,11 @@ pub(crate) async fn put_vhost(
     if name.is_empty() || name.len() > 255 {
         return Err(ApiError::bad_request("a vhost name is 1 to 255 octets"));
     }
-    Ok(if api.state.add_vhost(&name) {
+    let written = AwaitedWrites::new();
+    let created = api.state.add_vhost(&name, written.writes());
+    // Answered once the vhost is on disk, as RabbitMQ answers after its metadata store.
+    written.committed().await.map_err(ApiError::not_stored)?;
+    Ok(if created {
         StatusCode::CREATED
     } else {
         StatusCode::NO_CONTENT

@@ -14,6 +14,7 @@ use super::auth::{Authed, ADMINISTRATOR, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, PathOf};
 use super::Api;
+use crate::broker::persist::{AwaitedWrites, DefinitionWrites};
 use crate::broker::vhost::VHost;
 
 /// A policy as RabbitMQ writes it in JSON.
@@ -93,10 +94,14 @@ impl PolicyBody {
     }
 }
 
-/// Sets a policy in `vhost`.
-pub(crate) fn set(vhost: &Arc<VHost>, policy: Policy) -> ApiResult<()> {
+/// Sets a policy in `vhost`; its write reports to `writes`.
+pub(crate) fn set(
+    vhost: &Arc<VHost>,
+    policy: Policy,
+    writes: DefinitionWrites<'_>,
+) -> ApiResult<()> {
     vhost
-        .set_policy(policy)
+        .set_policy(policy, writes)
         .map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
@@ -149,7 +154,9 @@ pub(crate) async fn show(
     Ok(Json(policy_json(&vhost.name, &policy)))
 }
 
-/// `PUT /api/policies/{vhost}/{name}`: 201 when created, 204 when replaced.
+/// `PUT /api/policies/{vhost}/{name}`: 201 when created, 204 when replaced; answered once the
+/// policy is on disk, as RabbitMQ answers after its metadata store. A failed write is a 500 and
+/// takes the change back (the replaced policy, or none, is in effect again).
 pub(crate) async fn put(
     _user: Authed<ADMINISTRATOR>,
     State(api): State<Arc<Api>>,
@@ -158,7 +165,9 @@ pub(crate) async fn put(
 ) -> ApiResult<StatusCode> {
     let vhost = api.vhost(&vhost)?;
     let existed = vhost.policies().iter().any(|p| p.name == name);
-    set(&vhost, body.into_policy(&name)?)?;
+    let written = AwaitedWrites::new();
+    set(&vhost, body.into_policy(&name)?, written.writes())?;
+    written.committed().await.map_err(ApiError::not_stored)?;
     Ok(if existed {
         StatusCode::NO_CONTENT
     } else {
@@ -166,14 +175,18 @@ pub(crate) async fn put(
     })
 }
 
-/// `DELETE /api/policies/{vhost}/{name}`.
+/// `DELETE /api/policies/{vhost}/{name}`: answered once the removal is on disk. A failed write
+/// is a 500; the removal holds in memory and the store retries it until it is written (as a
+/// user's deletion).
 pub(crate) async fn delete(
     _user: Authed<ADMINISTRATOR>,
     State(api): State<Arc<Api>>,
     PathOf((vhost, name)): PathOf<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let vhost = api.vhost(&vhost)?;
-    if vhost.clear_policy(&name) {
+    let written = AwaitedWrites::new();
+    if vhost.clear_policy(&name, written.writes()) {
+        written.committed().await.map_err(ApiError::not_stored)?;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found())

@@ -16,6 +16,7 @@ use super::fields::{json_to_table, short};
 use super::queue_shape::queue_json;
 use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
+use crate::broker::persist::{AwaitedWrites, DefinitionWrites};
 use crate::broker::queue::Queue;
 use crate::broker::vhost::{QueueSpec, VHost};
 
@@ -88,15 +89,20 @@ pub(crate) struct QueueBody {
     arguments: Option<Value>,
 }
 
-/// Declares a queue; true if it was created.
-pub(crate) fn declare_queue(vhost: &VHost, name: &str, body: QueueBody) -> ApiResult<bool> {
+/// Declares a queue; true if it was created. Its write reports to `writes`.
+pub(crate) fn declare_queue(
+    vhost: &VHost,
+    name: &str,
+    body: QueueBody,
+    writes: DefinitionWrites<'_>,
+) -> ApiResult<bool> {
     if name.is_empty() {
         return Err(ApiError::bad_request(
             "a queue declared over HTTP needs a name",
         ));
     }
     let existed = vhost.queue(name).is_ok();
-    vhost.declare_queue(
+    vhost.declare_queue_reporting(
         QueueSpec {
             name: short(name, "queue name")?,
             passive: false,
@@ -108,6 +114,7 @@ pub(crate) fn declare_queue(vhost: &VHost, name: &str, body: QueueBody) -> ApiRe
         },
         // No AMQP connection has id 0: a declare over HTTP owns nothing.
         0,
+        writes,
     )?;
     Ok(!existed)
 }
@@ -127,7 +134,11 @@ pub(crate) async fn declare(
         ResourceKind::Queue,
         &name,
     )?;
-    Ok(if declare_queue(&vhost, &name, body)? {
+    let written = AwaitedWrites::new();
+    let created = declare_queue(&vhost, &name, body, written.writes())?;
+    // Answered once the definition is on disk, as RabbitMQ answers after its metadata store.
+    written.committed().await.map_err(ApiError::not_stored)?;
+    Ok(if created {
         StatusCode::CREATED
     } else {
         StatusCode::NO_CONTENT
@@ -152,7 +163,10 @@ pub(crate) async fn delete(
     find_queue(&api, &user, &vhost, &name)?;
     user.permit(&vhost, Operation::Configure, ResourceKind::Queue, &name)?;
     let vhost = api.vhost(&vhost)?;
-    vhost.delete_queue(&name, query.if_unused, query.if_empty, None)?;
+    let written = AwaitedWrites::new();
+    let writes = written.writes();
+    vhost.delete_queue_reporting(&name, query.if_unused, query.if_empty, None, writes)?;
+    written.committed().await.map_err(ApiError::not_stored)?;
     Ok(StatusCode::NO_CONTENT)
 }
 

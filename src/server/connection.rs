@@ -25,6 +25,7 @@ use super::handshake::{negotiate, ClientCapabilities, Negotiated};
 use super::outbound::{run_writer, Outbound};
 use super::shutdown_requested;
 use crate::broker::connections::{ChannelSummary, ConnectionInfo};
+use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::ConnectionId;
 use crate::broker::stats::MessageCounts;
 use crate::broker::vhost::VHost;
@@ -678,7 +679,9 @@ impl Connection {
             }
         }
         for queue in std::mem::take(cx.exclusive_queues) {
-            let _ = cx.vhost.delete_queue_instance(&queue);
+            let _ = cx
+                .vhost
+                .delete_queue_instance_reporting(&queue, DefinitionWrites::UNAWAITED);
         }
         // The channels closed here count too.
         self.state.stats.flush(&mut self.counts);

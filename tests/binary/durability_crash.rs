@@ -1,11 +1,14 @@
 //! Crash safety of the binary on a data directory: publishers send persistent messages with
 //! confirms from several connections while a consumer acks, and another publishes to a
 //! durable delayed exchange with confirms (some delays fall due during the round, others are
-//! still held at the kill), and another declares durable queues; the broker is killed with
-//! SIGKILL at a random moment once all of that is under way, and after a restart every message
-//! that was confirmed and not acked is there exactly once, every queue whose declare-ok came is
-//! there, and every confirmed delayed message is delivered exactly once, in the round it falls
-//! due or a later one (the last ones after the final start). After a restart everything is
+//! still held at the kill), another declares durable queues, and others change users,
+//! permissions and policies over HTTP and bind and unbind a queue (`crash_definitions.rs`); the
+//! broker is killed with SIGKILL at a random moment once all of that is under way, and after a
+//! restart every message that was confirmed and not acked is there exactly once, every queue
+//! whose declare-ok came is there, every acknowledged user, permission, policy and binding
+//! change is there (nothing acknowledged as deleted comes back), and every confirmed delayed
+//! message is delivered exactly once, in the round it falls due or a later one (the last ones
+//! after the final start). After a restart everything is
 //! declared passively: a lost definition fails instead of being made again. Kill points: `DWELLMQ_CRASH_POINTS` (default 5;
 //! `.ci/run` asks for more), seeded by `DWELLMQ_CRASH_SEED` (printed, with each kill point,
 //! so a failing run can be replayed).
@@ -26,6 +29,10 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+
+use crate::crash_definitions::{
+    binder, check_definitions, declare_binding_ends, policy_changer, user_changer, DefinitionLedger,
+};
 
 /// The broker under test: `DWELLMQ_BIN` when set (`.ci/run` passes the debug build every step
 /// shares; the kill points live in this harness, so no release build is needed), else the
@@ -75,12 +82,12 @@ impl Drop for Broker {
     }
 }
 
-/// Starts the binary on `dir`; returns it and its AMQP URL.
-fn spawn(dir: &Path) -> (Broker, String) {
+/// Starts the binary on `dir`; returns it, its AMQP URL and its HTTP address.
+fn spawn(dir: &Path) -> (Broker, String, std::net::SocketAddr) {
     let mut child = Command::new(broker_bin())
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir)
-        .env("DWELLMQ_HTTP", "off")
+        .env("DWELLMQ_HTTP", "127.0.0.1:0")
         .env("DWELLMQ_LOG", "warn")
         .env_remove("DWELLMQ_LISTEN")
         .env_remove("DWELLMQ_CONFIG")
@@ -93,15 +100,21 @@ fn spawn(dir: &Path) -> (Broker, String) {
     let stdout = child.stdout.take().expect("stdout is piped");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
+        // The first line is the AMQP URL, the second the HTTP one.
         let mut lines = BufReader::new(stdout).lines();
-        let _ = tx.send(lines.next());
+        let _ = tx.send((lines.next(), lines.next()));
         for _ in lines {}
     });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(Some(Ok(url))) => (Broker(child), url),
-        other => {
+    let lines = rx.recv_timeout(Duration::from_secs(30));
+    let http = lines.as_ref().ok().and_then(|(_, http)| {
+        let http = http.as_ref()?.as_ref().ok()?;
+        http.strip_prefix("http://")?.parse().ok()
+    });
+    match (lines, http) {
+        (Ok((Some(Ok(url)), _)), Some(http)) => (Broker(child), url, http),
+        (other, _) => {
             let _ = child.kill();
-            panic!("no URL line on stdout: {other:?}")
+            panic!("no URL lines on stdout: {other:?}")
         }
     }
 }
@@ -449,9 +462,19 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
     let mut delayed_confirmed: HashSet<String> = HashSet::new();
     let mut delivered: HashMap<String, u32> = HashMap::new();
     let mut kill_points = Vec::new();
+    let definitions = Arc::new(Mutex::new(DefinitionLedger::default()));
     for round in 0..points {
-        let (mut broker, url) = spawn(&dir);
+        let (mut broker, url, http) = spawn(&dir);
         let recovered = drain(&url, round == 0).await;
+        if round == 0 {
+            let connection = connect(&url).await;
+            let ch = connection.create_channel().await.unwrap();
+            declare_binding_ends(&ch, true).await;
+            let _ = connection.close(200, "bye".into()).await;
+        } else {
+            check_definitions(http, &url, &definitions, round, seed).await;
+        }
+        definitions.lock().unwrap().next_round();
         if let Some(ledger) = previous.take() {
             check_declared(&url, &ledger, round, seed).await;
             let unique: HashSet<&String> = recovered.iter().collect();
@@ -491,6 +514,22 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
             round,
             Arc::clone(&ledger),
         )));
+        let ledger_of_definitions = || Arc::clone(&definitions);
+        tasks.push(tokio::spawn(user_changer(
+            http,
+            round,
+            ledger_of_definitions(),
+        )));
+        tasks.push(tokio::spawn(policy_changer(
+            http,
+            round,
+            ledger_of_definitions(),
+        )));
+        tasks.push(tokio::spawn(binder(
+            url.clone(),
+            round,
+            ledger_of_definitions(),
+        )));
         // The kill comes at a random moment once every kind of write is under way (on a slow
         // or loaded machine connecting alone can take longer than the window).
         let started = std::time::Instant::now();
@@ -500,7 +539,12 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
                 !ledger.confirmed.is_empty()
                     && !ledger.delayed.is_empty()
                     && !ledger.declared.is_empty()
-            };
+            } && definitions
+                .lock()
+                .unwrap()
+                .acked_this_round
+                .iter()
+                .all(|&n| n > 0);
             if under_way {
                 break;
             }
@@ -521,8 +565,9 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
     }
     println!("crash test: kill points (ms into each round's writes): {kill_points:?}");
     // The last round's messages, checked once more after a clean start.
-    let (mut broker, url) = spawn(&dir);
+    let (mut broker, url, http) = spawn(&dir);
     let recovered = drain(&url, false).await;
+    check_definitions(http, &url, &definitions, points, seed).await;
     if let Some(ledger) = previous {
         check_declared(&url, &ledger, points, seed).await;
         let unique: HashSet<&String> = recovered.iter().collect();
@@ -553,6 +598,12 @@ async fn confirmed_messages_survive_sigkill_at_random_moments() {
     }
     broker.kill();
     let _ = std::fs::remove_dir_all(&dir);
+    let [users, policies, bindings] = definitions.lock().unwrap().known();
+    println!("crash test: {users} users, {policies} policies and {bindings} binding keys checked");
+    assert!(
+        users > 0 && policies > 0 && bindings > 0,
+        "no definition change was acknowledged before the kills"
+    );
     println!(
         "crash test: {total_confirmed} confirmed messages and {} confirmed delayed messages checked",
         delayed_confirmed.len()

@@ -10,5 +10,6 @@ mod common;
 mod http_client;
 
 mod binary;
+mod crash_definitions;
 mod durability_crash;
 mod test_double_binary;

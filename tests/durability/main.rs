@@ -12,6 +12,7 @@ mod data_dir;
 mod delayed_on_disk;
 mod durability_faults;
 mod failure_paths;
+mod http_definition_writes;
 mod large_messages;
 mod non_ascii_names;
 mod restart;

@@ -13,6 +13,7 @@ use dwellmq_store::{
 };
 
 use crate::broker::exchange::{DeclaredType, ExchangeKind};
+use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::Queue;
 use crate::broker::vhost::{ExchangeSpec, QueueSpec};
 use crate::broker::BrokerState;
@@ -99,7 +100,7 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
     state.delayed.reserve_below(recovery.next_delayed_seq);
     // Vhosts added at runtime first: what follows lives in them.
     for v in &definitions.vhosts {
-        state.add_vhost(&v.name);
+        state.add_vhost(&v.name, DefinitionWrites::UNAWAITED);
     }
     // Users and permissions changed at runtime, over the configured ones; later changes are
     // written from here on.
@@ -269,7 +270,9 @@ fn restore_policy(state: &BrokerState, p: &PolicyDef) -> Result<(), String> {
         priority: p.priority,
         definition,
     };
-    vhost.set_policy(policy).map_err(|e| e.to_string())
+    vhost
+        .set_policy(policy, DefinitionWrites::UNAWAITED)
+        .map_err(|e| e.to_string())
 }
 
 fn restore_exchange(state: &BrokerState, x: &ExchangeDef) -> Result<(), String> {
@@ -278,16 +281,17 @@ fn restore_exchange(state: &BrokerState, x: &ExchangeDef) -> Result<(), String> 
         .ok_or_else(|| format!("no vhost '{}'", x.vhost))?;
     let arguments = FieldTable::from_encoded(&x.arguments).ok_or("malformed arguments")?;
     let kind = DeclaredType::parse(&x.kind).map_err(|e| e.to_string())?;
+    let spec = ExchangeSpec {
+        name: ShortStr::from(x.name.as_str()),
+        kind,
+        passive: false,
+        durable: true,
+        auto_delete: x.auto_delete,
+        internal: x.internal,
+        arguments,
+    };
     vhost
-        .declare_exchange(ExchangeSpec {
-            name: ShortStr::from(x.name.as_str()),
-            kind,
-            passive: false,
-            durable: true,
-            auto_delete: x.auto_delete,
-            internal: x.internal,
-            arguments,
-        })
+        .declare_exchange_reporting(spec, DefinitionWrites::UNAWAITED)
         .map(drop)
         .map_err(|e| e.to_string())
 }
@@ -305,7 +309,7 @@ fn restore_queue(
         .ok_or_else(|| format!("no vhost '{}'", q.vhost))?;
     let arguments = FieldTable::from_encoded(&q.arguments).ok_or("malformed arguments")?;
     let queue = vhost
-        .declare_queue(
+        .declare_queue_reporting(
             QueueSpec {
                 name: ShortStr::from(q.name.as_str()),
                 passive: false,
@@ -315,6 +319,7 @@ fn restore_queue(
                 arguments,
             },
             0,
+            DefinitionWrites::UNAWAITED,
         )
         .map_err(|e| e.to_string())?;
     if queue.store_id.set(q.id).is_err() {
@@ -387,12 +392,13 @@ fn restore_binding(state: &BrokerState, b: &BindingDef) -> Result<(), String> {
     };
     vhost.exchange(&b.source).map_err(|e| e.to_string())?;
     let arguments = FieldTable::from_encoded(&b.arguments).ok_or("malformed arguments")?;
+    let binding = Binding {
+        source: ShortStr::from(b.source.as_str()),
+        destination,
+        routing_key: ShortStr::from(b.routing_key.as_str()),
+        arguments,
+    };
     vhost
-        .bind(Binding {
-            source: ShortStr::from(b.source.as_str()),
-            destination,
-            routing_key: ShortStr::from(b.routing_key.as_str()),
-            arguments,
-        })
+        .bind_reporting(binding, DefinitionWrites::UNAWAITED)
         .map_err(|e| e.to_string())
 }

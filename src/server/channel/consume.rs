@@ -12,6 +12,7 @@ use crate::broker::access::{Operation, ResourceKind};
 use dwellmq_core::queue::ConsumerCredit;
 
 use crate::broker::consumer::{next_consumer_id, Consumer, DeliverySink};
+use crate::broker::persist::DefinitionWrites;
 use crate::broker::reply_to::REPLY_QUEUE;
 
 impl Channel {
@@ -189,7 +190,10 @@ impl Channel {
         let removed = queue.remove_consumer(consumer.id);
         if removed.should_auto_delete {
             cx.exclusive_queues.retain(|q| !Arc::ptr_eq(q, &queue));
-            let _ = cx.vhost.delete_queue_instance(&queue);
+            // Nobody waits for this deletion's write (cancel-ok does not, as in RabbitMQ).
+            let _ = cx
+                .vhost
+                .delete_queue_instance_reporting(&queue, DefinitionWrites::UNAWAITED);
         }
     }
 

@@ -26,7 +26,7 @@ use super::delivery::{DeliveryChannel, Unacked};
 use crate::broker::access::{AccessCache, Operation, ResourceKind};
 use crate::broker::connections::ChannelSummary;
 use crate::broker::consumer::Consumer;
-use crate::broker::persist::PublishTicket;
+use crate::broker::persist::{DefinitionWrites, PublishTicket};
 use crate::broker::queue::{ConnectionId, Queue};
 use crate::broker::rates::ChannelCounters;
 use crate::broker::stats::MessageCounts;
@@ -175,10 +175,10 @@ impl Channel {
         &mut self,
         cx: &mut ConnContext<'_>,
         ids: (u16, u16),
-        handle: impl FnOnce(&mut Self, &mut ConnContext<'_>) -> BrokerResult<()>,
+        handle: impl FnOnce(&mut Self, &mut ConnContext<'_>, DefinitionWrites<'_>) -> BrokerResult<()>,
     ) -> BrokerResult<()> {
         if cx.state.runtime.store.is_none() {
-            return handle(self, cx);
+            return handle(self, cx, DefinitionWrites::UNAWAITED);
         }
         let token = cx.commit_wait.token();
         let wait = Arc::clone(cx.commit_wait);
@@ -188,7 +188,7 @@ impl Channel {
             token,
             ids,
         }));
-        let result = crate::broker::persist::reporting_definitions_to(&ticket, || handle(self, cx));
+        let result = handle(self, cx, DefinitionWrites::reported_to(&ticket));
         // No reply went out (nowait, or an error): nobody waits; the count is let go.
         if let Some(wait) = self.definitions.take() {
             wait.ticket.complete(true);
@@ -211,30 +211,35 @@ impl Channel {
             Method::ChannelFlow(m) => self.channel_flow(cx, m),
             Method::ChannelFlowOk(_) => Ok(()),
             Method::ExchangeDeclare(m) => {
-                self.writing_definitions(cx, (40, 10), |ch, cx| ch.exchange_declare(cx, m))
+                self.writing_definitions(cx, (40, 10), |ch, cx, writes| {
+                    ch.exchange_declare(cx, m, writes)
+                })
             }
             Method::ExchangeDelete(m) => {
-                self.writing_definitions(cx, (40, 20), |ch, cx| ch.exchange_delete(cx, m))
+                self.writing_definitions(cx, (40, 20), |ch, cx, writes| {
+                    ch.exchange_delete(cx, m, writes)
+                })
             }
-            Method::ExchangeBind(m) => {
-                self.writing_definitions(cx, (40, 30), |ch, cx| ch.exchange_bind(cx, m))
-            }
+            Method::ExchangeBind(m) => self.writing_definitions(cx, (40, 30), |ch, cx, writes| {
+                ch.exchange_bind(cx, m, writes)
+            }),
             Method::ExchangeUnbind(m) => {
-                self.writing_definitions(cx, (40, 40), |ch, cx| ch.exchange_unbind(cx, m))
+                self.writing_definitions(cx, (40, 40), |ch, cx, writes| {
+                    ch.exchange_unbind(cx, m, writes)
+                })
             }
-            Method::QueueDeclare(m) => {
-                self.writing_definitions(cx, (50, 10), |ch, cx| ch.queue_declare(cx, m))
-            }
-            Method::QueueBind(m) => {
-                self.writing_definitions(cx, (50, 20), |ch, cx| ch.queue_bind(cx, m))
-            }
-            Method::QueueUnbind(m) => {
-                self.writing_definitions(cx, (50, 50), |ch, cx| ch.queue_unbind(cx, m))
-            }
+            Method::QueueDeclare(m) => self.writing_definitions(cx, (50, 10), |ch, cx, writes| {
+                ch.queue_declare(cx, m, writes)
+            }),
+            Method::QueueBind(m) => self
+                .writing_definitions(cx, (50, 20), |ch, cx, writes| ch.queue_bind(cx, m, writes)),
+            Method::QueueUnbind(m) => self.writing_definitions(cx, (50, 50), |ch, cx, writes| {
+                ch.queue_unbind(cx, m, writes)
+            }),
             Method::QueuePurge(m) => self.queue_purge(cx, m),
-            Method::QueueDelete(m) => {
-                self.writing_definitions(cx, (50, 40), |ch, cx| ch.queue_delete(cx, m))
-            }
+            Method::QueueDelete(m) => self.writing_definitions(cx, (50, 40), |ch, cx, writes| {
+                ch.queue_delete(cx, m, writes)
+            }),
             Method::BasicQos(m) => self.basic_qos(cx, m),
             Method::BasicConsume(m) => self.basic_consume(cx, m),
             Method::BasicCancel(m) => self.basic_cancel(cx, m),

@@ -10,6 +10,7 @@ use dwellmq_core::{BrokerError, BrokerResult};
 use super::{Channel, ConnContext};
 use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::exchange::DeclaredType;
+use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::Queue;
 use crate::broker::reply_to::is_reply_name;
 use crate::broker::vhost::{ExchangeSpec, QueueSpec};
@@ -39,6 +40,7 @@ impl Channel {
         &mut self,
         cx: &mut ConnContext<'_>,
         m: ExchangeDeclare,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<()> {
         let kind = if m.passive {
             DeclaredType::Standard(RoutingKind::Direct)
@@ -67,7 +69,7 @@ impl Channel {
                 }
             }
         }
-        cx.vhost.declare_exchange(ExchangeSpec {
+        let spec = ExchangeSpec {
             name: m.exchange,
             kind,
             passive: m.passive,
@@ -75,7 +77,8 @@ impl Channel {
             auto_delete: m.auto_delete,
             internal: m.internal,
             arguments: m.arguments,
-        })?;
+        };
+        cx.vhost.declare_exchange_reporting(spec, writes)?;
         if !m.no_wait {
             self.reply(cx, Method::ExchangeDeclareOk);
         }
@@ -87,6 +90,7 @@ impl Channel {
         &mut self,
         cx: &mut ConnContext<'_>,
         m: ExchangeDelete,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<()> {
         if !m.exchange.is_empty() && !m.exchange.starts_with("amq.") {
             self.permit(
@@ -96,7 +100,8 @@ impl Channel {
                 &m.exchange,
             )?;
         }
-        cx.vhost.delete_exchange(&m.exchange, m.if_unused)?;
+        cx.vhost
+            .delete_exchange_reporting(&m.exchange, m.if_unused, writes)?;
         if !m.no_wait {
             self.reply(cx, Method::ExchangeDeleteOk);
         }
@@ -108,14 +113,16 @@ impl Channel {
         &mut self,
         cx: &mut ConnContext<'_>,
         m: ExchangeBind,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<()> {
         self.permit_binding(cx, ResourceKind::Exchange, &m.destination, &m.source)?;
-        cx.vhost.bind(Binding {
+        let binding = Binding {
             source: m.source,
             destination: Destination::Exchange(m.destination),
             routing_key: m.routing_key,
             arguments: m.arguments,
-        })?;
+        };
+        cx.vhost.bind_reporting(binding, writes)?;
         if !m.no_wait {
             self.reply(cx, Method::ExchangeBindOk);
         }
@@ -127,14 +134,16 @@ impl Channel {
         &mut self,
         cx: &mut ConnContext<'_>,
         m: ExchangeUnbind,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<()> {
         self.permit_binding(cx, ResourceKind::Exchange, &m.destination, &m.source)?;
-        cx.vhost.unbind(&Binding {
+        let binding = Binding {
             source: m.source,
             destination: Destination::Exchange(m.destination),
             routing_key: m.routing_key,
             arguments: m.arguments,
-        })?;
+        };
+        cx.vhost.unbind_reporting(&binding, writes)?;
         if !m.no_wait {
             self.reply(cx, Method::ExchangeUnbindOk);
         }
@@ -145,6 +154,7 @@ impl Channel {
         &mut self,
         cx: &mut ConnContext<'_>,
         m: QueueDeclare,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<()> {
         if is_reply_name(&m.queue) {
             // RabbitMQ answers any declare of a reply name as a passive one.
@@ -177,9 +187,9 @@ impl Channel {
         };
         let queue = if spec.passive {
             // A passive declare needs no permission, as in RabbitMQ.
-            cx.vhost.declare_queue(spec, cx.id)?
+            cx.vhost.declare_queue_reporting(spec, cx.id, writes)?
         } else {
-            self.declare_permitted_queue(cx, spec)?
+            self.declare_permitted_queue(cx, spec, writes)?
         };
         if exclusive && !cx.exclusive_queues.iter().any(|q| Arc::ptr_eq(q, &queue)) {
             cx.exclusive_queues.push(Arc::clone(&queue));
@@ -203,17 +213,19 @@ impl Channel {
         &mut self,
         cx: &mut ConnContext<'_>,
         m: QueueBind,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<()> {
         let name = self.queue_name(&m.queue)?;
         self.permit_binding(cx, ResourceKind::Queue, &name, &m.exchange)?;
         let queue = self.queue_for(cx, &name)?;
         let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &queue.name);
-        cx.vhost.bind(Binding {
+        let binding = Binding {
             source: m.exchange,
             destination: Destination::Queue(queue.name.clone()),
             routing_key,
             arguments: m.arguments,
-        })?;
+        };
+        cx.vhost.bind_reporting(binding, writes)?;
         if !m.no_wait {
             self.reply(cx, Method::QueueBindOk);
         }
@@ -225,6 +237,7 @@ impl Channel {
         &mut self,
         cx: &mut ConnContext<'_>,
         m: QueueUnbind,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<()> {
         // A missing queue is not an error (RabbitMQ answers unbind-ok); another connection's
         // exclusive queue is.
@@ -234,12 +247,13 @@ impl Channel {
             queue.check_exclusive(cx.id)?;
         }
         let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &name);
-        cx.vhost.unbind(&Binding {
+        let binding = Binding {
             source: m.exchange,
             destination: Destination::Queue(name),
             routing_key,
             arguments: m.arguments,
-        })?;
+        };
+        cx.vhost.unbind_reporting(&binding, writes)?;
         self.reply(cx, Method::QueueUnbindOk);
         Ok(())
     }
@@ -265,12 +279,13 @@ impl Channel {
         &mut self,
         cx: &mut ConnContext<'_>,
         m: QueueDelete,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<()> {
         let name = self.queue_name(&m.queue)?;
         self.permit(cx, Operation::Configure, ResourceKind::Queue, &name)?;
-        let deleted = cx
-            .vhost
-            .delete_queue(&name, m.if_unused, m.if_empty, Some(cx.id))?;
+        let deleted =
+            cx.vhost
+                .delete_queue_reporting(&name, m.if_unused, m.if_empty, Some(cx.id), writes)?;
         cx.exclusive_queues.retain(|q| q.name != name);
         if !m.no_wait {
             self.reply(
@@ -293,13 +308,14 @@ impl Channel {
         &mut self,
         cx: &ConnContext<'_>,
         mut spec: QueueSpec,
+        writes: DefinitionWrites<'_>,
     ) -> BrokerResult<Arc<Queue>> {
         let generated = spec.name.is_empty();
         if generated {
             spec.name = cx.vhost.generate_queue_name()?;
         } else if spec.name.starts_with("amq.") {
             // The reserved-name refusal comes first, as in RabbitMQ.
-            return cx.vhost.declare_queue(spec, cx.id);
+            return cx.vhost.declare_queue_reporting(spec, cx.id, writes);
         }
         self.permit(cx, Operation::Configure, ResourceKind::Queue, &spec.name)?;
         let dead_letter_exchange = spec
@@ -314,9 +330,10 @@ impl Channel {
             }
         }
         if generated {
-            cx.vhost.declare_generated_queue(spec, cx.id)
+            cx.vhost
+                .declare_generated_queue_reporting(spec, cx.id, writes)
         } else {
-            cx.vhost.declare_queue(spec, cx.id)
+            cx.vhost.declare_queue_reporting(spec, cx.id, writes)
         }
     }
 
