@@ -319,20 +319,17 @@ fn binding_def(vhost: &str, binding: &Binding) -> BindingDef {
 /// A binding was added: written when both ends are durable (RabbitMQ's rule).
 pub(crate) fn bound(
     runtime: &Runtime,
-    vhost: &VHost,
+    vhost: &str,
     source: &Exchange,
     binding: &Binding,
+    durable_destination: bool,
     writes: DefinitionWrites<'_>,
 ) {
     let Some(store) = store(runtime) else { return };
-    let durable_destination = match &binding.destination {
-        Destination::Queue(name) => vhost.queue(name).is_ok_and(|q| q.store_id.get().is_some()),
-        Destination::Exchange(name) => vhost.exchange(name).is_ok_and(|x| x.durable),
-    };
     if source.durable && durable_destination {
         write(
             store,
-            vec![Op::PutBinding(binding_def(&vhost.name, binding))],
+            vec![Op::PutBinding(binding_def(vhost, binding))],
             writes,
         );
     }

@@ -698,12 +698,47 @@ impl VHost {
         binding: Binding,
         writes: DefinitionWrites<'_>,
     ) -> BrokerResult<()> {
-        let source = self.binding_source(&binding)?;
+        check_not_default(&binding)?;
+        let source = self.exchange(&binding.source)?;
         if source.kind.routing() == RoutingKind::Headers {
             dwellmq_core::routing::validate_headers_binding_args(&binding.arguments)?;
         }
-        super::persist::bound(&self.runtime, self, &source, &binding, writes);
-        source.bindings.write().add(binding);
+        // The destination is found and the binding added under the read lock of the table the
+        // destination lives in: its deletion (which takes that table's write lock, then removes
+        // the bindings to it) either comes first and the bind fails with 404, or comes after
+        // and takes this binding away with the others. Checked and then added without the
+        // lock, a deletion in between left a binding to a queue that no longer existed, which
+        // routed into the next queue of that name.
+        match &binding.destination {
+            Destination::Queue(name) => {
+                let queues = self.queues.read();
+                let queue = queues.get(name).ok_or_else(|| self.no_queue(name))?;
+                let durable = queue.store_id.get().is_some();
+                super::persist::bound(
+                    &self.runtime,
+                    &self.name,
+                    &source,
+                    &binding,
+                    durable,
+                    writes,
+                );
+                source.bindings.write().add(binding);
+            }
+            Destination::Exchange(name) => {
+                let exchanges = self.exchanges.read();
+                let destination = exchanges.get(name).ok_or_else(|| self.no_exchange(name))?;
+                let durable = destination.durable;
+                super::persist::bound(
+                    &self.runtime,
+                    &self.name,
+                    &source,
+                    &binding,
+                    durable,
+                    writes,
+                );
+                source.bindings.write().add(binding);
+            }
+        }
         Ok(())
     }
 
@@ -745,20 +780,6 @@ impl VHost {
     }
 
     /// The source exchange of a binding, once both ends exist and may be bound.
-    fn binding_source(&self, binding: &Binding) -> BrokerResult<Arc<Exchange>> {
-        check_not_default(binding)?;
-        let source = self.exchange(&binding.source)?;
-        self.check_destination(&binding.destination)?;
-        Ok(source)
-    }
-
-    fn check_destination(&self, destination: &Destination) -> BrokerResult<()> {
-        match destination {
-            Destination::Queue(q) => self.queue(q).map(drop),
-            Destination::Exchange(x) => self.exchange(x).map(drop),
-        }
-    }
-
     /// Routes a message published to `exchange` with `routing_key` (and the `CC`/`BCC` keys in
     /// `extra_keys`), following exchange-to-exchange bindings and alternate exchanges, into
     /// `routing`.
