@@ -5,9 +5,10 @@
 //! queues it needs; the broker implements the view over its own exchange and queue handles
 //! under its read locks, a test over a few names. As RabbitMQ's `rabbit_exchange:route/2`:
 //! the nameless default exchange routes by queue name; exchange-to-exchange bindings are
-//! followed, each exchange walked once, so cycles end; a message no queue takes goes to the
-//! alternate exchange of the exchange it was published to (then to that one's); every queue is
-//! reached once. The
+//! followed, each exchange walked once, so cycles end; an exchange whose own bindings match
+//! nothing hands the message to its alternate exchange (`process_alternate`: wherever it lies
+//! on the walk, and only when none of its bindings matched, even bindings to exchanges that
+//! then route nowhere); every queue is reached once. The
 //! `CC` and `BCC` keys route beside the routing key at every exchange that routes by key.
 //!
 //! Delayed exchanges (`x-delayed-message`) add one rule: a message with a positive `x-delay`
@@ -176,64 +177,59 @@ pub fn route<G: ExchangeGraph>(
         }
         return;
     }
-    let holds = |x: &G::Exchange| hold_delayed && graph.is_delayed(x);
-    // An unroutable message goes to the root's alternate exchange, then to that one's; for a
-    // root that holds the message, they are consulted as its release will.
-    let mut root = Some((exchange.clone(), false));
-    while let Some((start, start_behind)) = root.take() {
-        pending.push((start.clone(), start_behind));
-        while let Some((current, behind)) = pending.pop() {
-            // A delayed exchange behind a holder is reached only at release, when the message
-            // carries a negative `x-delay` and is not held again.
-            let holds_here = !behind && holds(&current);
-            if holds_here {
-                let name = graph.name(&current);
-                if !delayed.iter().any(|d| graph.name(d) == name) {
-                    delayed.push(current.clone());
-                }
-            }
-            let behind = behind || holds_here;
-            let seen = visited
-                .iter()
-                .any(|(x, b)| *b == behind && graph.name(x) == graph.name(&current));
-            if seen {
-                continue;
-            }
-            destinations.clear();
-            graph.with_bindings(&current, &mut |bindings| {
-                bindings.route(keys.routing_key, keys.headers, destinations);
-                if matches!(bindings.kind(), RoutingKind::Direct | RoutingKind::Topic) {
-                    for key in keys.extra_keys {
-                        bindings.route(key, keys.headers, destinations);
-                    }
-                }
-            });
-            visited.push((current, behind));
-            for destination in destinations.drain(..) {
-                match destination {
-                    Destination::Queue(name) => {
-                        let Some(queue) = graph.queue(&name) else {
-                            continue;
-                        };
-                        if behind {
-                            *routable_later = true;
-                        } else {
-                            push_queue(graph, queues, queue);
-                        }
-                    }
-                    Destination::Exchange(name) => {
-                        if let Some(next) = graph.exchange(&name) {
-                            pending.push((next.clone(), behind));
-                        }
-                    }
-                }
+    pending.push((exchange.clone(), false));
+    while let Some((current, behind)) = pending.pop() {
+        // A delayed exchange behind a holder is reached only at release, when the message
+        // carries a negative `x-delay` and is not held again.
+        let holds_here = hold_delayed && !behind && graph.is_delayed(&current);
+        if holds_here {
+            let name = graph.name(&current);
+            if !delayed.iter().any(|d| graph.name(d) == name) {
+                delayed.push(current.clone());
             }
         }
-        if queues.is_empty() && !*routable_later {
-            root = graph
-                .alternate(&start)
-                .filter(|ae| !visited.iter().any(|(x, _)| graph.name(x) == graph.name(ae)))
-                .map(|ae| (ae.clone(), start_behind || holds(&start)));
+        let behind = behind || holds_here;
+        let seen = visited
+            .iter()
+            .any(|(x, b)| *b == behind && graph.name(x) == graph.name(&current));
+        if seen {
+            continue;
+        }
+        destinations.clear();
+        graph.with_bindings(&current, &mut |bindings| {
+            bindings.route(keys.routing_key, keys.headers, destinations);
+            if matches!(bindings.kind(), RoutingKind::Direct | RoutingKind::Topic) {
+                for key in keys.extra_keys {
+                    bindings.route(key, keys.headers, destinations);
+                }
+            }
+        });
+        if destinations.is_empty() {
+            // Nothing bound matched: the alternate exchange takes the message (a holder's at
+            // release, so now it is only consulted, as what lies behind the holder is).
+            if let Some(alternate) = graph.alternate(&current) {
+                pending.push((alternate.clone(), behind));
+            }
+        }
+        visited.push((current, behind));
+        for destination in destinations.drain(..) {
+            match destination {
+                Destination::Queue(name) => {
+                    let Some(queue) = graph.queue(&name) else {
+                        continue;
+                    };
+                    if behind {
+                        *routable_later = true;
+                    } else {
+                        push_queue(graph, queues, queue);
+                    }
+                }
+                Destination::Exchange(name) => {
+                    if let Some(next) = graph.exchange(&name) {
+                        pending.push((next.clone(), behind));
+                    }
+                }
+            }
         }
     }
     // Handles kept past the walk would keep deleted exchanges alive.
@@ -516,6 +512,39 @@ mod tests {
         assert_eq!(route_through(&g, main, "hit", &[], false).0, ["hit"]);
         assert_eq!(route_through(&g, main, "first", &[], false).0, ["first"]);
         assert_eq!(route_through(&g, main, "miss", &[], false).0, ["fallback"]);
+    }
+
+    #[test]
+    fn each_exchange_on_the_walk_uses_its_own_alternate_when_none_of_its_bindings_match() {
+        let mut g = Graph::default();
+        let front = g.fanout("front");
+        let middle = g.direct("middle");
+        let front_ae = g.fanout("front-ae");
+        let middle_ae = g.fanout("middle-ae");
+        g.exchanges[front].alternate = Some("front-ae".into());
+        g.exchanges[middle].alternate = Some("middle-ae".into());
+        g.queue_named("direct");
+        g.queue_named("front-fallback");
+        g.queue_named("middle-fallback");
+        g.bind_queue(front, "direct", "");
+        g.bind_exchange(front, middle, "");
+        g.bind_queue(front_ae, "front-fallback", "");
+        g.bind_queue(middle_ae, "middle-fallback", "");
+        // front matched (a queue and middle): its alternate is not used; middle matched
+        // nothing: its alternate is, beside the queue front reached.
+        let (queues, _, _) = route_through(&g, front, "k", &[], false);
+        assert_eq!(queues, ["direct", "middle-fallback"]);
+
+        // A binding to an exchange that routes nowhere is still a match for its source.
+        g.exchanges[middle].alternate = None;
+        let lone = g.direct("lone");
+        g.exchanges[lone].alternate = Some("front-ae".into());
+        g.bind_exchange(lone, middle, "k");
+        assert!(route_through(&g, lone, "k", &[], false).0.is_empty());
+        assert_eq!(
+            route_through(&g, lone, "other", &[], false).0,
+            ["front-fallback"]
+        );
     }
 
     #[test]
