@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use dwellmq_codec::ShortStr;
 use dwellmq_core::arguments::parse_x_delay;
-use dwellmq_core::dead_letter::{dead_letter, is_cycle};
+use dwellmq_core::dead_letter::dead_letter;
 use dwellmq_core::queue::{DeadLetterTarget, DeathReason};
 use dwellmq_core::Message;
 
+use super::publish::{self, Outgoing};
 use super::runtime::Runtime;
 use super::vhost::{Routing, VHost};
 
@@ -36,24 +37,24 @@ pub(crate) fn route(
         now_ms,
         Some(Box::new(guard)),
     );
-    let headers = dead.message.properties.headers.as_ref();
     // A delayed exchange on the way holds it for its x-delay, unless an earlier release has
     // already negated that.
-    let delay = parse_x_delay(headers).unwrap_or(0);
+    let delay = parse_x_delay(dead.message.properties.headers.as_ref()).unwrap_or(0);
     let Some((key, extra_keys)) = dead.routing_keys.split_first() else {
         return;
     };
-    let mut routing = Routing::default();
-    vhost.route(&exchange, key, extra_keys, headers, delay > 0, &mut routing);
-    routing.queues.retain(|target_queue| {
-        let cycle = is_cycle(&dead.message.deaths, &target_queue.name);
-        if cycle {
-            tracing::debug!(%queue, target = %target_queue.name, "dead-letter cycle; message dropped");
-        }
-        !cycle
-    });
-    let due = now_ms.saturating_add(delay.unsigned_abs());
+    let outgoing = Outgoing {
+        exchange: &exchange,
+        message: &dead.message,
+        routing_key: key,
+        extra_keys,
+        bcc: None,
+        hold_until: (delay > 0).then(|| now_ms.saturating_add(delay.unsigned_abs())),
+        mandatory: false,
+        dead_lettered: true,
+    };
     // What the source queue's store group holds (see `Queue::run_with`): the copies commit
     // with the removal from the source.
-    super::publish::enqueue(runtime, vhost, &dead.message, None, due, &mut routing, None);
+    let mut routing = Routing::default();
+    publish::route_and_enqueue(runtime, vhost, outgoing, &mut routing, None);
 }

@@ -1,13 +1,20 @@
-//! The steps every publish takes before routing, whoever publishes (`basic.publish` on a
-//! channel, `POST /api/exchanges/.../publish` over HTTP): the exchange may be published to,
-//! the properties are the publisher's own, the delay is read as the exchange reads it, the
+//! One publish pipeline, whoever publishes (`basic.publish` on a channel, `POST
+//! /api/exchanges/.../publish` over HTTP, a queue dead-lettering, a delayed exchange
+//! releasing).
+//!
+//! Before routing, a publish from a client takes the same steps: the exchange may be published
+//! to, the properties are the publisher's own, the delay is read as the exchange reads it, the
 //! `CC` and `BCC` headers give extra routing keys and `BCC` leaves the message, and a copy that
-//! a delayed exchange holds keeps `BCC` to route by it at release. Once routed, [`enqueue`]
-//! hands the message on: held by the delayed exchanges on its way, taken by each queue.
+//! a delayed exchange holds keeps `BCC` to route by it at release ([`target`],
+//! [`check_properties`], [`prepare`]). Then [`route_and_enqueue`] is the one way on for every
+//! caller: route (core's walk of the exchange graph), a mandatory message no queue would take
+//! returned, hold at the delayed exchanges on the way, enqueue, the store ticket that holds a
+//! confirm until the stored copies commit.
 
 use std::sync::Arc;
 
 use dwellmq_codec::{BasicProperties, FieldValue, ShortStr};
+use dwellmq_core::dead_letter::is_cycle;
 use dwellmq_core::routing::{bcc_keys, extra_routing_keys, BCC};
 use dwellmq_core::{arguments, Body, BrokerError, BrokerResult, Message};
 
@@ -137,8 +144,9 @@ pub(crate) fn stores_copies(message: &Message, routing: &Routing) -> bool {
 /// copy that keeps `bcc`, due at `due_ms`; each queue takes the message (an injected delivery
 /// delay makes a queue take it later). Copies the store writes count on `ticket`. Returns
 /// whether a queue refused it (`x-overflow` = reject-publish: the publisher hears a nack).
-/// Every way into queues goes through here: `basic.publish`, the HTTP publish, dead-lettering
-/// and a delayed exchange's release.
+/// Every way into queues goes through here, by [`route_and_enqueue`]; a delayed exchange's
+/// release (`broker/delayed`) still routes and calls it itself until it moves to
+/// [`route_and_enqueue`] too.
 pub(crate) fn enqueue(
     runtime: &Runtime,
     vhost: &Arc<VHost>,
@@ -180,4 +188,119 @@ pub(crate) fn enqueue(
         rejected |= outcome == PublishOutcome::Rejected;
     }
     rejected
+}
+
+/// A message on its way in through an exchange, as [`route_and_enqueue`] takes it.
+pub(crate) struct Outgoing<'a> {
+    /// The exchange it enters by.
+    pub(crate) exchange: &'a Arc<Exchange>,
+    /// The message as queues take it (without `BCC`).
+    pub(crate) message: &'a Arc<Message>,
+    /// The key it is routed by.
+    pub(crate) routing_key: &'a str,
+    /// The `CC` and `BCC` keys it is routed by too.
+    pub(crate) extra_keys: &'a [ShortStr],
+    /// The `BCC` header, which a held copy keeps for its release.
+    pub(crate) bcc: Option<&'a FieldValue>,
+    /// When it is due, for a message with a positive delay: each delayed exchange it reaches
+    /// holds it until then. `None` routes it straight through delayed exchanges (no delay, or
+    /// a release).
+    pub(crate) hold_until: Option<u64>,
+    /// `basic.publish`'s `mandatory`: a message no queue would take, now or at release, is
+    /// returned rather than held or dropped.
+    pub(crate) mandatory: bool,
+    /// A dead-lettering: queues already in the message's death history that would close a
+    /// cycle are skipped (RabbitMQ's `rabbit_dead_letter:detect_cycles`).
+    pub(crate) dead_lettered: bool,
+}
+
+/// What became of a message handed to [`route_and_enqueue`].
+#[derive(Default)]
+pub(crate) struct Outcome {
+    /// It reached a queue, or a holder behind which a queue would take it at release.
+    pub(crate) routed: bool,
+    /// Mandatory and unroutable: nothing took it; the publisher hears `basic.return`.
+    pub(crate) returned: bool,
+    /// Unroutable and dropped now (not returned, and no delayed exchange holds it: a held
+    /// message's route is decided, and counted, at its release).
+    pub(crate) dropped: bool,
+    /// A queue refused it (`x-overflow` = reject-publish): a confirm is a nack.
+    pub(crate) rejected: bool,
+    /// The store ticket its stored copies count on, when the caller asked for one and there
+    /// are such copies.
+    pub(crate) ticket: Option<Arc<PublishTicket>>,
+}
+
+/// The one way from an exchange into queues, for every publisher: routes `outgoing` through
+/// the exchange graph (reusing `routing`'s buffers), returns a mandatory message that nothing
+/// would take, lets each delayed exchange on its way hold it, and has each queue take it. With
+/// a store, a message whose copies the store writes ([`stores_copies`]) gets the ticket that
+/// `ticket` makes (a confirm, a transaction's commit), and its copies count on it; the caller
+/// settles the ticket.
+pub(crate) fn route_and_enqueue(
+    runtime: &Runtime,
+    vhost: &Arc<VHost>,
+    outgoing: Outgoing<'_>,
+    routing: &mut Routing,
+    ticket: Option<&mut dyn FnMut() -> Arc<PublishTicket>>,
+) -> Outcome {
+    let Outgoing {
+        exchange,
+        message,
+        routing_key,
+        extra_keys,
+        bcc,
+        hold_until,
+        mandatory,
+        dead_lettered,
+    } = outgoing;
+    let headers = message.properties.headers.as_ref();
+    vhost.route(
+        exchange,
+        routing_key,
+        extra_keys,
+        headers,
+        hold_until.is_some(),
+        routing,
+    );
+    if dead_lettered {
+        routing.queues.retain(|queue| {
+            let cycle = is_cycle(&message.deaths, &queue.name);
+            if cycle {
+                tracing::debug!(target_queue = %queue.name, "dead-letter cycle; message dropped");
+            }
+            !cycle
+        });
+    }
+    let routed = routing.is_routable();
+    if !routed && mandatory {
+        // Returned now and not held (Better than the plugin, which returns every delayed
+        // message and delivers it later anyway).
+        routing.clear();
+        return Outcome {
+            returned: true,
+            ..Outcome::default()
+        };
+    }
+    let dropped = !routed && routing.delayed.is_empty();
+    let ticket = match ticket {
+        Some(make) if runtime.store.is_some() && stores_copies(message, routing) => Some(make()),
+        _ => None,
+    };
+    let rejected = enqueue(
+        runtime,
+        vhost,
+        message,
+        bcc,
+        hold_until.unwrap_or(0),
+        routing,
+        ticket.as_ref(),
+    );
+    Outcome {
+        routed,
+        returned: false,
+        dropped,
+        rejected,
+        ticket,
+    }
 }

@@ -186,6 +186,13 @@ pub(crate) struct ExchangeCounters {
 }
 
 impl ExchangeCounters {
+    /// One message published outside any channel (over HTTP); `routed`: some queue took it.
+    pub(crate) fn published_one(&self, routed: bool) {
+        self.publish_in.fetch_add(1, Ordering::Relaxed);
+        self.publish_out
+            .fetch_add(u64::from(routed), Ordering::Relaxed);
+    }
+
     pub(crate) fn counts(&self) -> Counts {
         vec![
             ("publish_in", self.publish_in.load(Ordering::Relaxed)),

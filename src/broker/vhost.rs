@@ -5,7 +5,9 @@ use std::sync::{Arc, Weak};
 
 use dwellmq_codec::{FieldTable, ShortStr};
 use dwellmq_core::policy::{Policy, PolicyError};
-use dwellmq_core::routing::{Binding, Destination, RoutingKind};
+use dwellmq_core::routing::{
+    Binding, BindingSet, Destination, ExchangeGraph, RouteKeys, Routed, RoutingKind,
+};
 use dwellmq_core::{arguments, BrokerError, BrokerResult};
 use parking_lot::RwLock;
 
@@ -60,30 +62,48 @@ pub(crate) struct DeletedQueue {
     pub(crate) removed_exchanges: Vec<ShortStr>,
 }
 
-/// Where a message goes, as [`VHost::route`] finds it. Reused between messages, so routing
-/// allocates nothing in steady state.
-#[derive(Default)]
-pub(crate) struct Routing {
-    /// Queues that take the message now, each once.
-    pub(crate) queues: Vec<Arc<Queue>>,
-    /// Delayed exchanges that hold the message until its due time, each once.
-    pub(crate) delayed: Vec<Arc<Exchange>>,
-    /// Whether something behind those delayed exchanges would take it now.
-    pub(crate) routable_later: bool,
-    scratch: Vec<Destination>,
+/// Where a message goes, as [`VHost::route`] finds it: core's [`Routed`] over the broker's
+/// handles. Reused between messages, so routing allocates nothing in steady state.
+pub(crate) type Routing = Routed<Arc<Exchange>, Arc<Queue>>;
+
+/// A vhost's exchanges and queues as core's walk reads them, under their read locks.
+struct Graph<'v> {
+    /// `None` for a publish to the default exchange, which routes by queue name only (so it
+    /// takes one lock, not two).
+    exchanges: Option<&'v HashMap<ShortStr, Arc<Exchange>>>,
+    queues: &'v HashMap<ShortStr, Arc<Queue>>,
 }
 
-impl Routing {
-    pub(crate) fn clear(&mut self) {
-        self.queues.clear();
-        self.delayed.clear();
-        self.routable_later = false;
+impl ExchangeGraph for Graph<'_> {
+    type Exchange = Arc<Exchange>;
+    type Queue = Arc<Queue>;
+
+    fn exchange(&self, name: &str) -> Option<&Arc<Exchange>> {
+        self.exchanges?.get(name)
     }
 
-    /// Whether the message reaches a queue, now or (held) at release, as far as the bindings
-    /// of this moment tell.
-    pub(crate) fn is_routable(&self) -> bool {
-        !self.queues.is_empty() || self.routable_later
+    fn queue(&self, name: &str) -> Option<&Arc<Queue>> {
+        self.queues.get(name)
+    }
+
+    fn same_queue(&self, a: &Arc<Queue>, b: &Arc<Queue>) -> bool {
+        Arc::ptr_eq(a, b)
+    }
+
+    fn name<'a>(&'a self, exchange: &'a Arc<Exchange>) -> &'a str {
+        &exchange.name
+    }
+
+    fn is_delayed(&self, exchange: &Arc<Exchange>) -> bool {
+        matches!(exchange.kind, ExchangeKind::Delayed(_))
+    }
+
+    fn alternate(&self, exchange: &Arc<Exchange>) -> Option<&Arc<Exchange>> {
+        self.exchanges?.get(&exchange.alternate()?)
+    }
+
+    fn with_bindings(&self, exchange: &Arc<Exchange>, f: &mut dyn FnMut(&BindingSet)) {
+        f(&exchange.bindings.read())
     }
 }
 
@@ -798,85 +818,19 @@ impl VHost {
         hold_delayed: bool,
         routing: &mut Routing,
     ) {
-        routing.clear();
+        // Queues first, then exchanges, the order routing has always taken them in.
         let queues = self.queues.read();
-        let Routing {
-            queues: out,
-            delayed,
-            routable_later,
-            scratch,
-        } = routing;
-        if exchange.is_default() {
-            let keys = std::iter::once(routing_key).chain(extra_keys.iter().map(|k| k.as_str()));
-            for key in keys {
-                if let Some(q) = queues.get(key) {
-                    if !out.iter().any(|o| Arc::ptr_eq(o, q)) {
-                        out.push(Arc::clone(q));
-                    }
-                }
-            }
-            return;
-        }
-        let exchanges = self.exchanges.read();
-        // (exchange, behind a holding delayed exchange): one exchange can be reached both ways.
-        let mut visited: Vec<(ShortStr, bool)> = Vec::new();
-        let holds = |x: &Exchange| hold_delayed && matches!(x.kind, ExchangeKind::Delayed(_));
-        let mut root = Some((Arc::clone(exchange), false));
-        // An unroutable message goes to the root's alternate exchange, then to that one's; for
-        // a root that holds the message, they are consulted as its release will.
-        while let Some((start, start_behind)) = root.take() {
-            let mut pending = vec![(start.clone(), start_behind)];
-            while let Some((current, behind)) = pending.pop() {
-                // A delayed exchange behind another one is reached only at release, when the
-                // message carries a negative `x-delay` and is not held again.
-                let holds_here = !behind && holds(&current);
-                if holds_here && !delayed.iter().any(|d| Arc::ptr_eq(d, &current)) {
-                    delayed.push(Arc::clone(&current));
-                }
-                let behind = behind || holds_here;
-                if visited
-                    .iter()
-                    .any(|(name, b)| *name == current.name && *b == behind)
-                {
-                    continue;
-                }
-                visited.push((current.name.clone(), behind));
-                scratch.clear();
-                {
-                    let bindings = current.bindings.read();
-                    bindings.route(routing_key, headers, scratch);
-                    if matches!(bindings.kind(), RoutingKind::Direct | RoutingKind::Topic) {
-                        for key in extra_keys {
-                            bindings.route(key, headers, scratch);
-                        }
-                    }
-                }
-                for destination in scratch.drain(..) {
-                    match destination {
-                        Destination::Queue(name) => {
-                            let Some(q) = queues.get(&name) else { continue };
-                            if behind {
-                                *routable_later = true;
-                            } else if !out.iter().any(|o| Arc::ptr_eq(o, q)) {
-                                out.push(Arc::clone(q));
-                            }
-                        }
-                        Destination::Exchange(name) => {
-                            if let Some(x) = exchanges.get(&name) {
-                                pending.push((Arc::clone(x), behind));
-                            }
-                        }
-                    }
-                }
-            }
-            if out.is_empty() && !*routable_later {
-                root = start
-                    .alternate()
-                    .and_then(|ae| exchanges.get(&ae))
-                    .filter(|ae| !visited.iter().any(|(name, _)| *name == ae.name))
-                    .map(|ae| (Arc::clone(ae), start_behind || holds(&start)));
-            }
-        }
+        let exchanges = (!exchange.is_default()).then(|| self.exchanges.read());
+        let graph = Graph {
+            exchanges: exchanges.as_deref(),
+            queues: &queues,
+        };
+        let keys = RouteKeys {
+            routing_key,
+            extra_keys,
+            headers,
+        };
+        dwellmq_core::routing::route(&graph, exchange, keys, hold_delayed, routing);
     }
 }
 

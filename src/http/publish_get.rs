@@ -78,32 +78,25 @@ pub(crate) fn publish_message(
         return Ok(delivered);
     }
     let mut routing = Routing::default();
-    let headers = message.properties.headers.as_ref();
-    vhost.route(
-        &target,
-        &routing_key,
-        &extra_keys,
-        headers,
-        delay_ms > 0,
-        &mut routing,
-    );
-    let routed = routing.is_routable();
-    // A delayed message's route is decided at release (and counted there if none).
-    counts.unroutable_dropped = u64::from(!routed && delay_ms == 0);
-    counts.routed = u64::from(routed);
-    state.stats.flush(&mut counts);
-    let due_ms = state.clock.now_ms().saturating_add(delay_ms);
+    let outgoing = publish::Outgoing {
+        exchange: &target,
+        message: &message,
+        routing_key: &routing_key,
+        extra_keys: &extra_keys,
+        bcc: bcc.as_ref(),
+        hold_until: (delay_ms > 0).then(|| state.clock.now_ms().saturating_add(delay_ms)),
+        mandatory: false,
+        dead_lettered: false,
+    };
     // No confirm over HTTP: nothing waits for the store, and a refusing queue changes nothing.
-    publish::enqueue(
-        &state.runtime,
-        vhost,
-        &message,
-        bcc.as_ref(),
-        due_ms,
-        &mut routing,
-        None,
-    );
-    Ok(routed)
+    let outcome = publish::route_and_enqueue(&state.runtime, vhost, outgoing, &mut routing, None);
+    // Counted on the exchange as a channel's publish is (RabbitMQ publishes HTTP messages
+    // through a channel of its own).
+    target.counters.published_one(outcome.routed);
+    counts.unroutable_dropped = u64::from(outcome.dropped);
+    counts.routed = u64::from(outcome.routed);
+    state.stats.flush(&mut counts);
+    Ok(outcome.routed)
 }
 
 /// A message taken by [`get_messages`], with the ready count left behind it.

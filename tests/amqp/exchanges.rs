@@ -161,6 +161,82 @@ async fn unroutable_messages_go_to_the_alternate_exchange() {
     assert_eq!(depth(&t, &ch, "unrouted").await, 1);
 }
 
+/// `alternate-exchange` as the argument of `exchange`.
+fn with_alternate(exchange: &str) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        "alternate-exchange".into(),
+        AMQPValue::LongString(exchange.into()),
+    );
+    args
+}
+
+/// As RabbitMQ's `rabbit_exchange:route1/3` (`process_alternate`): each exchange on the walk
+/// whose own bindings matched nothing hands the message to its alternate exchange; one that
+/// matched a binding, even to an exchange that then routes nowhere, does not.
+#[tokio::test]
+async fn each_exchange_on_the_way_hands_what_it_cannot_route_to_its_own_alternate() {
+    let t = start().await;
+    let ch = t.channel().await;
+    exchange(&ch, "front-ae", ExchangeKind::Fanout, FieldTable::default()).await;
+    exchange(
+        &ch,
+        "middle-ae",
+        ExchangeKind::Fanout,
+        FieldTable::default(),
+    )
+    .await;
+    exchange(
+        &ch,
+        "front",
+        ExchangeKind::Direct,
+        with_alternate("front-ae"),
+    )
+    .await;
+    exchange(
+        &ch,
+        "middle",
+        ExchangeKind::Direct,
+        with_alternate("middle-ae"),
+    )
+    .await;
+    exchange(&ch, "dead-end", ExchangeKind::Direct, FieldTable::default()).await;
+    for (queue, source, key) in [
+        ("direct", "front", "both"),
+        ("front-fallback", "front-ae", ""),
+        ("middle-fallback", "middle-ae", ""),
+    ] {
+        declare_queue(&ch, queue).await;
+        bind(&ch, queue, source, key, FieldTable::default()).await;
+    }
+    for (destination, key) in [("middle", "both"), ("dead-end", "nowhere")] {
+        ch.exchange_bind(
+            destination.into(),
+            "front".into(),
+            key.into(),
+            ExchangeBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    // front matches "direct" and middle; middle matches nothing: its alternate takes it.
+    publish(&ch, "front", "both", "1").await;
+    // front matches dead-end, which routes nowhere and has no alternate: dropped.
+    publish(&ch, "front", "nowhere", "2").await;
+    // front matches nothing: its alternate takes it.
+    publish(&ch, "front", "unbound", "3").await;
+    assert_eq!(depth(&t, &ch, "direct").await, 1);
+    assert_eq!(depth(&t, &ch, "middle-fallback").await, 1);
+    assert_eq!(depth(&t, &ch, "front-fallback").await, 1);
+    let got = ch
+        .basic_get("front-fallback".into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("a message");
+    assert_eq!(got.delivery.data, b"3");
+}
+
 #[tokio::test]
 async fn exchange_delete_if_unused_and_auto_delete() {
     let t = start().await;

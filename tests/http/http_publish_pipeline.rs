@@ -1,14 +1,16 @@
 //! Publishing over HTTP takes the same steps as `basic.publish` (`broker::publish`): `BCC`
 //! routes and leaves the message, a malformed `CC` is refused, an `x-delay` a standard exchange
-//! cannot read is ignored.
+//! cannot read is ignored, an unroutable message is counted as dropped and the exchange counts
+//! what it was given.
 
 use std::net::SocketAddr;
 
 use crate::common::*;
 use crate::http_client::*;
 use dwellmq::BrokerConfig;
-use lapin::options::{BasicGetOptions, QueueBindOptions};
-use lapin::types::FieldTable;
+use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueBindOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
 use serde_json::json;
 
 async fn start_api() -> (TestBroker, SocketAddr) {
@@ -81,4 +83,57 @@ async fn http_publish_follows_basic_publish_for_cc_bcc_and_x_delay() {
     let reply = publish_over_http(addr, json!({"x-delay": "soon"})).await;
     assert_eq!(reply.json(), json!({"routed": true}));
     assert_eq!(get("a").await.delivery.data, b"hello");
+}
+
+#[tokio::test]
+async fn an_unroutable_message_with_an_x_delay_on_a_standard_exchange_counts_as_dropped_either_way_in(
+) {
+    let (t, addr) = start_api().await;
+    let ch = t.channel().await;
+    declare_queue(&ch, "a").await;
+    ch.queue_bind(
+        "a".into(),
+        "amq.direct".into(),
+        "a".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    // No delayed exchange holds it: unroutable now, whatever its x-delay says.
+    let mut headers = FieldTable::default();
+    headers.insert("x-delay".into(), AMQPValue::LongInt(5000));
+    ch.basic_publish(
+        "amq.direct".into(),
+        "nowhere".into(),
+        BasicPublishOptions::default(),
+        b"by amqp",
+        BasicProperties::default().with_headers(headers),
+    )
+    .await
+    .unwrap();
+    sync(&ch).await;
+    let reply = post(
+        addr,
+        "/api/exchanges/%2F/amq.direct/publish",
+        GUEST,
+        json!({"properties": {"headers": {"x-delay": 5000}}, "routing_key": "nowhere",
+               "payload": "by http", "payload_encoding": "string"}),
+    )
+    .await;
+    assert_eq!(reply.json(), json!({"routed": false}));
+    let reply = publish_over_http(addr, json!({})).await;
+    assert_eq!(reply.json(), json!({"routed": true}));
+
+    let overview = get(addr, "/api/overview", GUEST).await.json();
+    let stats = &overview["message_stats"];
+    assert_eq!(stats["publish"], 3, "{stats}");
+    assert_eq!(stats["drop_unroutable"], 2, "{stats}");
+    // RabbitMQ publishes an HTTP message through a channel: the exchange counts it as well.
+    let exchange = get(addr, "/api/exchanges/%2F/amq.direct", GUEST)
+        .await
+        .json();
+    let stats = &exchange["message_stats"];
+    assert_eq!(stats["publish_in"], 3, "{stats}");
+    assert_eq!(stats["publish_out"], 1, "{stats}");
 }

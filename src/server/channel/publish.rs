@@ -246,74 +246,77 @@ impl Channel {
         }
         // The exchange found when the content completed routes it; at `tx.commit` it is looked
         // up again, and one deleted meanwhile makes the message unroutable, as in RabbitMQ.
-        // Taken out for the call, so that the channel can be borrowed meanwhile.
-        let mut routing = std::mem::take(&mut self.routing);
         let exchange = publication
             .found
             .take()
             .or_else(|| cx.vhost.exchange(&publication.exchange).ok());
-        match &exchange {
-            Some(exchange) => cx.vhost.route(
-                exchange,
-                &publication.routing_key,
-                &publication.extra_keys,
-                publication.message.properties.headers.as_ref(),
-                publication.delay_ms > 0,
-                &mut routing,
-            ),
-            None => routing.clear(),
-        }
-        match &exchange {
-            Some(exchange) => self.counters.published(exchange, routing.is_routable()),
-            None => self.counters.publish += 1,
-        }
-        if !routing.is_routable() && publication.mandatory {
-            // Returned now and not held (Better than the plugin, which returns every delayed
-            // message and delivers it later anyway).
+        let outcome = match &exchange {
+            Some(exchange) => {
+                // Taken out for the call, so that the channel can be borrowed meanwhile.
+                let mut routing = std::mem::take(&mut self.routing);
+                // A persistent message's confirm waits for the commits of its copies in
+                // durable queues, any message's for its copies held by durable delayed
+                // exchanges and in quorum queues (which keep every message); a transaction's
+                // ticket takes those copies too.
+                let mut confirm_ticket;
+                let mut transaction_ticket;
+                let make_ticket: Option<&mut dyn FnMut() -> Arc<PublishTicket>> =
+                    match (&self.mode, confirm_tag, tx_ticket) {
+                        (PublishMode::Confirm { confirms, .. }, Some(tag), _) => {
+                            confirm_ticket = move || {
+                                let confirms = Arc::clone(confirms);
+                                PublishTicket::new(move |ok, by| confirms.settled(tag, ok, by))
+                            };
+                            Some(&mut confirm_ticket)
+                        }
+                        (_, _, Some(tx_ticket)) => {
+                            transaction_ticket = move || Arc::clone(tx_ticket);
+                            Some(&mut transaction_ticket)
+                        }
+                        _ => None,
+                    };
+                let outgoing = publish::Outgoing {
+                    exchange,
+                    message: &publication.message,
+                    routing_key: &publication.routing_key,
+                    extra_keys: &publication.extra_keys,
+                    bcc: publication.bcc.as_ref(),
+                    // Due its delay after the publish reached the broker (its read), however
+                    // long the frames read with it took to handle.
+                    hold_until: (publication.delay_ms > 0)
+                        .then(|| cx.received_ms.saturating_add(publication.delay_ms)),
+                    mandatory: publication.mandatory,
+                    dead_lettered: false,
+                };
+                let outcome = publish::route_and_enqueue(
+                    &cx.state.runtime,
+                    cx.vhost,
+                    outgoing,
+                    &mut routing,
+                    make_ticket,
+                );
+                self.routing = routing;
+                self.counters.published(exchange, outcome.routed);
+                outcome
+            }
+            None => {
+                self.counters.publish += 1;
+                publish::Outcome {
+                    returned: publication.mandatory,
+                    dropped: !publication.mandatory,
+                    ..publish::Outcome::default()
+                }
+            }
+        };
+        if outcome.returned {
             cx.counts.unroutable_returned += 1;
-            routing.clear();
             self.return_unroutable(cx, &publication);
         }
-        // A persistent message's confirm waits for the commits of its copies in durable queues,
-        // any message's for its copies held by durable delayed exchanges and in quorum queues
-        // (which keep every message).
-        let stored = publish::stores_copies(&publication.message, &routing);
-        let ticket = match (&self.mode, confirm_tag) {
-            (PublishMode::Confirm { confirms, .. }, Some(tag))
-                if cx.state.runtime.store.is_some() && stored =>
-            {
-                let confirms = Arc::clone(confirms);
-                Some((
-                    PublishTicket::new(move |ok, by| confirms.settled(tag, ok, by)),
-                    tag,
-                ))
-            }
-            _ => None,
-        };
-        // A transaction's ticket takes the copies that must be stored (only those: a
-        // transient message's copy needs no commit).
-        let tx_ticket = tx_ticket.filter(|_| stored);
-        let store_ticket = ticket.as_ref().map(|t| &t.0).or(tx_ticket);
-        // Routability was checked now (so `mandatory` is honest).
-        if routing.delayed.is_empty() && !routing.is_routable() && !publication.mandatory {
-            cx.counts.unroutable_dropped += 1;
-        }
-        if routing.is_routable() {
-            cx.counts.routed += 1;
-        }
-        // Due its delay after the publish reached the broker (its read), however long the
-        // frames read with it took to handle.
-        let due_ms = cx.received_ms.saturating_add(publication.delay_ms);
-        let rejected = publish::enqueue(
-            &cx.state.runtime,
-            cx.vhost,
-            &publication.message,
-            publication.bcc.as_ref(),
-            due_ms,
-            &mut routing,
-            store_ticket,
-        );
-        self.routing = routing;
+        cx.counts.unroutable_dropped += u64::from(outcome.dropped);
+        cx.counts.routed += u64::from(outcome.routed);
+        let rejected = outcome.rejected;
+        // A confirm's ticket is settled here; a transaction's (no confirm tag) at `tx.commit`.
+        let ticket = outcome.ticket.zip(confirm_tag);
         // An injected fault nacks confirms whatever became of the message.
         let nack = confirm_tag.is_some() && (rejected || cx.state.runtime.hooks.take_nack());
         if nack {
