@@ -144,10 +144,9 @@ pub(crate) fn stores_copies(message: &Message, routing: &Routing) -> bool {
 /// copy that keeps `bcc`, due at `due_ms`; each queue takes the message (an injected delivery
 /// delay makes a queue take it later). Copies the store writes count on `ticket`. Returns
 /// whether a queue refused it (`x-overflow` = reject-publish: the publisher hears a nack).
-/// Every way into queues goes through here, by [`route_and_enqueue`]; a delayed exchange's
-/// release (`broker/delayed`) still routes and calls it itself until it moves to
-/// [`route_and_enqueue`] too.
-pub(crate) fn enqueue(
+/// Every way into queues goes through here, by [`route_and_enqueue`]: a publish on a channel
+/// or over HTTP, a dead-lettering, a delayed exchange's release.
+fn enqueue(
     runtime: &Runtime,
     vhost: &Arc<VHost>,
     message: &Arc<Message>,

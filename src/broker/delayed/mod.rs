@@ -538,22 +538,27 @@ impl DelayedMessages {
                 continue;
             };
             let message = release::release_form(message, &self.memory, extra_keys);
-            let headers = message.properties.headers.as_ref();
-            let key = &message.routing_key;
-            vhost.route(exchange, key, extra_keys, headers, false, routing);
-            if routing.queues.is_empty() {
-                unroutable += 1;
-            }
-            // Copies in durable queues join this round's store group with the releases.
-            crate::broker::publish::enqueue(
+            // Through the one publish pipeline, as a publish to the holder without a delay:
+            // copies in durable queues join this round's store group with the releases.
+            let outcome = crate::broker::publish::route_and_enqueue(
                 vhost.runtime(),
                 vhost,
-                &message,
-                None,
-                0,
+                crate::broker::publish::Outgoing {
+                    exchange,
+                    message: &message,
+                    routing_key: &message.routing_key,
+                    extra_keys,
+                    bcc: None,
+                    hold_until: None,
+                    mandatory: false,
+                    dead_lettered: false,
+                },
                 routing,
                 None,
             );
+            if outcome.dropped {
+                unroutable += 1;
+            }
         }
         ticked.clear();
         self.release_stored(stored);
