@@ -1,5 +1,5 @@
-//! Definitions in the simulation: users and permissions changed over the HTTP API, bindings
-//! over AMQP. A change the broker acknowledged (a 2xx answer, a bind-ok) is what
+//! Definitions in the simulation: users, permissions, vhosts and policies changed over the HTTP
+//! API, bindings over AMQP. A change the broker acknowledged (a 2xx answer, a bind-ok) is what
 //! the broker must hold after any restart; a change it refused leaves that definition unknown
 //! until the next restart shows which way it went.
 
@@ -23,11 +23,19 @@ pub enum Kind {
     User,
     /// A user's permissions in `/`.
     Permission,
+    Vhost,
+    Policy,
     /// A binding of `q2` to `amq.topic`, by routing key.
     Binding,
 }
 
-const KINDS: [Kind; 3] = [Kind::User, Kind::Permission, Kind::Binding];
+const KINDS: [Kind; 5] = [
+    Kind::User,
+    Kind::Permission,
+    Kind::Vhost,
+    Kind::Policy,
+    Kind::Binding,
+];
 
 impl Definitions {
     fn get(&self, kind: Kind, name: &str) -> Option<bool> {
@@ -96,7 +104,12 @@ impl Sim {
                 let body = match kind {
                     Kind::User => json!({"password": "pw", "tags": ""}),
                     Kind::Permission => json!({"configure": ".*", "write": ".*", "read": ".*"}),
-                    _ => json!({}),
+                    Kind::Vhost => json!({}),
+                    _ => json!({
+                        "pattern": "^unused-",
+                        "definition": {"max-length": 10},
+                        "apply-to": "queues"
+                    }),
                 };
                 put(addr, &path, GUEST, body).await
             }
@@ -192,6 +205,8 @@ impl Sim {
 fn prefix(kind: Kind) -> &'static str {
     match kind {
         Kind::User | Kind::Permission => "user-",
+        Kind::Vhost => "vhost-",
+        Kind::Policy => "policy-",
         Kind::Binding => "key-",
     }
 }
@@ -200,6 +215,8 @@ fn path(kind: Kind, name: &str) -> String {
     match kind {
         Kind::User => format!("/api/users/{name}"),
         Kind::Permission => format!("/api/permissions/%2F/{name}"),
+        Kind::Vhost => format!("/api/vhosts/{name}"),
+        Kind::Policy => format!("/api/policies/%2F/{name}"),
         Kind::Binding => unreachable!("bindings are checked by listing"),
     }
 }

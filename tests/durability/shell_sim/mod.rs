@@ -168,18 +168,29 @@ impl Sim {
     }
 
     async fn start(&mut self, now_ms: u64) {
-        let broker = Broker::start(config(&self.dir, &self.faults, now_ms))
-            .await
-            .unwrap_or_else(|e| self.fail(&format!("the broker does not start: {e}")));
+        let start = Broker::start(config(&self.dir, &self.faults, now_ms));
+        let broker = match tokio::time::timeout(STUCK, start).await {
+            Ok(Ok(broker)) => broker,
+            Ok(Err(e)) => self.fail(&format!("the broker does not start: {e}")),
+            Err(_) => self.fail(&format!("starting the broker takes over {STUCK:?}")),
+        };
         self.attach(broker).await;
     }
 
     async fn attach(&mut self, broker: BrokerHandle) {
-        let connection = connect(&broker).await;
-        let ch = connection.create_channel().await.expect("channel");
-        ch.confirm_select(ConfirmSelectOptions::default())
-            .await
-            .expect("confirm mode");
+        let open = async {
+            let connection = connect(&broker).await;
+            let ch = connection.create_channel().await.expect("channel");
+            ch.confirm_select(ConfirmSelectOptions::default())
+                .await
+                .expect("confirm mode");
+            (connection, ch)
+        };
+        let Ok((connection, ch)) = tokio::time::timeout(STUCK, open).await else {
+            self.fail(&format!(
+                "connecting to the new broker takes over {STUCK:?}"
+            ));
+        };
         self.broker = Some(broker);
         self.connection = Some(connection);
         self.ch = Some(ch);
