@@ -141,10 +141,22 @@ impl Sim {
         }
     }
 
+    /// The client closes its connection, the broker restarts on its data directory.
     pub(super) async fn clean_restart(&mut self) -> String {
         self.ch = None;
+        let mut closed = "closed";
         if let Some(connection) = self.connection.take() {
-            let _ = connection.close(200, "bye".into()).await;
+            let close = connection.close(200, "bye".into());
+            if tokio::time::timeout(Duration::from_secs(5), close)
+                .await
+                .is_err()
+            {
+                // Seen 4 times in about 1,000 seeds: lapin's close never completes although the
+                // broker has ended its side of the connection (it counts no open connection,
+                // its threads are idle). Not explained yet; counted, not failed on.
+                self.report.unfinished_closes += 1;
+                closed = "close unfinished after 5 s";
+            }
         }
         let broker = self.broker.take().expect("a broker runs");
         match bounded("a restart", broker.restart()).await {
@@ -152,6 +164,6 @@ impl Sim {
             Err(e) => self.fail(&format!("the restart failed: {e}")),
         }
         self.report.restarts += 1;
-        "clean restart".into()
+        format!("clean restart (client {closed})")
     }
 }

@@ -79,6 +79,8 @@ pub struct Report {
     /// Expiries counted at clock advances (each since its broker's start: an upper bound).
     pub expired: u64,
     pub restarts: u64,
+    /// Client closes that did not complete before a clean restart (see `clean_restart`).
+    pub unfinished_closes: u64,
     pub checks: u64,
 }
 
@@ -396,6 +398,7 @@ async fn what_was_confirmed_survives_every_failure_the_simulation_drives() {
         total.power_cuts += r.power_cuts;
         total.expired += r.expired;
         total.restarts += r.restarts;
+        total.unfinished_closes += r.unfinished_closes;
         total.checks += r.checks;
     };
     if let Some(seed) = env_u64("DWELLMQ_SHELL_SIM_SEED") {
