@@ -729,34 +729,28 @@ impl VHost {
         // and takes this binding away with the others. Checked and then added without the
         // lock, a deletion in between left a binding to a queue that no longer existed, which
         // routed into the next queue of that name.
-        match &binding.destination {
+        let destination = binding.destination.clone();
+        let add = |durable_destination: bool| {
+            super::persist::bound(
+                &self.runtime,
+                &self.name,
+                &source,
+                &binding,
+                durable_destination,
+                writes,
+            );
+            source.bindings.write().add(binding);
+        };
+        match &destination {
             Destination::Queue(name) => {
                 let queues = self.queues.read();
                 let queue = queues.get(name).ok_or_else(|| self.no_queue(name))?;
-                let durable = queue.store_id.get().is_some();
-                super::persist::bound(
-                    &self.runtime,
-                    &self.name,
-                    &source,
-                    &binding,
-                    durable,
-                    writes,
-                );
-                source.bindings.write().add(binding);
+                add(queue.store_id.get().is_some());
             }
             Destination::Exchange(name) => {
                 let exchanges = self.exchanges.read();
-                let destination = exchanges.get(name).ok_or_else(|| self.no_exchange(name))?;
-                let durable = destination.durable;
-                super::persist::bound(
-                    &self.runtime,
-                    &self.name,
-                    &source,
-                    &binding,
-                    durable,
-                    writes,
-                );
-                source.bindings.write().add(binding);
+                let exchange = exchanges.get(name).ok_or_else(|| self.no_exchange(name))?;
+                add(exchange.durable);
             }
         }
         Ok(())
