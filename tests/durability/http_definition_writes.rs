@@ -139,6 +139,27 @@ async fn a_policy_deleted_while_writes_fail_stays_deleted_after_a_restart() {
     broker.shutdown().await;
 }
 
+/// Declares the durable queue `orders` and the durable direct exchange `books` over HTTP.
+async fn declare_orders_and_books(
+    addr: std::net::SocketAddr,
+) -> (crate::http_client::Reply, crate::http_client::Reply) {
+    let queue = put(
+        addr,
+        "/api/queues/%2F/orders",
+        GUEST,
+        json!({"durable": true}),
+    )
+    .await;
+    let exchange = put(
+        addr,
+        "/api/exchanges/%2F/books",
+        GUEST,
+        json!({"type": "direct", "durable": true}),
+    )
+    .await;
+    (queue, exchange)
+}
+
 /// Exchanges, queues and bindings declared over HTTP are answered after their commit: a
 /// failed one is a 500 and the exchange or queue is not there (taken back, as for a declare
 /// over AMQP); ones that succeed survive a restart.
@@ -149,21 +170,8 @@ async fn declares_over_http_are_answered_after_their_commit() {
     let (broker, addr) = start(&dir, &faults).await;
 
     writes_fail(&broker, &faults, true).await;
-    let queue = put(
-        addr,
-        "/api/queues/%2F/orders",
-        GUEST,
-        json!({"durable": true}),
-    )
-    .await;
+    let (queue, exchange) = declare_orders_and_books(addr).await;
     assert_eq!(queue.status, 500, "{}", queue.text());
-    let exchange = put(
-        addr,
-        "/api/exchanges/%2F/books",
-        GUEST,
-        json!({"type": "direct", "durable": true}),
-    )
-    .await;
     assert_eq!(exchange.status, 500, "{}", exchange.text());
     assert_eq!(get(addr, "/api/queues/%2F/orders", GUEST).await.status, 404);
     assert_eq!(
@@ -172,21 +180,8 @@ async fn declares_over_http_are_answered_after_their_commit() {
     );
     writes_fail(&broker, &faults, false).await;
 
-    let queue = put(
-        addr,
-        "/api/queues/%2F/orders",
-        GUEST,
-        json!({"durable": true}),
-    )
-    .await;
+    let (queue, exchange) = declare_orders_and_books(addr).await;
     assert_eq!(queue.status, 201, "{}", queue.text());
-    let exchange = put(
-        addr,
-        "/api/exchanges/%2F/books",
-        GUEST,
-        json!({"type": "direct", "durable": true}),
-    )
-    .await;
     assert_eq!(exchange.status, 201, "{}", exchange.text());
     let bound = post(
         addr,
