@@ -150,17 +150,25 @@ fn held(dir: &Path, count: u64) {
     let week = 7 * 24 * 3600 * 1000u64;
     let started = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel::<dwellmq_store::Completion>();
-    let batch = 1_000u64;
+    let batch: u64 = std::env::var("HELD_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let window: u64 = std::env::var("HELD_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
     let mut submitted = 0;
     let mut done = 0;
     for first in (0..count).step_by(batch as usize) {
         // A publisher window: at most 64 batches (64,000 messages) unconfirmed.
-        while submitted - done >= 64 {
+        while submitted - done >= window {
             rx.recv().expect("completion").expect("commit");
             done += 1;
         }
         let ops = (first..(first + batch).min(count))
             .map(|seq| Op::Hold {
+                held_at_ms: now,
                 // Spread over a week in a scrambled order, as publishes with random delays are.
                 id: DeadlineId {
                     due_ms: now + (seq.wrapping_mul(2_654_435_761) % week),

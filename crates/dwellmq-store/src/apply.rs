@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::layout::{
-    held_end, held_key, message_key, name_key, pair, BINDINGS, DELAYED_EXCHANGES, EXCHANGES, HELD,
-    MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_EXCHANGE, META_NEXT_DELAYED_SEQ,
-    META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES, USERS, VHOSTS,
+    bucket_shift, held_due_end, held_due_from, held_due_key, held_due_value, message_key, name_key,
+    pair, BINDINGS, DELAYED_EXCHANGES, EXCHANGES, HELD_DUE, HELD_MESSAGES, MESSAGES, MESSAGE_STATE,
+    META, META_NEXT_DELAYED_EXCHANGE, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS,
+    POLICIES, QUEUES, USERS, VHOSTS,
 };
 use crate::ops::Op;
 use crate::records::{
-    expiry_word, held_body_octets, DeliveryState, HeldBy, QueueDef, HELD_HEADER, MESSAGE_HEADER,
+    expiry_word, DeliveryState, HeldBy, HeldHeader, QueueDef, HELD_HEADER, MESSAGE_HEADER,
 };
 
 type T<'t> = Table<'t, &'static [u8], &'static [u8]>;
@@ -29,7 +30,8 @@ pub(crate) struct Tables<'t> {
     messages: T<'t>,
     state: T<'t>,
     delayed_exchanges: T<'t>,
-    held: T<'t>,
+    held_due: T<'t>,
+    held_messages: T<'t>,
     /// The `delayed_exchanges` rows (by `str16 vhost ‖ str16 exchange`), read at the batch's
     /// first delayed op; holds and releases change them here, and the changed ones are written
     /// once per batch (`write_delayed_counts`), not once per op.
@@ -44,9 +46,27 @@ struct HeldByRows {
     dirty: std::collections::BTreeSet<Vec<u8>>,
     /// The number the next new exchange takes (numbers are never reused).
     next_number: u32,
-    /// The exchange the last release found its message in: releases come in runs of one
-    /// exchange, so it is tried first.
-    last_release: Option<Vec<u8>>,
+    /// The exchange (name, number) of the last release: releases come in runs of one
+    /// exchange, so it is looked at first.
+    last_release: Option<(Vec<u8>, u32)>,
+}
+
+impl HeldByRows {
+    /// The name of the exchange numbered `number`, if it has a row.
+    fn name_of(&mut self, number: u32) -> Option<Vec<u8>> {
+        if let Some((name, n)) = &self.last_release {
+            if *n == number {
+                return Some(name.clone());
+            }
+        }
+        let name = self
+            .rows
+            .iter()
+            .find(|(_, row)| row.number == number)
+            .map(|(name, _)| name.clone())?;
+        self.last_release = Some((name.clone(), number));
+        Some(name)
+    }
 }
 
 impl<'t> Tables<'t> {
@@ -63,7 +83,8 @@ impl<'t> Tables<'t> {
             messages: tx.open_table(MESSAGES)?,
             state: tx.open_table(MESSAGE_STATE)?,
             delayed_exchanges: tx.open_table(DELAYED_EXCHANGES)?,
-            held: tx.open_table(HELD)?,
+            held_due: tx.open_table(HELD_DUE)?,
+            held_messages: tx.open_table(HELD_MESSAGES)?,
             held_by: None,
         })
     }
@@ -207,19 +228,30 @@ impl<'t> Tables<'t> {
             Op::Purge { queue } => self.purge(*queue),
             Op::Hold {
                 id,
+                held_at_ms,
                 vhost,
                 exchange,
                 message,
             } => {
-                let body = message.body_len() as u64;
-                let number = self.count_held(&name_key(&[vhost, exchange]), 1, body)?;
-                let key = held_key(number, id.due_ms, id.seq);
+                let body_octets = message.body_len() as u64;
+                let number = self.count_held(&name_key(&[vhost, exchange]), 1, body_octets)?;
+                let shift = bucket_shift(*held_at_ms, id.due_ms);
+                let header = HeldHeader {
+                    exchange: number,
+                    shift,
+                    due_ms: id.due_ms,
+                    body_octets,
+                };
                 let len = HELD_HEADER + message.packed_len();
-                let mut slot = self.held.insert_reserve(&key[..], len)?;
+                let mut slot = self
+                    .held_messages
+                    .insert_reserve(&id.seq.to_be_bytes()[..], len)?;
                 let out = slot.as_mut();
-                out[..HELD_HEADER].copy_from_slice(&body.to_be_bytes());
+                header.write(&mut out[..HELD_HEADER]);
                 message.write_packed(&mut out[HELD_HEADER..]);
-                Ok(())
+                drop(slot);
+                let key = held_due_key(number, id.due_ms, shift, id.seq);
+                put(&mut self.held_due, &key, &held_due_value(id.due_ms, shift))
             }
             Op::Release { id } => self.release_held(id.due_ms, id.seq),
         }
@@ -292,34 +324,29 @@ impl<'t> Tables<'t> {
         Ok(number)
     }
 
-    /// Removes a held message and its share of its exchange's counts. The op names no
-    /// exchange: each exchange's range is looked at (few exchanges; the one of the previous
-    /// release first). An id held by none is left alone.
+    /// Removes a held message and its share of its exchange's counts: one removal by seq in
+    /// `held_messages`, whose header names the `held_due` entry and the exchange. An id held
+    /// by none (or held under another due time) is left alone.
     fn release_held(&mut self, due_ms: u64, seq: u64) -> Result<(), redb::StorageError> {
-        let rows = self.held_by()?;
-        let mut candidates: Vec<(Vec<u8>, u32)> = Vec::with_capacity(rows.rows.len());
-        if let Some(last) = &rows.last_release {
-            if let Some(row) = rows.rows.get(last) {
-                candidates.push((last.clone(), row.number));
-            }
-        }
-        for (name, row) in &rows.rows {
-            if row.count > 0 && rows.last_release.as_ref() != Some(name) {
-                candidates.push((name.clone(), row.number));
-            }
-        }
-        for (name, number) in candidates {
-            let key = held_key(number, due_ms, seq);
-            // One descent: the removal hands back the value it took out.
-            let octets = match self.held.remove(&key[..])? {
-                None => continue,
-                Some(value) => held_body_octets(value.value()).unwrap_or(0),
-            };
-            self.count_held(&name, -1, octets)?;
-            if let Some(rows) = self.held_by.as_mut() {
-                rows.last_release = Some(name);
-            }
-            return Ok(());
+        let seq_key = seq.to_be_bytes();
+        let found = match self.held_messages.remove(&seq_key[..])? {
+            None => return Ok(()),
+            Some(value) => match HeldHeader::read(value.value()) {
+                Some(header) if header.due_ms == due_ms => Ok(header),
+                // Not this id (or a damaged record, which reads report): put back as it was.
+                _ => Err(value.value().to_vec()),
+            },
+        };
+        let header = match found {
+            Ok(header) => header,
+            Err(value) => return put(&mut self.held_messages, &seq_key, &value),
+        };
+        remove(
+            &mut self.held_due,
+            &held_due_key(header.exchange, due_ms, header.shift, seq),
+        )?;
+        if let Some(name) = self.held_by()?.name_of(header.exchange) {
+            self.count_held(&name, -1, header.body_octets)?;
         }
         Ok(())
     }
@@ -337,15 +364,35 @@ impl<'t> Tables<'t> {
         for (name, _) in &gone {
             rows.rows.remove(name);
             rows.dirty.remove(name);
-            if rows.last_release.as_ref() == Some(name) {
+            if rows.last_release.as_ref().map(|(n, _)| n) == Some(name) {
                 rows.last_release = None;
             }
         }
         for (name, number) in gone {
-            let start = held_key(number, 0, 0);
-            match held_end(number) {
-                Some(end) => self.held.retain_in(&start[..]..&end[..], |_, _| false)?,
-                None => self.held.retain_in(&start[..].., |_, _| false)?,
+            let start = held_due_from(number, 0);
+            let end = held_due_end(number);
+            let mut seqs = Vec::new();
+            {
+                let range = match &end {
+                    Some(end) => self.held_due.range(&start[..]..&end[..])?,
+                    None => self.held_due.range(&start[..]..)?,
+                };
+                for entry in range {
+                    let (key, _) = entry?;
+                    if let Some(seq) = key.value().get(13..21) {
+                        seqs.push(u64::from_be_bytes(seq.try_into().expect("8 octets")));
+                    }
+                }
+            }
+            seqs.sort_unstable();
+            for seq in seqs {
+                remove(&mut self.held_messages, &seq.to_be_bytes())?;
+            }
+            match end {
+                Some(end) => self
+                    .held_due
+                    .retain_in(&start[..]..&end[..], |_, _| false)?,
+                None => self.held_due.retain_in(&start[..].., |_, _| false)?,
             }
             remove(&mut self.delayed_exchanges, &name)?;
         }

@@ -5,7 +5,7 @@ use redb::TableDefinition;
 use crate::codec::Enc;
 
 /// The format this build writes and reads (`meta["format"]`).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// What `meta["app"]` holds in every dwellmq store.
 pub(crate) const APP: &[u8] = b"dwellmq";
 
@@ -27,10 +27,11 @@ pub(crate) const POLICIES: Bin = TableDefinition::new("policies");
 pub(crate) const MESSAGES: Bin = TableDefinition::new("messages");
 pub(crate) const MESSAGE_STATE: Bin = TableDefinition::new("message_state");
 pub(crate) const DELAYED_EXCHANGES: Bin = TableDefinition::new("delayed_exchanges");
-pub(crate) const HELD: Bin = TableDefinition::new("held");
+pub(crate) const HELD_DUE: Bin = TableDefinition::new("held_due");
+pub(crate) const HELD_MESSAGES: Bin = TableDefinition::new("held_messages");
 
 /// Every table, so that a fresh store has all of them and a read never meets a missing one.
-pub(crate) const ALL_TABLES: [Bin; 12] = [
+pub(crate) const ALL_TABLES: [Bin; 13] = [
     META,
     VHOSTS,
     USERS,
@@ -42,7 +43,8 @@ pub(crate) const ALL_TABLES: [Bin; 12] = [
     MESSAGES,
     MESSAGE_STATE,
     DELAYED_EXCHANGES,
-    HELD,
+    HELD_DUE,
+    HELD_MESSAGES,
 ];
 
 pub(crate) const META_APP: &[u8] = b"app";
@@ -56,26 +58,66 @@ pub(crate) fn message_key(queue: u64, seq: u64) -> [u8; 16] {
     pair(queue, seq)
 }
 
-/// `held`: `u32 exchange number ‖ u64 due_ms ‖ u64 seq` (20 octets). One exchange's messages
-/// are one key range in due order, so a release removes from the front of its range.
-pub(crate) fn held_key(exchange: u32, due_ms: u64, seq: u64) -> [u8; 20] {
-    let mut key = [0u8; 20];
+/// The widest due-time bucket of `held_due`: 2^26 ms, about 18.6 hours.
+pub(crate) const MAX_BUCKET_SHIFT: u8 = 26;
+
+/// How finely a hold's due time is bucketed in `held_due`: a bucket spans about 1/16 to 1/32
+/// of the time from its hold to its due time (1 ms at the least, [`MAX_BUCKET_SHIFT`] at the
+/// most). Holds arriving together land at the tails of few buckets (appends, not random
+/// inserts), and a bucket that falls due soon is narrow, so reading one is cheap.
+pub(crate) fn bucket_shift(held_at_ms: u64, due_ms: u64) -> u8 {
+    let distance = due_ms.saturating_sub(held_at_ms).max(1);
+    (distance.ilog2().saturating_sub(4) as u8).min(MAX_BUCKET_SHIFT)
+}
+
+/// A `held_due` key: `u32 exchange number ‖ u64 bucket start ms ‖ u8 shift ‖ u64 seq`
+/// (21 octets). The bucket is `due_ms` with its low `shift` bits cleared. Within a bucket keys
+/// run in seq order, which is arrival order: a hold appends to its bucket.
+pub(crate) fn held_due_key(exchange: u32, due_ms: u64, shift: u8, seq: u64) -> [u8; 21] {
+    let start = due_ms >> shift << shift;
+    let mut key = [0u8; 21];
     key[..4].copy_from_slice(&exchange.to_be_bytes());
-    key[4..12].copy_from_slice(&due_ms.to_be_bytes());
-    key[12..].copy_from_slice(&seq.to_be_bytes());
+    key[4..12].copy_from_slice(&start.to_be_bytes());
+    key[12] = shift;
+    key[13..].copy_from_slice(&seq.to_be_bytes());
     key
 }
 
-/// The (due_ms, seq) of a `held` key of exchange `exchange`; `None` for another exchange's key
-/// or a malformed one.
-pub(crate) fn split_held_key(exchange: u32, key: &[u8]) -> Option<(u64, u64)> {
-    let rest = key.strip_prefix(&exchange.to_be_bytes()[..])?;
-    split_pair(rest)
+/// The first `held_due` key of exchange `exchange` whose bucket starts at `start_ms` or later.
+pub(crate) fn held_due_from(exchange: u32, start_ms: u64) -> [u8; 21] {
+    let mut key = [0u8; 21];
+    key[..4].copy_from_slice(&exchange.to_be_bytes());
+    key[4..12].copy_from_slice(&start_ms.to_be_bytes());
+    key
 }
 
-/// The first `held` key after every key of exchange `exchange` (`None`: it is the last number).
-pub(crate) fn held_end(exchange: u32) -> Option<[u8; 20]> {
-    exchange.checked_add(1).map(|next| held_key(next, 0, 0))
+/// The first `held_due` key after every key of exchange `exchange` (`None`: it is the last
+/// number).
+pub(crate) fn held_due_end(exchange: u32) -> Option<[u8; 21]> {
+    exchange.checked_add(1).map(|next| held_due_from(next, 0))
+}
+
+/// A `held_due` entry of exchange `exchange`: (bucket start, seq) from its key and its due
+/// time from the value (`u32` offset in the bucket); `None` for another exchange's key or a
+/// malformed entry.
+pub(crate) fn split_held_due(exchange: u32, key: &[u8], value: &[u8]) -> Option<(u64, u64, u64)> {
+    let rest = key.strip_prefix(&exchange.to_be_bytes()[..])?;
+    if rest.len() != 17 || rest[8] > MAX_BUCKET_SHIFT {
+        return None;
+    }
+    let start = u64::from_be_bytes(rest[..8].try_into().ok()?);
+    let seq = u64::from_be_bytes(rest[9..].try_into().ok()?);
+    let offset = u32::from_be_bytes(value.try_into().ok()?);
+    if u64::from(offset) >> rest[8] != 0 {
+        return None;
+    }
+    Some((start, seq, start + u64::from(offset)))
+}
+
+/// A `held_due` value: the due time's offset in its bucket.
+pub(crate) fn held_due_value(due_ms: u64, shift: u8) -> [u8; 4] {
+    let offset = due_ms - (due_ms >> shift << shift);
+    (offset as u32).to_be_bytes()
 }
 
 pub(crate) fn pair(a: u64, b: u64) -> [u8; 16] {

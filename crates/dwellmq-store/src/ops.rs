@@ -110,6 +110,9 @@ pub enum Op {
     Hold {
         /// Due time and sequence number (the scheduler's id).
         id: DeadlineId,
+        /// When it was held (the broker's clock, ms since the epoch). It sets how finely the
+        /// store buckets the due time (finer when due sooner); it never changes what is read.
+        held_at_ms: u64,
         /// The exchange's vhost.
         vhost: String,
         /// The exchange.

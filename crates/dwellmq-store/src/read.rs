@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dwellmq_core::schedule::DeadlineId;
+use dwellmq_core::PackedMessage;
 use redb::ReadableTableMetadata;
 use redb::{Database, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable};
 
@@ -11,15 +12,16 @@ use crate::codec::hex;
 use crate::codec::Dec;
 use crate::error::{Result, StoreError};
 use crate::layout::{
-    held_end, held_key, name_key, pair, split_held_key, split_pair, Bin, BINDINGS,
-    DELAYED_EXCHANGES, EXCHANGES, HELD, MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ,
-    META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES, USERS, VHOSTS,
+    held_due_end, held_due_from, name_key, pair, split_held_due, split_pair, Bin, BINDINGS,
+    DELAYED_EXCHANGES, EXCHANGES, HELD_DUE, HELD_MESSAGES, MAX_BUCKET_SHIFT, MESSAGES,
+    MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES,
+    USERS, VHOSTS,
 };
 use crate::open::DbSlot;
 use crate::records::{
     decode_held_value, decode_message_value, BindingDef, Definitions, DelayedMessage,
-    DeliveryState, ExchangeDef, HeldBy, PermissionDef, PolicyDef, QueueDef, StoredMessage, UserDef,
-    VhostDef,
+    DeliveryState, ExchangeDef, HeldBy, HeldHeader, PermissionDef, PolicyDef, QueueDef,
+    StoredMessage, UserDef, VhostDef,
 };
 
 type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;
@@ -269,7 +271,9 @@ impl Snapshot {
 
     /// How many messages delayed exchanges hold (no scan: redb keeps the count).
     pub fn delayed_count(&self) -> Result<u64> {
-        self.table(HELD)?.len().map_err(|e| self.damaged(e))
+        self.table(HELD_MESSAGES)?
+            .len()
+            .map_err(|e| self.damaged(e))
     }
 
     /// Every `delayed_exchanges` row: (vhost, exchange, row), in key order.
@@ -311,50 +315,89 @@ impl Snapshot {
         }
     }
 
-    /// Up to `limit` ids of one exchange (by number) in (due, seq) order, from `start` on.
+    /// Up to `limit` ids of one exchange (by number) in (due, seq) order, after `from` (or
+    /// from it, when `inclusive`).
+    ///
+    /// `held_due` is ordered by bucket, not by due time, so this reads whole buckets: every
+    /// bucket that may hold an id after `from` (those starting up to the widest bucket before
+    /// it), in key order. Once a bucket starting at `s` is reached, every id due before `s` has
+    /// been seen (later buckets start at `s` or after), so those are final; the read stops at
+    /// the first bucket boundary with `limit` final ids. It may read a bucket more than it
+    /// returns; buckets are narrow near the time they fall due (see `bucket_shift`).
     fn ids_in(
         &self,
-        table: &Table,
+        due: &Table,
         number: u32,
-        start: std::ops::Bound<[u8; 20]>,
+        from: DeadlineId,
+        inclusive: bool,
         limit: usize,
     ) -> Result<Vec<DeadlineId>> {
-        use std::ops::Bound;
-        let end = match held_end(number) {
-            Some(end) => Bound::Excluded(end),
-            None => Bound::Unbounded,
-        };
-        let range = table
-            .range::<&[u8]>((
-                start.as_ref().map(|k| k.as_slice()),
-                end.as_ref().map(|k| k.as_slice()),
-            ))
-            .map_err(|e| self.damaged(e))?;
-        let mut out = Vec::with_capacity(limit.min(4096));
-        for entry in range.take(limit) {
-            let (key, _) = entry.map_err(|e| self.damaged(e))?;
-            let (due_ms, seq) = split_held_key(number, key.value())
-                .ok_or_else(|| self.corrupt("held", key.value()))?;
-            out.push(DeadlineId { due_ms, seq });
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let start = held_due_from(number, from.due_ms.saturating_sub(1 << MAX_BUCKET_SHIFT));
+        let end = held_due_end(number);
+        let range = match &end {
+            Some(end) => due.range::<&[u8]>(&start[..]..&end[..]),
+            None => due.range::<&[u8]>(&start[..]..),
         }
-        Ok(out)
+        .map_err(|e| self.damaged(e))?;
+        let after = |id: DeadlineId| if inclusive { id >= from } else { id > from };
+        // Ids due before the current bucket's start (final), and those due at or after it
+        // (a wider bucket read earlier may still be overtaken by a later, narrower one).
+        let mut settled: Vec<DeadlineId> = Vec::new();
+        let mut open: BinaryHeap<Reverse<DeadlineId>> = BinaryHeap::new();
+        let mut bucket_start = None;
+        for entry in range {
+            let (key, value) = entry.map_err(|e| self.damaged(e))?;
+            let (start, seq, due_ms) = split_held_due(number, key.value(), value.value())
+                .ok_or_else(|| self.corrupt("held_due", key.value()))?;
+            if bucket_start != Some(start) {
+                bucket_start = Some(start);
+                while let Some(Reverse(id)) = open.peek() {
+                    if id.due_ms >= start {
+                        break;
+                    }
+                    settled.push(*id);
+                    open.pop();
+                }
+                if settled.len() >= limit {
+                    break;
+                }
+            }
+            let id = DeadlineId { due_ms, seq };
+            if after(id) {
+                open.push(Reverse(id));
+            }
+        }
+        if settled.len() < limit {
+            settled.extend(open.into_iter().map(|Reverse(id)| id));
+        }
+        settled.sort_unstable();
+        settled.truncate(limit);
+        Ok(settled)
     }
 
     /// Up to `limit` delayed ids of every exchange in (due, seq) order, strictly after `after`
-    /// (keys only: no body is read). A far tier refills from here. Each exchange's range is
-    /// read from `after` on and the pages are merged (there are few exchanges).
+    /// (keys only: no body is read). A far tier refills from here. Each exchange's ids are
+    /// read from `after` on and merged (there are few exchanges).
     pub fn delayed_ids(&self, after: Option<DeadlineId>, limit: usize) -> Result<Vec<DeadlineId>> {
-        let table = self.table(HELD)?;
+        let table = self.table(HELD_DUE)?;
         let mut out = Vec::new();
         for (_, _, row) in self.held_by()? {
             if row.count == 0 {
                 continue;
             }
-            let start = match after {
-                None => std::ops::Bound::Included(held_key(row.number, 0, 0)),
-                Some(id) => std::ops::Bound::Excluded(held_key(row.number, id.due_ms, id.seq)),
+            let ids = match after {
+                None => self.ids_in(
+                    &table,
+                    row.number,
+                    DeadlineId { due_ms: 0, seq: 0 },
+                    true,
+                    limit,
+                )?,
+                Some(id) => self.ids_in(&table, row.number, id, false, limit)?,
             };
-            out.extend(self.ids_in(&table, row.number, start, limit)?);
+            out.extend(ids);
         }
         out.sort_unstable();
         out.truncate(limit);
@@ -373,7 +416,7 @@ impl Snapshot {
     }
 
     /// Up to `limit` ids of messages `exchange` holds, in (due, seq) order from `from`
-    /// (inclusive): one key range, no body read (listing, purge).
+    /// (inclusive): no body read (listing, purge).
     pub fn delayed_ids_of(
         &self,
         vhost: &str,
@@ -384,41 +427,45 @@ impl Snapshot {
         let Some(number) = self.number_of(vhost, exchange)? else {
             return Ok(Vec::new());
         };
-        let table = self.table(HELD)?;
-        let start = std::ops::Bound::Included(held_key(number, from.due_ms, from.seq));
-        self.ids_in(&table, number, start, limit)
+        let table = self.table(HELD_DUE)?;
+        self.ids_in(&table, number, from, true, limit)
     }
 
     /// Whether some exchange holds `id` (committed).
     pub fn delayed_contains(&self, id: DeadlineId) -> Result<bool> {
-        let table = self.table(HELD)?;
-        for (_, _, row) in self.held_by()? {
-            let key = held_key(row.number, id.due_ms, id.seq);
-            if table.get(&key[..]).map_err(|e| self.damaged(e))?.is_some() {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        Ok(self.held_record(id)?.is_some())
     }
 
-    /// A held message (its body), if it is still held: looked up in each exchange's range (an
-    /// id does not name its exchange).
+    /// A held message (its body), if it is still held: one lookup by its seq.
     pub fn delayed_message(&self, id: DeadlineId) -> Result<Option<DelayedMessage>> {
-        let table = self.table(HELD)?;
-        for (vhost, exchange, row) in self.held_by()? {
-            let key = held_key(row.number, id.due_ms, id.seq);
-            let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? else {
-                continue;
-            };
-            let message =
-                decode_held_value(value.value()).ok_or_else(|| self.corrupt("held", &key))?;
-            return Ok(Some(DelayedMessage {
-                id,
-                vhost: vhost.clone(),
-                exchange: exchange.clone(),
-                message,
-            }));
-        }
-        Ok(None)
+        let Some((header, message)) = self.held_record(id)? else {
+            return Ok(None);
+        };
+        let Some((vhost, exchange, _)) = self
+            .held_by()?
+            .iter()
+            .find(|(_, _, row)| row.number == header.exchange)
+        else {
+            // A message whose exchange has no row: its exchange is gone.
+            return Ok(None);
+        };
+        Ok(Some(DelayedMessage {
+            id,
+            vhost: vhost.clone(),
+            exchange: exchange.clone(),
+            message,
+        }))
+    }
+
+    /// The `held_messages` record of `id`, if it holds that id (same seq and due time).
+    fn held_record(&self, id: DeadlineId) -> Result<Option<(HeldHeader, PackedMessage)>> {
+        let table = self.table(HELD_MESSAGES)?;
+        let key = id.seq.to_be_bytes();
+        let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? else {
+            return Ok(None);
+        };
+        let (header, message) =
+            decode_held_value(value.value()).ok_or_else(|| self.corrupt("held_messages", &key))?;
+        Ok((header.due_ms == id.due_ms).then_some((header, message)))
     }
 }

@@ -520,19 +520,46 @@ pub(crate) fn decode_message_value(value: &[u8]) -> Option<(u64, bool, PackedMes
     Some((word & !DELIVERED_BIT, word & DELIVERED_BIT != 0, packed))
 }
 
-/// `held` value: `u64 body octets ‖ packed message` (the body size lets a release keep its
-/// exchange's octets right without unpacking).
-pub(crate) const HELD_HEADER: usize = 8;
+/// `held_messages` value: `u32 exchange number ‖ u8 bucket shift ‖ u64 due_ms ‖ u64 body octets
+/// ‖ packed message`. The header finds the message's `held_due` key and its exchange's row
+/// from its seq alone, and the body size lets a release keep its exchange's octets right
+/// without unpacking.
+pub(crate) const HELD_HEADER: usize = 21;
 
-/// The body octets a `held` value records.
-pub(crate) fn held_body_octets(value: &[u8]) -> Option<u64> {
-    Dec::new(value).u64()
+/// What a `held_messages` header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeldHeader {
+    pub(crate) exchange: u32,
+    pub(crate) shift: u8,
+    pub(crate) due_ms: u64,
+    pub(crate) body_octets: u64,
 }
 
-pub(crate) fn decode_held_value(value: &[u8]) -> Option<PackedMessage> {
-    let mut v = Dec::new(value);
-    v.u64()?;
-    PackedMessage::from_boxed(v.rest().into())
+impl HeldHeader {
+    pub(crate) fn write(&self, out: &mut [u8]) {
+        out[..4].copy_from_slice(&self.exchange.to_be_bytes());
+        out[4] = self.shift;
+        out[5..13].copy_from_slice(&self.due_ms.to_be_bytes());
+        out[13..21].copy_from_slice(&self.body_octets.to_be_bytes());
+    }
+
+    pub(crate) fn read(value: &[u8]) -> Option<Self> {
+        let mut v = Dec::new(value);
+        let header = HeldHeader {
+            exchange: v.u32()?,
+            shift: v.u8()?,
+            due_ms: v.u64()?,
+            body_octets: v.u64()?,
+        };
+        (header.shift <= crate::layout::MAX_BUCKET_SHIFT).then_some(header)
+    }
+}
+
+/// A `held_messages` value's header and message.
+pub(crate) fn decode_held_value(value: &[u8]) -> Option<(HeldHeader, PackedMessage)> {
+    let header = HeldHeader::read(value)?;
+    let packed = PackedMessage::from_boxed(value.get(HELD_HEADER..)?.into())?;
+    Some((header, packed))
 }
 
 /// A `delayed_exchanges` row: the exchange's number in `held`, and what it holds.

@@ -339,6 +339,8 @@ impl DelayedMessages {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let far = inner.scheduler.horizon_ms() < due_ms;
+        // The scheduler's now, for the store's bucketing of the due time.
+        let held_at_ms = inner.scheduler.horizon_ms().saturating_sub(HORIZON_MS);
         let to_disk = far && disk_guard.as_ref().is_some_and(|d| d.is_some());
         let next_wake = match (to_disk, self.mover_moves_disk()) {
             (false, _) => None,
@@ -374,7 +376,16 @@ impl DelayedMessages {
                     .beyond
                     .insert((id.due_ms, id.seq));
             }
-            return self.submit_hold(store, original, vhost, exchange, id, ticket, None, wake);
+            return self.submit_hold(
+                store,
+                original,
+                (vhost, exchange),
+                id,
+                held_at_ms,
+                ticket,
+                None,
+                wake,
+            );
         };
         let disk = disk_guard.as_mut().and_then(|d| d.as_mut());
         if let Some(disk) = disk {
@@ -383,7 +394,16 @@ impl DelayedMessages {
         // Under the locks: the hold reaches the writer before any release of it can, and its
         // completion finds it pending.
         let on_disk = Some(Arc::clone(&self.disk));
-        self.submit_hold(store, original, vhost, exchange, id, ticket, on_disk, wake)
+        self.submit_hold(
+            store,
+            original,
+            (vhost, exchange),
+            id,
+            held_at_ms,
+            ticket,
+            on_disk,
+            wake,
+        )
     }
 
     /// Submits a durable exchange's held message to the store (nothing for a transient one).
@@ -392,9 +412,9 @@ impl DelayedMessages {
         &self,
         store: Option<&Arc<dwellmq_store::Store>>,
         original: Option<Arc<Message>>,
-        vhost: &Arc<VHost>,
-        exchange: &Arc<Exchange>,
+        (vhost, exchange): (&Arc<VHost>, &Arc<Exchange>),
         id: DeadlineId,
+        held_at_ms: u64,
         ticket: Option<&Arc<PublishTicket>>,
         on_disk: Option<Arc<Mutex<Option<DiskTier>>>>,
         wake: bool,
@@ -404,6 +424,7 @@ impl DelayedMessages {
         };
         let op = dwellmq_store::Op::Hold {
             id,
+            held_at_ms,
             vhost: vhost.name.to_string(),
             exchange: exchange.name.to_string(),
             message: dwellmq_store::Payload::Message(original),

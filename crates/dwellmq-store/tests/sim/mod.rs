@@ -277,11 +277,13 @@ impl Sim {
         let seq = self.next_seq;
         self.next_seq += 1;
         let body = self.body(seq);
+        let due_ms = 1_000 + self.rng.below(1_000_000);
+        // Held at various distances before its due time, so that buckets of every width
+        // (and wide ones overlapping narrow ones) are read back in due order.
+        let held_at_ms = due_ms.saturating_sub(1 << self.rng.below(21));
         let op = Op::Hold {
-            id: DeadlineId {
-                due_ms: 1_000 + self.rng.below(1_000_000),
-                seq,
-            },
+            held_at_ms,
+            id: DeadlineId { due_ms, seq },
             vhost: "/".into(),
             exchange: "d".into(),
             message: Self::payload(&body),

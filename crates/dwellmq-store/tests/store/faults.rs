@@ -145,6 +145,7 @@ fn removals_in_a_failed_commit_are_retried_with_the_next_one() {
             persist(1, 10),
             persist(2, 10),
             Op::Hold {
+                held_at_ms: 0,
                 id,
                 vhost: "/".into(),
                 exchange: "d".into(),
@@ -176,6 +177,7 @@ fn a_failed_group_with_a_removal_is_retried_whole() {
     let id = DeadlineId { due_ms: 50, seq: 1 };
     store
         .write(vec![Op::Hold {
+            held_at_ms: 0,
             id,
             vhost: "/".into(),
             exchange: "d".into(),

@@ -132,6 +132,7 @@ fn a_message_persisted_and_forgotten_before_its_commit_started_is_never_written(
         vec![persist(2, 1)],
         vec![persist(2, 2)],
         vec![Op::Hold {
+            held_at_ms: 0,
             id,
             vhost: "/".into(),
             exchange: "d".into(),

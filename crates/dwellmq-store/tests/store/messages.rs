@@ -186,6 +186,7 @@ fn a_published_message_is_stored_exactly_as_packed() {
 
 fn hold(due_ms: u64, seq: u64, body: &[u8]) -> Op {
     Op::Hold {
+        held_at_ms: 0,
         id: DeadlineId { due_ms, seq },
         vhost: "/".into(),
         exchange: "delayed".into(),
@@ -246,6 +247,7 @@ fn delayed_index_is_in_due_then_sequence_order_and_bodies_are_read_on_demand() {
 
 fn hold_for(exchange: &str, due_ms: u64, seq: u64, body: &[u8]) -> Op {
     Op::Hold {
+        held_at_ms: 0,
         id: DeadlineId { due_ms, seq },
         vhost: "/".into(),
         exchange: exchange.into(),

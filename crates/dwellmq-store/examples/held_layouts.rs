@@ -1,0 +1,122 @@
+//! Measures candidate `held` layouts with redb directly: holds due at random times over a week,
+//! committed in groups as the writer does, then the file's size.
+//!
+//! ```text
+//! cargo run --release -p dwellmq-store --example held_layouts -- DIR MESSAGES PER_COMMIT
+//! ```
+
+use std::time::Instant;
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTableMetadata, TableDefinition};
+
+type Bin = TableDefinition<'static, &'static [u8], &'static [u8]>;
+const HELD: Bin = TableDefinition::new("held");
+const BODIES: Bin = TableDefinition::new("bodies");
+const WEEK: u64 = 7 * 24 * 3600 * 1000;
+const NOW: u64 = 1_800_000_000_000;
+const VALUE: usize = 140;
+
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    /// Today: `exchange ‖ due ‖ seq` → value.
+    DueKeyed,
+    /// `exchange ‖ due bucket ‖ seq` → `due ‖ value`.
+    Bucketed(u32),
+    /// `exchange ‖ due ‖ seq` → () and `seq` → value.
+    IndexAndLog,
+    /// `exchange ‖ due bucket ‖ seq` → due and `seq` → value.
+    BucketIndexAndLog(u32),
+}
+
+fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("held.redb");
+    let db = Database::builder().create(&path).unwrap();
+    let value = vec![b'x'; VALUE];
+    let started = Instant::now();
+    let mut seq = 0u64;
+    while seq < count {
+        let mut tx = db.begin_write().unwrap();
+        tx.set_durability(Durability::Immediate).unwrap();
+        {
+            let mut held = tx.open_table(HELD).unwrap();
+            let mut bodies = tx.open_table(BODIES).unwrap();
+            for _ in 0..per_commit.min(count - seq) {
+                let due = NOW + (seq.wrapping_mul(2_654_435_761) % WEEK);
+                let mut key = Vec::with_capacity(20);
+                key.extend_from_slice(&1u32.to_be_bytes());
+                match layout {
+                    Layout::DueKeyed => {
+                        key.extend_from_slice(&due.to_be_bytes());
+                        key.extend_from_slice(&seq.to_be_bytes());
+                        held.insert(key.as_slice(), value.as_slice()).unwrap();
+                    }
+                    Layout::Bucketed(shift) => {
+                        key.extend_from_slice(&((due >> shift) as u32).to_be_bytes());
+                        key.extend_from_slice(&seq.to_be_bytes());
+                        let mut v = due.to_be_bytes().to_vec();
+                        v.extend_from_slice(&value);
+                        held.insert(key.as_slice(), v.as_slice()).unwrap();
+                    }
+                    Layout::IndexAndLog => {
+                        key.extend_from_slice(&due.to_be_bytes());
+                        key.extend_from_slice(&seq.to_be_bytes());
+                        held.insert(key.as_slice(), [].as_slice()).unwrap();
+                        bodies
+                            .insert(seq.to_be_bytes().as_slice(), value.as_slice())
+                            .unwrap();
+                    }
+                    Layout::BucketIndexAndLog(shift) => {
+                        key.extend_from_slice(&((due >> shift) as u32).to_be_bytes());
+                        key.extend_from_slice(&seq.to_be_bytes());
+                        held.insert(key.as_slice(), due.to_be_bytes().as_slice())
+                            .unwrap();
+                        bodies
+                            .insert(seq.to_be_bytes().as_slice(), value.as_slice())
+                            .unwrap();
+                    }
+                }
+                seq += 1;
+            }
+        }
+        tx.commit().unwrap();
+    }
+    let took = started.elapsed().as_secs_f64();
+    let size = std::fs::metadata(&path).unwrap().len();
+    let tx = db.begin_read().unwrap();
+    let held = tx.open_table(HELD).unwrap().stats().unwrap();
+    let bodies = tx.open_table(BODIES).unwrap().stats().unwrap();
+    let leaves = format!(
+        "held {} leaves {} stored {} fragmented, bodies {} leaves {} stored {} fragmented",
+        held.leaf_pages(),
+        held.stored_bytes(),
+        held.fragmented_bytes(),
+        bodies.leaf_pages(),
+        bodies.stored_bytes(),
+        bodies.fragmented_bytes()
+    );
+    println!(
+        "{layout:?}: {count} holds, {per_commit} per commit: {:.0} msg/s, file {:.1} MiB = {:.0} B/msg ({leaves})",
+        count as f64 / took,
+        size as f64 / (1 << 20) as f64,
+        size as f64 / count as f64
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let dir = std::path::PathBuf::from(&args[1]);
+    let count: u64 = args[2].parse().unwrap();
+    let per_commit: u64 = args[3].parse().unwrap();
+    for layout in [
+        Layout::DueKeyed,
+        Layout::Bucketed(22),
+        Layout::IndexAndLog,
+        Layout::BucketIndexAndLog(22),
+        Layout::Bucketed(26),
+    ] {
+        run(&dir, layout, count, per_commit);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
