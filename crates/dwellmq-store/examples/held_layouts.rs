@@ -26,6 +26,8 @@ enum Layout {
     IndexAndLog,
     /// `exchange ‖ due bucket ‖ seq` → due and `seq` → value.
     BucketIndexAndLog(u32),
+    /// The same, with each commit's index entries inserted in key order.
+    SortedBucketIndexAndLog(u32),
 }
 
 fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
@@ -42,6 +44,7 @@ fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
         {
             let mut held = tx.open_table(HELD).unwrap();
             let mut bodies = tx.open_table(BODIES).unwrap();
+            let mut index: Vec<(Vec<u8>, u64)> = Vec::new();
             for _ in 0..per_commit.min(count - seq) {
                 let due = NOW + (seq.wrapping_mul(2_654_435_761) % WEEK);
                 let mut key = Vec::with_capacity(20);
@@ -67,6 +70,12 @@ fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
                             .insert(seq.to_be_bytes().as_slice(), value.as_slice())
                             .unwrap();
                     }
+                    Layout::SortedBucketIndexAndLog(shift) => {
+                        key.extend_from_slice(&((due >> shift) as u32).to_be_bytes());
+                        key.extend_from_slice(&seq.to_be_bytes());
+                        index.push((key, due));
+                        bodies.insert(seq.to_be_bytes().as_slice(), value.as_slice()).unwrap();
+                    }
                     Layout::BucketIndexAndLog(shift) => {
                         key.extend_from_slice(&((due >> shift) as u32).to_be_bytes());
                         key.extend_from_slice(&seq.to_be_bytes());
@@ -78,6 +87,10 @@ fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
                     }
                 }
                 seq += 1;
+            }
+            index.sort_unstable();
+            for (key, due) in index {
+                held.insert(key.as_slice(), due.to_be_bytes().as_slice()).unwrap();
             }
         }
         tx.commit().unwrap();
@@ -109,13 +122,18 @@ fn main() {
     let dir = std::path::PathBuf::from(&args[1]);
     let count: u64 = args[2].parse().unwrap();
     let per_commit: u64 = args[3].parse().unwrap();
+    let only = std::env::var("LAYOUT").ok();
     for layout in [
         Layout::DueKeyed,
         Layout::Bucketed(22),
         Layout::IndexAndLog,
         Layout::BucketIndexAndLog(22),
+        Layout::SortedBucketIndexAndLog(22),
         Layout::Bucketed(26),
     ] {
+        if only.as_deref().is_some_and(|o| !format!("{layout:?}").starts_with(o)) {
+            continue;
+        }
         run(&dir, layout, count, per_commit);
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -36,6 +36,9 @@ pub(crate) struct Tables<'t> {
     /// first delayed op; holds and releases change them here, and the changed ones are written
     /// once per batch (`write_delayed_counts`), not once per op.
     held_by: Option<HeldByRows>,
+    /// The `delayed_exchanges` key of the last hold (vhost, exchange, key): holds come in runs
+    /// of one exchange, and the writer is their bottleneck.
+    last_hold_name: Option<(String, String, Vec<u8>)>,
 }
 
 /// This batch's view of `delayed_exchanges`.
@@ -46,26 +49,20 @@ struct HeldByRows {
     dirty: std::collections::BTreeSet<Vec<u8>>,
     /// The number the next new exchange takes (numbers are never reused).
     next_number: u32,
-    /// The exchange (name, number) of the last release: releases come in runs of one
-    /// exchange, so it is looked at first.
-    last_release: Option<(Vec<u8>, u32)>,
 }
 
 impl HeldByRows {
-    /// The name of the exchange numbered `number`, if it has a row.
-    fn name_of(&mut self, number: u32) -> Option<Vec<u8>> {
-        if let Some((name, n)) = &self.last_release {
-            if *n == number {
-                return Some(name.clone());
+    /// Takes one message of `body_octets` off the row of the exchange numbered `number` (a
+    /// linear search: there are few delayed exchanges, and no name is copied per release).
+    fn uncount(&mut self, number: u32, body_octets: u64) {
+        let HeldByRows { rows, dirty, .. } = self;
+        if let Some((name, row)) = rows.iter_mut().find(|(_, row)| row.number == number) {
+            row.count = row.count.saturating_sub(1);
+            row.bytes = row.bytes.saturating_sub(body_octets);
+            if !dirty.contains(name) {
+                dirty.insert(name.clone());
             }
         }
-        let name = self
-            .rows
-            .iter()
-            .find(|(_, row)| row.number == number)
-            .map(|(name, _)| name.clone())?;
-        self.last_release = Some((name.clone(), number));
-        Some(name)
     }
 }
 
@@ -86,6 +83,7 @@ impl<'t> Tables<'t> {
             held_due: tx.open_table(HELD_DUE)?,
             held_messages: tx.open_table(HELD_MESSAGES)?,
             held_by: None,
+            last_hold_name: None,
         })
     }
 
@@ -234,7 +232,12 @@ impl<'t> Tables<'t> {
                 message,
             } => {
                 let body_octets = message.body_len() as u64;
-                let number = self.count_held(&name_key(&[vhost, exchange]), 1, body_octets)?;
+                let name = self.held_name(vhost, exchange);
+                let counted = self.count_held(&name, 1, body_octets);
+                if let Some((_, _, key)) = self.last_hold_name.as_mut() {
+                    *key = name;
+                }
+                let number = counted?;
                 let shift = bucket_shift(*held_at_ms, id.due_ms);
                 let header = HeldHeader {
                     exchange: number,
@@ -280,10 +283,23 @@ impl<'t> Tables<'t> {
                 rows,
                 dirty: Default::default(),
                 next_number: u32::try_from(next).unwrap_or(u32::MAX),
-                last_release: None,
             });
         }
         Ok(self.held_by.get_or_insert_with(HeldByRows::default))
+    }
+
+    /// The `delayed_exchanges` key of an exchange, taken out of the last hold's cache (the
+    /// caller puts it back): no allocation while holds name the same exchange.
+    fn held_name(&mut self, vhost: &str, exchange: &str) -> Vec<u8> {
+        let same = matches!(&self.last_hold_name, Some((v, e, _)) if v == vhost && e == exchange);
+        if !same {
+            let key = name_key(&[vhost, exchange]);
+            self.last_hold_name = Some((vhost.to_owned(), exchange.to_owned(), key));
+        }
+        match self.last_hold_name.as_mut() {
+            Some((_, _, key)) => std::mem::take(key),
+            None => name_key(&[vhost, exchange]),
+        }
     }
 
     /// Adds to an exchange's (count, body octets), giving it a number on its first hold;
@@ -320,7 +336,10 @@ impl<'t> Tables<'t> {
             row.bytes = row.bytes.saturating_sub(bytes);
         }
         let number = row.number;
-        rows.dirty.insert(name.to_vec());
+        // Once per exchange and batch, not per message: the writer is the bottleneck of holds.
+        if !rows.dirty.contains(name) {
+            rows.dirty.insert(name.to_vec());
+        }
         Ok(number)
     }
 
@@ -345,9 +364,7 @@ impl<'t> Tables<'t> {
             &mut self.held_due,
             &held_due_key(header.exchange, due_ms, header.shift, seq),
         )?;
-        if let Some(name) = self.held_by()?.name_of(header.exchange) {
-            self.count_held(&name, -1, header.body_octets)?;
-        }
+        self.held_by()?.uncount(header.exchange, header.body_octets);
         Ok(())
     }
 
@@ -364,9 +381,6 @@ impl<'t> Tables<'t> {
         for (name, _) in &gone {
             rows.rows.remove(name);
             rows.dirty.remove(name);
-            if rows.last_release.as_ref().map(|(n, _)| n) == Some(name) {
-                rows.last_release = None;
-            }
         }
         for (name, number) in gone {
             let start = held_due_from(number, 0);
