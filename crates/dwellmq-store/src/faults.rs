@@ -69,6 +69,17 @@ impl Faults {
         self.cache.lock().iter().map(|w| w.data.len()).sum()
     }
 
+    /// Octets whose fsync failed and that are still cached (what a reopen must drop before it
+    /// reads), leaving out writes still waiting for their first fsync.
+    pub fn failed_bytes(&self) -> usize {
+        self.cache
+            .lock()
+            .iter()
+            .filter(|w| w.failed)
+            .map(|w| w.data.len())
+            .sum()
+    }
+
     /// Drops the cached pages whose fsync failed, as `posix_fadvise(DONTNEED)` does: reads
     /// then see what is on disk.
     fn forget_failed(&self) {
