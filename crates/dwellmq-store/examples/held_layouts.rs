@@ -74,7 +74,9 @@ fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
                         key.extend_from_slice(&((due >> shift) as u32).to_be_bytes());
                         key.extend_from_slice(&seq.to_be_bytes());
                         index.push((key, due));
-                        bodies.insert(seq.to_be_bytes().as_slice(), value.as_slice()).unwrap();
+                        bodies
+                            .insert(seq.to_be_bytes().as_slice(), value.as_slice())
+                            .unwrap();
                     }
                     Layout::BucketIndexAndLog(shift) => {
                         key.extend_from_slice(&((due >> shift) as u32).to_be_bytes());
@@ -90,7 +92,8 @@ fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
             }
             index.sort_unstable();
             for (key, due) in index {
-                held.insert(key.as_slice(), due.to_be_bytes().as_slice()).unwrap();
+                held.insert(key.as_slice(), due.to_be_bytes().as_slice())
+                    .unwrap();
             }
         }
         tx.commit().unwrap();
@@ -131,7 +134,10 @@ fn main() {
         Layout::SortedBucketIndexAndLog(22),
         Layout::Bucketed(26),
     ] {
-        if only.as_deref().is_some_and(|o| !format!("{layout:?}").starts_with(o)) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !format!("{layout:?}").starts_with(o))
+        {
             continue;
         }
         run(&dir, layout, count, per_commit);

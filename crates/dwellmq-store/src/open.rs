@@ -100,23 +100,33 @@ pub(crate) fn lock_dir(dir: &Path) -> Result<File> {
         .truncate(false)
         .open(&lock)
         .map_err(|e| StoreError::io(&lock, "opening the lock file", e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => {
-            let mut content = String::new();
-            let _ = file.read_to_string(&mut content);
-            let holder = match content.trim().parse::<u32>() {
-                Ok(pid) => format!(", pid {pid}"),
-                Err(_) => String::new(),
-            };
-            return Err(StoreError::Locked {
-                dir: dir.to_path_buf(),
-                lock,
-                holder,
-            });
-        }
-        Err(fs::TryLockError::Error(e)) => {
-            return Err(StoreError::io(&lock, "locking the lock file", e))
+    // A lock our own process holds after its store closed is a forked child's copy of the
+    // descriptor, kept until the child's exec closes it (milliseconds on a loaded machine):
+    // an embedder that spawns processes while it restarts the broker would otherwise fail at
+    // random. Another holder is answered at once.
+    let patience = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(fs::TryLockError::WouldBlock) => {
+                let mut content = String::new();
+                let _ = file
+                    .rewind()
+                    .and_then(|()| file.read_to_string(&mut content));
+                let pid = content.trim().parse::<u32>().ok();
+                if pid == Some(std::process::id()) && std::time::Instant::now() < patience {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    continue;
+                }
+                return Err(StoreError::Locked {
+                    dir: dir.to_path_buf(),
+                    lock,
+                    holder: pid.map(|pid| format!(", pid {pid}")).unwrap_or_default(),
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(StoreError::io(&lock, "locking the lock file", e))
+            }
         }
     }
     // The holder's pid, for the message a second broker prints. Best effort: the lock is
