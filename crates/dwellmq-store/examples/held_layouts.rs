@@ -1,8 +1,12 @@
-//! Measures candidate `held` layouts with redb directly: holds due at random times over a week,
-//! committed in groups as the writer does, then the file's size.
+//! Measures candidate layouts for messages held by delayed exchanges with redb directly: holds
+//! due at random times over a week, committed in groups as the writer does, then the file's
+//! size and each table's leaf pages. `BucketIndexAndLog` is the shape format 3 chose (DESIGN.md,
+//! "Messages held by delayed exchanges"; the store sizes its buckets per hold, here they are
+//! fixed); the others are what it was chosen against.
 //!
 //! ```text
 //! cargo run --release -p dwellmq-store --example held_layouts -- DIR MESSAGES PER_COMMIT
+//! LAYOUT=BucketIndex cargo run --release -p dwellmq-store --example held_layouts -- DIR 300000 2000
 //! ```
 
 use std::time::Instant;
