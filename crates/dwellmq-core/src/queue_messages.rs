@@ -30,10 +30,12 @@ pub struct QueueEntry {
     pub expires_at: Option<u64>,
 }
 
-/// Bodies up to this size are packed when they settle. A larger body keeps its slices: it
-/// pins little read buffer beyond itself, and one copy shared by every queue it was routed to
-/// beats a copy per queue.
-pub const PACK_BODY_LIMIT: usize = 16 * 1024;
+/// Bodies up to this size are packed when they settle: RabbitMQ's `queue_index_embed_msgs_below`
+/// (it embeds smaller messages in each queue's index, and keeps larger ones once in a shared
+/// store). Each queue a message was routed to packs its own copy, so a larger body keeps its
+/// slices, shared by every queue: its ~850 octets as published are small beside it, and the read
+/// buffer it pins is mostly its own.
+pub const PACK_BODY_LIMIT: usize = 4096;
 
 /// How a ready message is kept.
 #[derive(Debug)]
