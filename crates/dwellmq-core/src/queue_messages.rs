@@ -128,6 +128,19 @@ fn packable(message: &Message) -> bool {
         && whole(message.routing_key.as_bytes())
 }
 
+/// Slots kept however few messages wait: below this, giving memory back is not worth a move.
+const KEPT_SLOTS: usize = 1024;
+
+/// Halves a level's slots once it is three quarters empty, so that a queue a backlog of
+/// millions has drained does not keep 48 octets a message for good. Halving (not fitting)
+/// keeps the moves amortized: a level that grows again is not moved at every pop.
+fn give_back_slots(level: &mut VecDeque<Waiting>) {
+    let capacity = level.capacity();
+    if capacity > KEPT_SLOTS && level.len() < capacity / 4 {
+        level.shrink_to((capacity / 2).max(KEPT_SLOTS));
+    }
+}
+
 /// A ready message, seen in place (inspection).
 #[derive(Debug, Clone, Copy)]
 pub struct ReadyMessage<'a>(&'a Waiting);
@@ -314,11 +327,13 @@ impl QueueMessages {
 
     /// Takes the message at the head: the oldest of the highest non-empty level.
     pub fn pop(&mut self) -> Option<QueueEntry> {
-        let waiting = self
+        let level = self
             .levels
             .iter_mut()
             .rev()
-            .find_map(|level| level.pop_front())?;
+            .find(|level| !level.is_empty())?;
+        let waiting = level.pop_front()?;
+        give_back_slots(level);
         Some(self.take(waiting))
     }
 
@@ -327,6 +342,7 @@ impl QueueMessages {
         let level = self.levels.get_mut(level)?;
         let at = level.binary_search_by_key(&seq, |e| e.seq).ok()?;
         let waiting = level.remove(at)?;
+        give_back_slots(level);
         Some(self.take(waiting))
     }
 
@@ -342,7 +358,10 @@ impl QueueMessages {
     /// Removes every ready message, returning how many there were.
     pub fn purge(&mut self) -> usize {
         let n = self.len;
-        self.levels.iter_mut().for_each(VecDeque::clear);
+        for level in &mut self.levels {
+            level.clear();
+            level.shrink_to(KEPT_SLOTS);
+        }
         self.len = 0;
         self.ready_bytes = 0;
         self.packed_footprint = 0;
@@ -578,5 +597,27 @@ mod tests {
         assert_eq!(q.packed_footprint(), 48 + 48);
         assert_eq!(packed_footprint(packed_len), q.packed_footprint());
         assert!(q.packed_footprint() - 16 <= 120);
+    }
+
+    #[test]
+    fn a_drained_backlog_gives_its_slots_back() {
+        let mut q = QueueMessages::new();
+        for _ in 0..100_000 {
+            q.push(msg("x"));
+        }
+        q.settle();
+        let full = q.levels[0].capacity();
+        assert!(full >= 100_000);
+        while q.pop().is_some() {}
+        assert!(
+            q.levels[0].capacity() <= KEPT_SLOTS,
+            "{} slots kept",
+            q.levels[0].capacity()
+        );
+        for _ in 0..50_000 {
+            q.push(msg("x"));
+        }
+        assert_eq!(q.purge(), 50_000);
+        assert!(q.levels[0].capacity() <= KEPT_SLOTS);
     }
 }
