@@ -173,6 +173,8 @@ impl PackedMessage {
             (Some(headers), true) => history_from_headers(headers),
             _ => Vec::new(),
         };
+        // A held message keeps its `BCC` header until release (see the delayed holder): no
+        // keys to carry beside it.
         Some(Message::from_parts(
             ShortStr::from_utf8(bytes.slice(layout.exchange))?,
             ShortStr::from_utf8(bytes.slice(layout.routing_key))?,
@@ -182,7 +184,6 @@ impl PackedMessage {
             guard,
             deaths,
         ))
-        // A held message keeps its `BCC` header until release (see the delayed holder).
     }
 
     /// Rebuilds a message this process packed from a valid one, as [`PackedMessage::unpack`]
@@ -301,6 +302,23 @@ mod tests {
         bytes[2] = 0xFF; // first octet of the exchange name: not UTF-8
         let corrupt = PackedMessage::from_boxed(bytes.into()).expect("layout is intact");
         assert!(corrupt.unpack(None).is_none());
+    }
+
+    #[test]
+    fn unpacking_its_own_never_fails_and_keeps_undecodable_properties_as_they_were() {
+        // Flags announcing a content type whose string is missing: valid layout, bad properties.
+        let mut bytes = vec![0, 2, b'e', b'x', 0, 1, b'k', 0, 0, 0, 2, 0x80, 0x00];
+        bytes.extend_from_slice(b"body");
+        let packed = PackedMessage::from_boxed(bytes.into()).expect("layout is intact");
+        assert!(packed.clone().unpack(None).is_none());
+        let back = packed.unpack_own();
+        assert_eq!(back.properties, BasicProperties::default());
+        assert_eq!(back.properties_encoded, Bytes::from_static(&[0x80, 0x00]));
+        assert_eq!(
+            (back.exchange.as_str(), back.routing_key.as_str()),
+            ("ex", "k")
+        );
+        assert!(back.body == *b"body".as_slice());
     }
 
     fn dead(message: &Message, queue: &str) -> Arc<Message> {
