@@ -87,8 +87,9 @@ impl PermissionConfig {
 /// When publishers are blocked: RabbitMQ's `vm_memory_high_watermark`.
 ///
 /// What is compared with it is what the broker holds for messages: their bodies plus
-/// [`MESSAGE_MEMORY_OVERHEAD`](crate::MESSAGE_MEMORY_OVERHEAD) per message, queued or held by a
-/// delayed exchange.
+/// [`MESSAGE_MEMORY_OVERHEAD`](crate::MESSAGE_MEMORY_OVERHEAD) per message as published, or
+/// what a small one holds packed while it waits in a queue
+/// ([`queued_message_footprint`](crate::queued_message_footprint)) or a delayed exchange.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum MemoryWatermark {
     /// A fraction of the memory available to the process: its cgroup's memory limit if it has

@@ -458,9 +458,11 @@ impl BrokerHandle {
 
     /// Octets counted as held (what the memory watermark compares): output buffered for clients
     /// ([`BrokerHandle::buffered_output`]), and for messages bodies plus
-    /// [`MESSAGE_MEMORY_OVERHEAD`](crate::MESSAGE_MEMORY_OVERHEAD) per message queued or
-    /// unacknowledged, [`HELD_MESSAGE_MEMORY_OVERHEAD`](crate::HELD_MESSAGE_MEMORY_OVERHEAD) per
-    /// small message a delayed exchange holds packed.
+    /// [`MESSAGE_MEMORY_OVERHEAD`](crate::MESSAGE_MEMORY_OVERHEAD) per message as published
+    /// (unacknowledged, or waiting unpacked), what a small one waiting packed in a queue holds
+    /// ([`queued_message_footprint`](crate::queued_message_footprint), body included), and
+    /// [`HELD_MESSAGE_MEMORY_OVERHEAD`](crate::HELD_MESSAGE_MEMORY_OVERHEAD) per small message a
+    /// delayed exchange holds packed.
     pub fn memory_used(&self) -> i64 {
         self.state.memory.used()
     }

@@ -21,7 +21,9 @@ mod rfc3339;
 mod server;
 
 pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
-pub use broker::memory::{HELD_MESSAGE_MEMORY_OVERHEAD, MESSAGE_MEMORY_OVERHEAD};
+pub use broker::memory::{
+    queued_message_footprint, HELD_MESSAGE_MEMORY_OVERHEAD, MESSAGE_MEMORY_OVERHEAD,
+};
 pub use config::{
     ApplyTo, BrokerConfig, ClockConfig, DiskFreeLimit, ExpiryMode, Limits, MemoryWatermark,
     PermissionConfig, Policy, PolicyConfig, PolicyDefinition, PolicyError, PolicyValue, TlsConfig,

@@ -1,8 +1,10 @@
 //! Memory accounting for the high watermark that blocks publishers.
 //!
 //! What is counted is what messages hold, where that is cheap to know exactly or to estimate
-//! well: each body, plus [`MESSAGE_MEMORY_OVERHEAD`] per message (queued, unacknowledged, or
-//! held by a delayed exchange), and output buffered for a client until its socket takes it
+//! well: each body, plus [`MESSAGE_MEMORY_OVERHEAD`] per message as published (passing
+//! through, unacknowledged), what a packed one holds while it waits in a queue
+//! ([`queued_message_footprint`], charged by the queue in bulk) or is held by a delayed
+//! exchange, and output buffered for a client until its socket takes it
 //! (bounded per connection besides). Not counted: connections, channels, queues and exchanges
 //! themselves.
 
@@ -11,16 +13,37 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-/// The memory a message is counted to hold beyond its body while queued or unacknowledged: the
+/// The memory a message is counted to hold beyond its body while it is as published: passing
+/// through, unacknowledged, or waiting in a queue unpacked (a large body, `BCC` keys): the
 /// message itself (names and decoded properties inline), its shared pointer's counts, one
-/// queue entry pointing to it, and an allowance for its encoded properties, its accounting and
-/// allocator rounding. Headers beyond the allowance are not counted. It came to 664 octets
-/// when the binary's RSS was seen to grow by about 750 per queued message with a 10-octet body
-/// (200,000 published with pika).
+/// queue entry, and an allowance for the rest: its encoded properties (32), its boxed charge
+/// (16), allocator rounding (the message's 592 octets take 640) and its share of the read
+/// buffer its slices keep alive (the ~76 octets its publish took on the wire). 832 octets; 836
+/// beyond the body were measured per waiting 16-octet message before queues packed them
+/// (`dwellmq-load fill`, 1,000,000 persistent messages, in memory). Headers beyond the
+/// allowance are not counted. A small message that waits in a queue is packed and counted by
+/// [`queued_message_footprint`] instead.
 pub const MESSAGE_MEMORY_OVERHEAD: usize = std::mem::size_of::<dwellmq_core::Message>()
     + 2 * std::mem::size_of::<usize>()
     + std::mem::size_of::<dwellmq_core::QueueEntry>()
-    + 64;
+    + 192;
+
+/// Octets a message is counted to hold while it waits packed in a queue's ready list (a body
+/// up to [`dwellmq_core::PACK_BODY_LIMIT`]): its packed buffer (names, encoded properties and
+/// body) and its place in the list. The queue charges these in bulk; the message is charged
+/// [`MESSAGE_MEMORY_OVERHEAD`] again from its delivery. 96 octets for a 16-octet persistent
+/// message routed by a 12-octet key, as measured (see ARCHITECTURE.md, Memory).
+pub fn queued_message_footprint(
+    exchange: &str,
+    routing_key: &str,
+    properties: &dwellmq_codec::BasicProperties,
+    body_len: usize,
+) -> usize {
+    let mut encoded = bytes::BytesMut::new();
+    properties.encode(&mut encoded);
+    let packed_len = 2 + exchange.len() + 2 + routing_key.len() + 4 + encoded.len() + body_len;
+    dwellmq_core::packed_footprint(packed_len) as usize
+}
 
 /// The same for a small message held by a delayed exchange, which keeps it packed (names,
 /// encoded properties and body in one buffer): the packed header, its place in the scheduler
@@ -127,6 +150,36 @@ impl MemoryMonitor {
     }
 }
 
+/// Memory charged in bulk for what one holder keeps without a charge of its own (a queue's
+/// packed ready messages), brought up to date after each change; given back when dropped.
+pub(crate) struct BulkCharge {
+    monitor: Arc<MemoryMonitor>,
+    bytes: u64,
+}
+
+impl BulkCharge {
+    /// Nothing charged yet.
+    pub(crate) fn new(monitor: Arc<MemoryMonitor>) -> Self {
+        BulkCharge { monitor, bytes: 0 }
+    }
+
+    /// Charges or gives back the difference, so that `bytes` are charged.
+    pub(crate) fn set(&mut self, bytes: u64) {
+        match bytes.cmp(&self.bytes) {
+            std::cmp::Ordering::Greater => self.monitor.charge_bytes((bytes - self.bytes) as usize),
+            std::cmp::Ordering::Less => self.monitor.release_bytes((self.bytes - bytes) as usize),
+            std::cmp::Ordering::Equal => return,
+        }
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for BulkCharge {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
 /// Memory held on behalf of one message; released on drop.
 pub(crate) struct MemoryCharge {
     monitor: Arc<MemoryMonitor>,
@@ -162,6 +215,22 @@ mod tests {
         assert!(!*alarm.borrow());
         drop((b, c));
         assert_eq!(monitor.used(), 0);
+    }
+
+    /// What `dwellmq-load fill` measured (1,000,000 persistent 16-octet messages keyed
+    /// `load-restart`, in memory): 852 octets of RSS per message as published, 96 packed. The
+    /// charges must stay what was measured, so that neither can creep.
+    #[test]
+    fn the_charges_are_what_was_measured() {
+        let persistent = dwellmq_codec::BasicProperties {
+            delivery_mode: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(
+            queued_message_footprint("", "load-restart", &persistent, 16),
+            96
+        );
+        assert_eq!(message_footprint(16), 848);
     }
 
     #[test]

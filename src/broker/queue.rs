@@ -18,6 +18,7 @@ use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry};
 use parking_lot::Mutex;
 
 use super::consumer::Consumer;
+use super::memory::BulkCharge;
 use super::persist::{DefinitionWrites, PublishTicket};
 use super::rates::QueueCounters;
 use super::runtime::Runtime;
@@ -31,6 +32,8 @@ struct Inner {
     state: QueueState<Arc<Consumer>>,
     /// Reused by every command.
     effects: Effects<Arc<Consumer>>,
+    /// The packed ready messages' memory (`QueueState::packed_footprint`).
+    packed: BulkCharge,
 }
 
 /// Whether a command needs the current time.
@@ -100,6 +103,7 @@ impl Queue {
             inner: Mutex::new(Inner {
                 state: QueueState::new(settings, auto_delete, now),
                 effects: Effects::new(),
+                packed: BulkCharge::new(Arc::clone(&runtime.memory)),
             }),
             counters: QueueCounters::default(),
             totals: DeliveryTotals::default(),
@@ -190,7 +194,11 @@ impl Queue {
         let mut group = None;
         let result = {
             let mut guard = self.inner.lock();
-            let Inner { state, effects } = &mut *guard;
+            let Inner {
+                state,
+                effects,
+                packed,
+            } = &mut *guard;
             if time == Time::Now || state.uses_clock() {
                 now = Some(self.runtime.clock.now_ms());
             }
@@ -205,6 +213,9 @@ impl Queue {
                 }
                 self.apply(state, effects, &mut after, ticket);
             }
+            // After the deliveries: a message handed back by one of them settles too.
+            state.settle();
+            packed.set(state.packed_footprint());
             result
         };
         if let Some(target) = &after.dead_letter_target {
@@ -240,6 +251,7 @@ impl Queue {
                 } => {
                     let redelivered = entry.redelivered;
                     let seq = entry.seq;
+                    self.charge_unpacked(&entry.message);
                     match consumer.sink.deliver(self, &consumer, entry) {
                         Ok(()) => {
                             delivered += 1;
@@ -309,6 +321,15 @@ impl Queue {
         }
         if let (false, Some(store)) = (detached.is_empty(), &self.runtime.store) {
             store.submit_detached(detached);
+        }
+    }
+
+    /// A message unpacked from the ready list is charged again on its own from its delivery:
+    /// it may stay unacknowledged for long, and the queue's bulk charge no longer counts it.
+    fn charge_unpacked(&self, message: &Message) {
+        if message.is_uncharged() {
+            let charge = self.runtime.memory.charge_message(message.body_len());
+            message.charge_late(Box::new(charge));
         }
     }
 
@@ -482,6 +503,9 @@ impl Queue {
     /// `basic.get`: the head message and how many remain, or `None` when none is ready.
     pub(crate) fn get(self: &Arc<Self>, no_ack: bool) -> Option<(QueueEntry, usize)> {
         let got = self.run(|state, now, fx| state.get(no_ack, now, fx));
+        if let Some((entry, _)) = &got {
+            self.charge_unpacked(&entry.message);
+        }
         self.totals()
             .got(got.as_ref().map(|(entry, _)| entry), no_ack);
         if let Some((entry, _)) = &got {
@@ -545,10 +569,8 @@ impl Queue {
         inner
             .state
             .ready_entries()
-            .filter(|e| e.message.is_persistent())
-            .fold((0, 0), |(n, bytes), e| {
-                (n + 1, bytes + e.message.body.len() as u64)
-            })
+            .filter(|e| e.is_persistent())
+            .fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.body_len() as u64))
     }
 
     /// Messages waiting for a delayed retry: (ready again at, the entry), in that order.
@@ -617,10 +639,10 @@ impl Queue {
     /// Up to `limit` ready messages from the head, left in place (the test endpoints' peek).
     pub(crate) fn peek(&self, limit: usize) -> Vec<QueueEntry> {
         let inner = self.inner.lock();
-        let mut ready: Vec<&QueueEntry> = inner.state.ready_entries().collect();
+        let mut ready: Vec<_> = inner.state.ready_entries().collect();
         // By position (queue order, except that a priority queue serves higher levels first).
-        ready.sort_by_key(|e| e.seq);
-        ready.into_iter().take(limit).cloned().collect()
+        ready.sort_by_key(|e| e.seq());
+        ready.iter().take(limit).map(|e| e.to_entry()).collect()
     }
 
     /// Expiry times of the ready messages that have one, soonest first (at most `limit`).
@@ -629,7 +651,7 @@ impl Queue {
         let mut all: Vec<u64> = inner
             .state
             .ready_entries()
-            .filter_map(|e| e.expires_at)
+            .filter_map(|e| e.expires_at())
             .collect();
         all.sort_unstable();
         let count = all.len();
@@ -645,8 +667,13 @@ impl Queue {
     /// Marks the queue deleted, drops its messages, and returns its consumers (to notify them).
     pub(crate) fn mark_deleted(&self) -> (usize, Vec<Arc<Consumer>>) {
         let mut guard = self.inner.lock();
-        let Inner { state, effects } = &mut *guard;
+        let Inner {
+            state,
+            effects,
+            packed,
+        } = &mut *guard;
         let result = state.delete(effects);
+        packed.set(state.packed_footprint());
         // Only store hooks can come out of a delete; the store drops the queue's messages
         // with the queue.
         effects.drain();

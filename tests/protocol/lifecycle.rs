@@ -369,13 +369,14 @@ async fn purge_held(broker: &BrokerHandle) {
     operator.close().await;
 }
 
-/// What the broker counts per message beyond its body.
-const OVERHEAD: i64 = dwellmq::MESSAGE_MEMORY_OVERHEAD as i64;
+/// What the broker counts for a message waiting in "held" (packed, body included).
+fn held(body_len: usize) -> i64 {
+    dwellmq::queued_message_footprint("", "held", &Default::default(), body_len) as i64
+}
 
-/// Output waiting for a client is counted too: room for a few small replies, well under one
-/// message's overhead.
-const REPLY_ROOM: u64 = 256;
-const _: () = assert!(REPLY_ROOM < dwellmq::MESSAGE_MEMORY_OVERHEAD as u64);
+/// Output waiting for a client is counted too: room for a small reply, under what one waiting
+/// empty message is counted.
+const REPLY_ROOM: u64 = 48;
 
 // The memory tests run in memory on the paused clock too, for the heartbeat one's sake.
 
@@ -389,7 +390,7 @@ async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
     let mut publisher = RawClient::open_in_memory(&broker, Tune::default()).await;
     publish_until_blocked(&mut publisher).await;
     broker.settle().await.unwrap();
-    assert_eq!(broker.memory_used(), 1200 + 2 * OVERHEAD);
+    assert_eq!(broker.memory_used(), held(600) * 2);
 
     // Sent while blocked: the server does not read it until it unblocks.
     publisher.publish(1, "", "held", b"later").await;
@@ -403,7 +404,7 @@ async fn the_memory_watermark_blocks_a_publisher_until_memory_is_freed() {
         other => panic!("expected queue.declare-ok, got {other:?}"),
     }
     broker.settle().await.unwrap();
-    assert_eq!(broker.memory_used(), 5 + OVERHEAD);
+    assert_eq!(broker.memory_used(), held(5));
     publisher.close().await;
     broker.shutdown().await;
 }
@@ -437,7 +438,7 @@ async fn a_client_without_the_connection_blocked_capability_is_blocked_without_n
         2
     );
     broker.settle().await.unwrap();
-    assert_eq!(broker.memory_used(), 1200 + 2 * OVERHEAD);
+    assert_eq!(broker.memory_used(), held(600) * 2);
 
     // Sent while blocked: not read until memory is freed (the purge finds two messages).
     publisher.publish(1, "", "held", b"later").await;
@@ -457,8 +458,9 @@ async fn a_client_without_the_connection_blocked_capability_is_blocked_without_n
 /// publisher learns why it is blocked.
 #[tokio::test]
 async fn empty_messages_count_toward_the_watermark_and_the_block_says_why() {
-    // Ten messages, plus room for the replies buffered on their way out (they count too).
-    let watermark = 10 * dwellmq::MESSAGE_MEMORY_OVERHEAD as u64 + REPLY_ROOM;
+    // Ten messages, plus room for the reply buffered on its way out (it counts too).
+    assert!(REPLY_ROOM < held(0) as u64);
+    let watermark = 10 * held(0) as u64 + REPLY_ROOM;
     let broker = broker_with(Limits {
         memory_high_watermark: MemoryWatermark::Absolute(watermark),
         ..Limits::default()
@@ -483,7 +485,7 @@ async fn empty_messages_count_toward_the_watermark_and_the_block_says_why() {
         10
     );
     broker.settle().await.unwrap();
-    assert_eq!(broker.memory_used(), 10 * OVERHEAD);
+    assert_eq!(broker.memory_used(), 10 * held(0));
     // The eleventh crosses it.
     publisher.publish(1, "", "held", b"").await;
     assert_eq!(
@@ -493,7 +495,7 @@ async fn empty_messages_count_toward_the_watermark_and_the_block_says_why() {
         })
     );
     broker.settle().await.unwrap();
-    assert_eq!(broker.memory_used(), 11 * OVERHEAD);
+    assert_eq!(broker.memory_used(), 11 * held(0));
 
     // Consuming one brings usage back to the watermark: the publisher is unblocked.
     let mut consumer = RawClient::open(broker.local_addr()).await;

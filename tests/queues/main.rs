@@ -8,3 +8,4 @@ mod common;
 mod acks_and_channels;
 mod consumers;
 mod declare;
+mod waiting_messages;

@@ -17,4 +17,6 @@ pub use body::Body;
 pub use error::{BrokerError, BrokerResult};
 pub use message::{Message, MessageGuard};
 pub use packed::PackedMessage;
-pub use queue_messages::{QueueEntry, QueueMessages};
+pub use queue_messages::{
+    packed_footprint, QueueEntry, QueueMessages, ReadyMessage, PACK_BODY_LIMIT,
+};

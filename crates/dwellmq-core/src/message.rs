@@ -1,6 +1,6 @@
 //! A published message as the broker holds it: shared by every queue it was routed to.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 
@@ -36,6 +36,9 @@ pub struct Message {
     /// The keys of the `BCC` header it was published with: the header is removed before anyone
     /// sees the message, but dead-lettering routes by these keys too, as RabbitMQ does.
     pub bcc: Box<[ShortStr]>,
+    /// The charge of a message unpacked from a queue's ready list (see [`Message::charge_late`]):
+    /// the queue charged it packed, in bulk, and cannot name the monitor from here.
+    late_guard: OnceLock<MessageGuard>,
 }
 
 impl Message {
@@ -77,6 +80,7 @@ impl Message {
             guard,
             deaths: Vec::new(),
             bcc,
+            late_guard: OnceLock::new(),
         })
     }
 
@@ -102,7 +106,46 @@ impl Message {
             guard,
             deaths,
             bcc: Box::default(),
+            late_guard: OnceLock::new(),
         })
+    }
+
+    /// Assembles a message from its parts (for the unpacking in this crate).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_parts(
+        exchange: ShortStr,
+        routing_key: ShortStr,
+        properties: BasicProperties,
+        properties_encoded: Bytes,
+        body: Body,
+        guard: Option<MessageGuard>,
+        deaths: Vec<Death>,
+    ) -> Arc<Message> {
+        Arc::new(Message {
+            exchange,
+            routing_key,
+            properties,
+            properties_encoded,
+            body,
+            guard,
+            deaths,
+            bcc: Box::default(),
+            late_guard: OnceLock::new(),
+        })
+    }
+
+    /// Whether the message is charged to no one: unpacked from a queue's ready list and not yet
+    /// given a charge with [`Message::charge_late`].
+    pub fn is_uncharged(&self) -> bool {
+        self.guard.is_none() && self.late_guard.get().is_none()
+    }
+
+    /// Gives a message unpacked from a queue its charge now that it is delivered (it may stay
+    /// unacknowledged for long); a message already charged keeps its charge and drops `guard`.
+    pub fn charge_late(&self, guard: MessageGuard) {
+        if self.is_uncharged() {
+            let _ = self.late_guard.set(guard);
+        }
     }
 
     /// Whether the publisher asked for persistence (`delivery-mode` 2).

@@ -173,17 +173,47 @@ impl PackedMessage {
             (Some(headers), true) => history_from_headers(headers),
             _ => Vec::new(),
         };
-        Some(Arc::new(Message {
-            exchange: ShortStr::from_utf8(bytes.slice(layout.exchange))?,
-            routing_key: ShortStr::from_utf8(bytes.slice(layout.routing_key))?,
+        // A held message keeps its `BCC` header until release (see the delayed holder): no
+        // keys to carry beside it.
+        Some(Message::from_parts(
+            ShortStr::from_utf8(bytes.slice(layout.exchange))?,
+            ShortStr::from_utf8(bytes.slice(layout.routing_key))?,
             properties,
             properties_encoded,
-            body: Body::Single(bytes.slice(layout.properties.end..)),
+            Body::Single(bytes.slice(layout.properties.end..)),
             guard,
             deaths,
-            // A held message keeps its `BCC` header until release (see the delayed holder).
-            bcc: Box::default(),
-        }))
+        ))
+    }
+
+    /// Rebuilds a message this process packed from a valid one, as [`PackedMessage::unpack`]
+    /// does, without a way to fail: should its properties not decode again after all, it keeps
+    /// them encoded as they were (consumers get them unchanged) and decoded as none, rather than
+    /// lose a message that may have been confirmed.
+    pub fn unpack_own(self) -> Arc<Message> {
+        let layout = self.layout();
+        let has_history = self.bytes.first().is_some_and(|b| b & 0x80 != 0);
+        let bytes = Bytes::from(self.bytes);
+        let name = |range: std::ops::Range<usize>| {
+            let part = bytes.slice(range);
+            ShortStr::from_utf8(part.clone())
+                .unwrap_or_else(|| String::from_utf8_lossy(&part).into_owned().into())
+        };
+        let properties_encoded = bytes.slice(layout.properties.clone());
+        let properties = BasicProperties::decode(&properties_encoded).unwrap_or_default();
+        let deaths = match (&properties.headers, has_history) {
+            (Some(headers), true) => history_from_headers(headers),
+            _ => Vec::new(),
+        };
+        Message::from_parts(
+            name(layout.exchange),
+            name(layout.routing_key),
+            properties,
+            properties_encoded,
+            Body::Single(bytes.slice(layout.properties.end..)),
+            None,
+            deaths,
+        )
     }
 }
 
@@ -272,6 +302,23 @@ mod tests {
         bytes[2] = 0xFF; // first octet of the exchange name: not UTF-8
         let corrupt = PackedMessage::from_boxed(bytes.into()).expect("layout is intact");
         assert!(corrupt.unpack(None).is_none());
+    }
+
+    #[test]
+    fn unpacking_its_own_never_fails_and_keeps_undecodable_properties_as_they_were() {
+        // Flags announcing a content type whose string is missing: valid layout, bad properties.
+        let mut bytes = vec![0, 2, b'e', b'x', 0, 1, b'k', 0, 0, 0, 2, 0x80, 0x00];
+        bytes.extend_from_slice(b"body");
+        let packed = PackedMessage::from_boxed(bytes.into()).expect("layout is intact");
+        assert!(packed.clone().unpack(None).is_none());
+        let back = packed.unpack_own();
+        assert_eq!(back.properties, BasicProperties::default());
+        assert_eq!(back.properties_encoded, Bytes::from_static(&[0x80, 0x00]));
+        assert_eq!(
+            (back.exchange.as_str(), back.routing_key.as_str()),
+            ("ex", "k")
+        );
+        assert!(back.body == *b"body".as_slice());
     }
 
     fn dead(message: &Message, queue: &str) -> Arc<Message> {

@@ -24,7 +24,7 @@ pub use settings::{DeadLetterTarget, ExpiryMode, QueueSettings};
 
 use crate::arguments::{parse_expiration, Overflow, RetryKind};
 use crate::message::Message;
-use crate::queue_messages::{QueueEntry, QueueMessages};
+use crate::queue_messages::{QueueEntry, QueueMessages, ReadyMessage};
 
 /// A consumer attached to a queue.
 #[derive(Debug)]
@@ -225,8 +225,21 @@ impl<C: Clone> QueueState<C> {
     }
 
     /// The ready messages, in no particular order (inspection).
-    pub fn ready_entries(&self) -> impl Iterator<Item = &QueueEntry> {
+    pub fn ready_entries(&self) -> impl Iterator<Item = ReadyMessage<'_>> {
         self.messages.iter()
+    }
+
+    /// Packs the ready messages that came in during the last command and stayed (see
+    /// [`QueueMessages::settle`]). The shell calls it once a command's deliveries are carried
+    /// out, as one of them may have been handed back ([`QueueState::undelivered`]).
+    pub fn settle(&mut self) {
+        self.messages.settle();
+    }
+
+    /// Octets the packed ready messages hold: the shell charges them to its memory accounting,
+    /// as they carry no charge of their own.
+    pub fn packed_footprint(&self) -> u64 {
+        self.messages.packed_footprint()
     }
 
     /// New settings (a policy changed). The queue's type, durability and priority levels stay
@@ -534,8 +547,13 @@ impl<C: Clone> QueueState<C> {
     /// Drops every ready message and every message waiting for a retry; returns how many.
     pub fn purge(&mut self, fx: &mut Effects<C>) -> usize {
         if self.settings.durable {
-            let waiting = self.messages.iter().chain(self.retrying.values());
-            for entry in waiting {
+            let quorum = self.settings.counts_deliveries();
+            for ready in self.messages.iter() {
+                if quorum || ready.is_persistent() {
+                    fx.push(Effect::Forget { seq: ready.seq() });
+                }
+            }
+            for entry in self.retrying.values() {
                 if self.settings.persists(&entry.message) {
                     fx.push(Effect::Forget { seq: entry.seq });
                 }
@@ -837,7 +855,7 @@ impl<C: Clone> QueueState<C> {
                 while self
                     .messages
                     .peek()
-                    .and_then(|e| e.expires_at)
+                    .and_then(|e| e.expires_at())
                     .is_some_and(|at| at <= now_ms)
                 {
                     if let Some(entry) = self.messages.pop() {
@@ -861,7 +879,7 @@ impl<C: Clone> QueueState<C> {
     fn arm(&mut self, now_ms: u64, fx: &mut Effects<C>) {
         let message_deadline = match self.settings.expiry_mode {
             ExpiryMode::OnTime => self.expiring.first_key_value().map(|(&(at, _), _)| at),
-            ExpiryMode::HeadOnly => self.messages.peek().and_then(|e| e.expires_at),
+            ExpiryMode::HeadOnly => self.messages.peek().and_then(|e| e.expires_at()),
         };
         let queue_deadline = if self.expire_requested {
             None

@@ -180,13 +180,15 @@ proptest! {
                     // Purged messages are counted, not named: everything waiting goes.
                     let waiting: Vec<u64> = q
                         .ready_entries()
-                        .chain(q.retrying_entries().map(|(_, e)| e))
-                        .map(|e| id_of(&e.message))
+                        .map(|e| id_of(&e.to_entry().message))
+                        .chain(q.retrying_entries().map(|(_, e)| id_of(&e.message)))
                         .collect();
                     prop_assert_eq!(q.purge(&mut fx), waiting.len());
                     gone.extend(waiting);
                 }
             }
+            // As the shell does after every command: what stayed is packed from now on.
+            q.settle();
             for effect in fx.drain() {
                 match effect {
                     Effect::Deliver { consumer, entry, .. } => {
@@ -208,8 +210,8 @@ proptest! {
             // Dropped effects do not name the message: recount from what is still held.
             let held: BTreeSet<u64> = q
                 .ready_entries()
-                .chain(q.retrying_entries().map(|(_, e)| e))
-                .map(|e| id_of(&e.message))
+                .map(|e| id_of(&e.to_entry().message))
+                .chain(q.retrying_entries().map(|(_, e)| id_of(&e.message)))
                 .chain(outstanding.iter().map(|(e, _)| id_of(&e.message)))
                 .collect();
             let held_count = q.ready() + q.retrying() + outstanding.len();
