@@ -154,6 +154,7 @@ fn enqueue(
     due_ms: u64,
     routing: &mut Routing,
     ticket: Option<&Arc<PublishTicket>>,
+    mut taken: Option<&mut Vec<ShortStr>>,
 ) -> bool {
     if !routing.delayed.is_empty() {
         // The queues are chosen again at release, from the bindings as they are then.
@@ -181,10 +182,17 @@ fn enqueue(
             {
                 runtime.timer.wake();
             }
+            if let Some(taken) = taken.as_deref_mut() {
+                taken.push(queue.name.clone());
+            }
             continue;
         }
         let outcome = queue.publish_confirmed(Arc::clone(message), ticket);
-        rejected |= outcome == PublishOutcome::Rejected;
+        if outcome == PublishOutcome::Rejected {
+            rejected = true;
+        } else if let Some(taken) = taken.as_deref_mut() {
+            taken.push(queue.name.clone());
+        }
     }
     rejected
 }
@@ -225,6 +233,8 @@ pub(crate) struct Outcome {
     pub(crate) dropped: bool,
     /// A queue refused it (`x-overflow` = reject-publish): a confirm is a nack.
     pub(crate) rejected: bool,
+    /// A dead-lettering that skipped a queue because it would close a cycle.
+    pub(crate) cycled: bool,
     /// The store ticket its stored copies count on, when the caller asked for one and there
     /// are such copies.
     pub(crate) ticket: Option<Arc<PublishTicket>>,
@@ -242,6 +252,30 @@ pub(crate) fn route_and_enqueue(
     outgoing: Outgoing<'_>,
     routing: &mut Routing,
     ticket: Option<&mut dyn FnMut() -> Arc<PublishTicket>>,
+) -> Outcome {
+    route_and_enqueue_skipping(runtime, vhost, outgoing, routing, ticket, None)
+}
+
+/// As [`route_and_enqueue`], for an at-least-once dead-lettering's attempt: queues named in
+/// `taken` took the message at an earlier attempt and are skipped; each queue that takes it
+/// now is added.
+pub(crate) fn route_and_enqueue_once_each(
+    runtime: &Runtime,
+    vhost: &Arc<VHost>,
+    outgoing: Outgoing<'_>,
+    routing: &mut Routing,
+    taken: &mut Vec<ShortStr>,
+) -> Outcome {
+    route_and_enqueue_skipping(runtime, vhost, outgoing, routing, None, Some(taken))
+}
+
+fn route_and_enqueue_skipping(
+    runtime: &Runtime,
+    vhost: &Arc<VHost>,
+    outgoing: Outgoing<'_>,
+    routing: &mut Routing,
+    ticket: Option<&mut dyn FnMut() -> Arc<PublishTicket>>,
+    taken: Option<&mut Vec<ShortStr>>,
 ) -> Outcome {
     let Outgoing {
         exchange,
@@ -262,14 +296,19 @@ pub(crate) fn route_and_enqueue(
         hold_until.is_some(),
         routing,
     );
+    let mut cycled = false;
     if dead_lettered {
         routing.queues.retain(|queue| {
             let cycle = is_cycle(&message.deaths, &queue.name);
             if cycle {
                 tracing::debug!(target_queue = %queue.name, "dead-letter cycle; message dropped");
             }
+            cycled |= cycle;
             !cycle
         });
+    }
+    if let Some(taken) = taken.as_deref() {
+        routing.queues.retain(|queue| !taken.contains(&queue.name));
     }
     let routed = routing.is_routable();
     if !routed && mandatory {
@@ -294,12 +333,14 @@ pub(crate) fn route_and_enqueue(
         hold_until.unwrap_or(0),
         routing,
         ticket.as_ref(),
+        taken,
     );
     Outcome {
         routed,
         returned: false,
         dropped,
         rejected,
+        cycled,
         ticket,
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::{Arc, OnceLock, Weak};
 
 use dwellmq_codec::{FieldTable, ShortStr};
-use dwellmq_core::arguments::{QueueArguments, QueueType};
+use dwellmq_core::arguments::{Overflow, QueueArguments, QueueType};
 use dwellmq_core::policy::PolicyDefinition;
 use dwellmq_core::queue::{
     Cancelled, ConsumeRefused, ConsumerSlot, DeadLetterTarget, DeathReason, Effect, Effects,
@@ -18,6 +18,7 @@ use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry};
 use parking_lot::Mutex;
 
 use super::consumer::Consumer;
+use super::dead_letter::pending::{self, PendingDeadLetter, PendingDeadLetters};
 use super::persist::{DefinitionWrites, PublishTicket};
 use super::rates::QueueCounters;
 use super::runtime::Runtime;
@@ -42,12 +43,23 @@ enum Time {
     IfUsed,
 }
 
+/// A message that died in a command, to be dead-lettered once the queue's lock is released.
+struct Died {
+    message: Arc<Message>,
+    reason: DeathReason,
+    /// Its store record, kept until its copies are written (at-least-once dead-lettering;
+    /// otherwise the command's forget has removed it already).
+    seq: Option<u64>,
+}
+
 /// What a command left to do once the queue's lock is released.
 #[derive(Default)]
 struct Aftermath {
-    dead: Vec<(Arc<Message>, DeathReason)>,
+    dead: Vec<Died>,
     /// Where they go, as the settings said when they died.
     dead_letter_target: Option<DeadLetterTarget>,
+    /// They are kept here until every target took them (at-least-once dead-lettering).
+    at_least_once: bool,
     expire: bool,
 }
 
@@ -72,6 +84,11 @@ pub(crate) struct Queue {
     pub(crate) counters: QueueCounters,
     /// Counters for the broker's global message totals (added to the runtime's at deletion).
     totals: DeliveryTotals,
+    /// Declared with `x-dead-letter-strategy: at-least-once` (a quorum queue): in effect while
+    /// its overflow is `reject-publish`, as in RabbitMQ.
+    dead_letters_at_least_once: bool,
+    /// Dead-lettered messages not every target took yet (at-least-once dead-lettering).
+    pending_dead_letters: PendingDeadLetters,
 }
 
 impl Queue {
@@ -89,7 +106,14 @@ impl Queue {
     ) -> Self {
         let settings = settings_for(&config, &arguments, durable, &runtime, policy);
         let now = runtime.clock.now_ms();
+        let dead_letters_at_least_once = config.queue_type == QueueType::Quorum
+            && arguments
+                .get("x-dead-letter-strategy")
+                .and_then(|v| v.as_str())
+                .is_some_and(|v| v == "at-least-once");
         Queue {
+            dead_letters_at_least_once,
+            pending_dead_letters: PendingDeadLetters::default(),
             name,
             vhost,
             durable,
@@ -209,7 +233,11 @@ impl Queue {
         };
         if let Some(target) = &after.dead_letter_target {
             let now = now.unwrap_or_else(|| self.runtime.clock.now_ms());
-            self.dead_letter(target, after.dead, now);
+            if after.at_least_once {
+                self.dead_letter_at_least_once(target, after.dead, now);
+            } else {
+                self.dead_letter(target, after.dead, now);
+            }
         }
         drop(group);
         if after.expire {
@@ -231,7 +259,12 @@ impl Queue {
         // deliveries, not per message.
         let mut delivered = 0;
         let mut delivered_auto_ack = 0;
+        let at_least_once =
+            self.dead_letters_at_least_once && state.settings().overflow == Overflow::RejectPublish;
+        // A dead-lettered message's forget comes just before its dead-letter effect.
+        let mut just_forgot = None;
         for effect in effects.drain() {
+            let forgotten = just_forgot.take();
             match effect {
                 Effect::Deliver {
                     consumer,
@@ -264,8 +297,21 @@ impl Queue {
                 Effect::DeadLetter { message, reason } => {
                     if after.dead_letter_target.is_none() {
                         after.dead_letter_target = state.settings().dead_letter.clone();
+                        after.at_least_once = at_least_once;
                     }
-                    after.dead.push((message, reason));
+                    let mut seq = None;
+                    if let (true, Some(forgotten)) = (at_least_once, forgotten) {
+                        // The record stays until the copies are written, in their commit.
+                        if self.store_id.get().is_some() {
+                            detached.pop();
+                        }
+                        seq = Some(forgotten);
+                    }
+                    after.dead.push(Died {
+                        message,
+                        reason,
+                        seq,
+                    });
                 }
                 Effect::Dropped { reason } => self.runtime.deaths.dropped(reason),
                 Effect::Arm { at_ms } => {
@@ -292,6 +338,7 @@ impl Queue {
                                 delivery_count: state.delivery_count,
                                 acquired_count: state.acquired_count,
                                 ready_at_ms: state.ready_at.unwrap_or(0),
+                                dead_letter_reason: None,
                             },
                         });
                     }
@@ -300,6 +347,7 @@ impl Queue {
                     if let Some(&queue) = self.store_id.get() {
                         detached.push(dwellmq_store::Op::Forget { queue, seq });
                     }
+                    just_forgot = Some(seq);
                 }
             }
         }
@@ -338,16 +386,14 @@ impl Queue {
     }
 
     /// Routes dead messages to the dead-letter exchange.
-    fn dead_letter(
-        &self,
-        target: &DeadLetterTarget,
-        dead: Vec<(Arc<Message>, DeathReason)>,
-        now_ms: u64,
-    ) {
+    fn dead_letter(&self, target: &DeadLetterTarget, dead: Vec<Died>, now_ms: u64) {
         let Some(vhost) = self.home.get().and_then(Weak::upgrade) else {
             return;
         };
-        for (message, reason) in dead {
+        for Died {
+            message, reason, ..
+        } in dead
+        {
             self.runtime.deaths.dead_lettered(reason);
             super::dead_letter::route(
                 &vhost,
@@ -357,6 +403,142 @@ impl Queue {
                 &message,
                 reason,
                 now_ms,
+            );
+        }
+    }
+
+    /// Dead-letters at least once: what not every target takes now is kept here, marked in the
+    /// store, and routed again later; what they all took leaves the store in the commit of
+    /// their copies (the caller's store group).
+    fn dead_letter_at_least_once(
+        self: &Arc<Self>,
+        target: &DeadLetterTarget,
+        dead: Vec<Died>,
+        now_ms: u64,
+    ) {
+        let pending = dead.into_iter().map(|died| {
+            self.runtime.deaths.dead_lettered(died.reason);
+            PendingDeadLetter {
+                message: died.message,
+                reason: died.reason,
+                died_at_ms: now_ms,
+                seq: died.seq,
+                taken_by: Vec::new(),
+            }
+        });
+        self.attempt_dead_letters(target, pending, now_ms, true);
+    }
+
+    /// Whether it keeps dead-lettered messages that not every target took yet.
+    pub(crate) fn keeps_dead_letters(&self) -> bool {
+        self.dead_letters_at_least_once && self.pending_dead_letters.figures().0 > 0
+    }
+
+    /// Routes kept dead-lettered messages once more (see [`pending`]): when their retry is due,
+    /// or at once with `now` (a binding was added).
+    pub(crate) fn retry_dead_letters(self: &Arc<Self>, now: bool) {
+        if !self.dead_letters_at_least_once {
+            return;
+        }
+        let now_ms = self.runtime.clock.now_ms();
+        let due = self.pending_dead_letters.take(now_ms, now);
+        if due.is_empty() {
+            return;
+        }
+        let target = self.inner.lock().state.settings().dead_letter.clone();
+        let Some(target) = target else {
+            // No dead-letter exchange any more: nowhere to take them, as at-most-once drops.
+            tracing::debug!(queue = %self.name, dropped = due.len(), "dead-letter target removed; kept dead letters dropped");
+            self.forget_in_store(due.iter().filter_map(|p| p.seq));
+            return;
+        };
+        // Their removal and their copies in the targets commit together.
+        let _group = match (self.store_id.get(), &self.runtime.store) {
+            (Some(_), Some(store)) => Some(store.group()),
+            _ => None,
+        };
+        self.attempt_dead_letters(&target, due, now_ms, false);
+    }
+
+    fn attempt_dead_letters(
+        self: &Arc<Self>,
+        target: &DeadLetterTarget,
+        pending: impl IntoIterator<Item = PendingDeadLetter>,
+        now_ms: u64,
+        first: bool,
+    ) {
+        let Some(vhost) = self.home.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let mut done = Vec::new();
+        let mut marks = Vec::new();
+        let mut arm = None;
+        for mut p in pending {
+            let through = super::dead_letter::attempt_once_each(
+                &vhost,
+                &self.runtime,
+                &self.name,
+                target,
+                &p.message,
+                p.reason,
+                p.died_at_ms,
+                &mut p.taken_by,
+            );
+            if through {
+                done.extend(p.seq);
+                continue;
+            }
+            if let (true, Some(seq), Some(&queue)) = (first, p.seq, self.store_id.get()) {
+                marks.push(dwellmq_store::Op::SetState {
+                    queue,
+                    seq,
+                    state: dwellmq_store::DeliveryState {
+                        dead_letter_reason: Some(pending::reason_code(p.reason)),
+                        ..Default::default()
+                    },
+                });
+            }
+            arm = arm.or(self.pending_dead_letters.keep(p, now_ms));
+        }
+        if let (false, Some(store)) = (marks.is_empty(), &self.runtime.store) {
+            store.submit_detached(marks);
+        }
+        self.forget_in_store(done);
+        if let Some(at) = arm {
+            if self.runtime.delayed.arm_queue(at, self) {
+                self.runtime.timer.wake();
+            }
+        }
+    }
+
+    fn forget_in_store(&self, seqs: impl IntoIterator<Item = u64>) {
+        let (Some(&queue), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
+            return;
+        };
+        let ops: Vec<_> = seqs
+            .into_iter()
+            .map(|seq| dwellmq_store::Op::Forget { queue, seq })
+            .collect();
+        if !ops.is_empty() {
+            store.submit_detached(ops);
+        }
+    }
+
+    /// Puts back dead-lettered messages the store kept for this queue (at start); the
+    /// restore's tick routes them again.
+    pub(crate) fn restore_dead_letters(&self, kept: Vec<(Arc<Message>, DeathReason, u64)>) {
+        let now_ms = self.runtime.clock.now_ms();
+        for (message, reason, seq) in kept {
+            self.pending_dead_letters.keep(
+                PendingDeadLetter {
+                    message,
+                    reason,
+                    died_at_ms: now_ms,
+                    seq: Some(seq),
+                    taken_by: Vec::new(),
+                },
+                // Due at the restore's tick.
+                now_ms.saturating_sub(pending::RETRY_INTERVAL_MS),
             );
         }
     }
@@ -408,9 +590,10 @@ impl Queue {
         self.run_at(Time::IfUsed, |state, now, fx| state.drain(now, fx));
     }
 
-    /// It is time for this queue's next deadline.
+    /// It is time for this queue's next deadline (or its kept dead letters' retry).
     pub(crate) fn tick(self: &Arc<Self>) {
         self.run(|state, now, fx| state.tick(now, fx));
+        self.retry_dead_letters(false);
     }
 
     /// Delivered messages were acked (or were no-ack and are done).
@@ -520,7 +703,10 @@ impl Queue {
         self.run(|state, now, fx| {
             state.tick(now, fx);
             let (expiring, next_expiry_at) = state.expiring();
+            let (dead_lettered, dead_lettered_bytes) = self.pending_dead_letters.figures();
             QueueFigures {
+                dead_lettered,
+                dead_lettered_bytes,
                 expiring,
                 next_expiry_at,
                 ready: state.ready(),
@@ -650,6 +836,7 @@ impl Queue {
         // Only store hooks can come out of a delete; the store drops the queue's messages
         // with the queue.
         effects.drain();
+        self.pending_dead_letters.clear();
         // The broker's totals keep what it counted.
         self.runtime
             .queue_totals
@@ -673,6 +860,10 @@ pub(crate) struct QueueFigures {
     /// When the first of those is ready again (ms on the broker's clock).
     pub(crate) next_retry_at: Option<u64>,
     pub(crate) consumers: usize,
+    /// Dead-lettered and kept until every target takes them (at-least-once dead-lettering),
+    /// and their body bytes.
+    pub(crate) dead_lettered: usize,
+    pub(crate) dead_lettered_bytes: u64,
     /// Ready messages whose TTL is pending, and when the first expires.
     pub(crate) expiring: usize,
     pub(crate) next_expiry_at: Option<u64>,

@@ -753,7 +753,33 @@ impl VHost {
                 add(exchange.durable);
             }
         }
+        self.retry_kept_dead_letters();
         Ok(())
+    }
+
+    /// A binding was added: dead-lettered messages that their source queues keep because no
+    /// queue took them (at-least-once dead-lettering) may route now, so they do not wait for
+    /// their timer.
+    fn retry_kept_dead_letters(&self) {
+        if self
+            .runtime
+            .restoring
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            // The restore ticks every queue once all bindings are back.
+            return;
+        }
+        // Collected first: a retry routes through this vhost, which takes the table's lock.
+        let keeping: Vec<Arc<Queue>> = self
+            .queues
+            .read()
+            .values()
+            .filter(|q| q.keeps_dead_letters())
+            .cloned()
+            .collect();
+        for queue in keeping {
+            queue.retry_dead_letters(true);
+        }
     }
 
     /// `queue.unbind` / `exchange.unbind`. As in RabbitMQ, a missing binding, source or

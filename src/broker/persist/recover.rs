@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use dwellmq_codec::{FieldTable, FieldValue, ShortStr};
 use dwellmq_core::policy::{ApplyTo, Policy, PolicyDefinition, PolicyValue};
+use dwellmq_core::queue::DeathReason;
 use dwellmq_core::routing::{Binding, Destination};
-use dwellmq_core::QueueEntry;
+use dwellmq_core::{Message, QueueEntry};
 use dwellmq_store::{
     BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Snapshot, Store, StoreError,
 };
 
+use crate::broker::dead_letter::pending::reason_of_code;
 use crate::broker::exchange::{DeclaredType, ExchangeKind};
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::Queue;
@@ -334,9 +336,10 @@ fn restore_queue(
         let Some(last) = page.last() else { break };
         from = last.seq + 1;
         let full = page.len() == PAGE;
-        let entries = entries(state, &queue, page);
-        count += entries.len();
+        let (entries, dead_letters) = entries(state, &queue, page);
+        count += entries.len() + dead_letters.len();
         queue.restore(entries, next_seq);
+        queue.restore_dead_letters(dead_letters);
         if !full {
             break;
         }
@@ -346,15 +349,21 @@ fn restore_queue(
     Ok((queue, count))
 }
 
+/// A dead-lettered message its queue keeps until every target takes it: the message, why it
+/// died, its position.
+type KeptDeadLetter = (Arc<Message>, DeathReason, u64);
+
 /// Stored messages as queue entries, each with the time its delayed retry is due (if it
-/// waits for one). Their state is exact: `redelivered` only for a message delivered before
-/// the restart (its persist or a state write says so), and a quorum queue's counts.
+/// waits for one), and the dead-lettered ones the queue keeps (at-least-once dead-lettering).
+/// Their state is exact: `redelivered` only for a message delivered before the restart (its
+/// persist or a state write says so), and a quorum queue's counts.
 fn entries(
     state: &BrokerState,
     queue: &Arc<Queue>,
     page: Vec<dwellmq_store::StoredMessage>,
-) -> Vec<(QueueEntry, Option<u64>)> {
+) -> (Vec<(QueueEntry, Option<u64>)>, Vec<KeptDeadLetter>) {
     let mut out = Vec::with_capacity(page.len());
+    let mut dead_letters = Vec::new();
     for stored in page {
         let body_len = stored.message.body_len();
         let guard = state.memory.charge_message(body_len);
@@ -362,6 +371,11 @@ fn entries(
             tracing::warn!(queue = %queue.name, seq = stored.seq, "stored message malformed, skipped");
             continue;
         };
+        if let Some(code) = stored.state.dead_letter_reason {
+            let reason = reason_of_code(code).unwrap_or(DeathReason::Rejected);
+            dead_letters.push((message, reason, stored.seq));
+            continue;
+        }
         let entry = QueueEntry {
             message,
             seq: stored.seq,
@@ -373,7 +387,7 @@ fn entries(
         let ready_at = stored.state.ready_at_ms;
         out.push((entry, (ready_at != 0).then_some(ready_at)));
     }
-    out
+    (out, dead_letters)
 }
 
 fn restore_binding(state: &BrokerState, b: &BindingDef) -> Result<(), String> {
