@@ -166,15 +166,22 @@ fn write_or_undo(
 }
 
 /// A vhost was added at runtime (configured ones are not written: the config brings them).
-pub(crate) fn vhost_added(runtime: &Runtime, name: &str, writes: DefinitionWrites<'_>) {
+/// If writing it fails, `undo` deletes it again.
+pub(crate) fn vhost_added(
+    runtime: &Runtime,
+    name: &str,
+    writes: DefinitionWrites<'_>,
+    undo: impl FnOnce() + Send + 'static,
+) {
     let Some(store) = store(runtime) else { return };
-    write(
+    write_or_undo(
         store,
         vec![Op::PutVhost(VhostDef {
             name: name.into(),
             metadata: Vec::new(),
         })],
         writes,
+        undo,
     );
 }
 
@@ -316,23 +323,34 @@ fn binding_def(vhost: &str, binding: &Binding) -> BindingDef {
     }
 }
 
-/// A binding was added: written when both ends are durable (RabbitMQ's rule).
+/// A binding was added: written when both ends are durable (RabbitMQ's rule). If writing a
+/// `new` one fails, it is removed from `source` again (one that was there before stays: it
+/// was written before).
 pub(crate) fn bound(
     runtime: &Runtime,
     vhost: &str,
-    source: &Exchange,
+    source: &Arc<Exchange>,
     binding: &Binding,
     durable_destination: bool,
+    new: bool,
     writes: DefinitionWrites<'_>,
 ) {
     let Some(store) = store(runtime) else { return };
-    if source.durable && durable_destination {
-        write(
-            store,
-            vec![Op::PutBinding(binding_def(vhost, binding))],
-            writes,
-        );
+    if !(source.durable && durable_destination) {
+        return;
     }
+    let (undo_source, undo_binding) = (Arc::clone(source), binding.clone());
+    let ops = vec![Op::PutBinding(binding_def(vhost, binding))];
+    write_or_undo(store, ops, writes, move || {
+        if new {
+            tracing::warn!(
+                source = %undo_binding.source,
+                destination = ?undo_binding.destination,
+                "the binding could not be written: it is taken back"
+            );
+            undo_source.bindings.write().remove(&undo_binding);
+        }
+    });
 }
 
 /// A binding was removed (removing one that was never stored is harmless).

@@ -731,15 +731,17 @@ impl VHost {
         // routed into the next queue of that name.
         let destination = binding.destination.clone();
         let add = |durable_destination: bool| {
+            // Added before its write is submitted: a failed commit's undo must find it.
+            let new = source.bindings.write().add(binding.clone());
             super::persist::bound(
                 &self.runtime,
                 &self.name,
                 &source,
                 &binding,
                 durable_destination,
+                new,
                 writes,
             );
-            source.bindings.write().add(binding);
         };
         match &destination {
             Destination::Queue(name) => {
