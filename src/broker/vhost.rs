@@ -595,6 +595,9 @@ impl VHost {
             Destination::Queue(queue.name.clone()),
             &mut orphaned,
         );
+        // A durable auto-delete exchange that lost its last binding here must not come back
+        // after a restart.
+        super::persist::exchanges_deleted(&self.runtime, &self.name, &orphaned, writes);
         // Its consumers hear of it (`basic.cancel` where they asked for it), and what the
         // orphaned auto-delete exchanges held goes with them.
         super::consumer::notify_cancelled(&consumers);
