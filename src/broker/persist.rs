@@ -25,6 +25,7 @@ use super::queue::Queue;
 use super::runtime::Runtime;
 use super::vhost::VHost;
 
+pub(crate) mod kept;
 pub(crate) mod recover;
 
 /// How the broker opens its store.
@@ -246,26 +247,67 @@ pub(crate) fn exchanges_deleted(
 }
 
 /// A queue was created in `vhost`: a durable, non-exclusive one is written with a fresh id
-/// (its messages are stored under that id). If writing it fails, it is deleted again, with
-/// whatever was stored under its id meanwhile.
+/// (its messages are stored under that id), or with the id of a queue of its vhost and name
+/// that the restore kept on disk, whose messages it takes back (returns true then: the caller
+/// ticks it once it is in its vhost). If writing it fails, it is deleted again, with whatever
+/// was stored under a fresh id meanwhile; a kept queue's messages stay kept.
 pub(crate) fn queue_declared(
     runtime: &Runtime,
     vhost: &Weak<VHost>,
     queue: &Arc<Queue>,
     writes: DefinitionWrites<'_>,
-) {
-    let Some(store) = store(runtime) else { return };
+) -> bool {
+    let Some(store) = store(runtime) else {
+        return false;
+    };
     if !queue.durable || queue.exclusive_owner.is_some() {
-        return;
+        return false;
     }
-    let id = *queue.store_id.get_or_init(|| store.allocate_queue_id());
+    let mut reattached = None;
+    let id =
+        *queue.store_id.get_or_init(
+            || match runtime.kept_queues.take(&queue.vhost, &queue.name) {
+                Some(kept) => {
+                    let id = kept.0.id;
+                    reattached = Some(kept);
+                    id
+                }
+                None => store.allocate_queue_id(),
+            },
+        );
+    if let Some((kept, _)) = &reattached {
+        match recover::load_kept_messages(&runtime.memory, store, queue, *kept) {
+            Ok(count) => tracing::info!(
+                vhost = %queue.vhost, queue = %queue.name, id, messages = count,
+                "a declare took back a queue the restore kept"
+            ),
+            Err(e) => tracing::error!(
+                vhost = %queue.vhost, queue = %queue.name, id, error = %e,
+                "reading a kept queue's messages failed"
+            ),
+        }
+    }
+    let taken_back = reattached.is_some();
     let (undo_in, undo_queue) = (Weak::clone(vhost), Arc::clone(queue));
     let ops = vec![Op::PutQueue(queue_def(queue, id))];
     write_or_undo(store, ops, writes, move || {
-        if let Some(vhost) = undo_in.upgrade() {
-            vhost.undo_queue_declare(&undo_queue);
+        let Some(vhost) = undo_in.upgrade() else {
+            return;
+        };
+        match reattached {
+            // Its stored definition and messages stay as the restore kept them.
+            Some((kept, reported)) => {
+                let (vhost_name, name) = (undo_queue.vhost.clone(), undo_queue.name.clone());
+                vhost.undo_queue_reattach(&undo_queue);
+                vhost
+                    .runtime()
+                    .kept_queues
+                    .keep(&vhost_name, &name, kept, reported);
+            }
+            None => vhost.undo_queue_declare(&undo_queue),
         }
     });
+    taken_back
 }
 
 fn queue_def(queue: &Queue, id: u64) -> QueueDef {

@@ -75,6 +75,8 @@ pub(crate) struct Runtime {
     pub(crate) restoring: std::sync::atomic::AtomicBool,
     /// Faults a test injects, and counters for the test endpoints.
     pub(crate) hooks: super::test_hooks::TestHooks,
+    /// Stored queues the restore kept on disk, for a declare to take back.
+    pub(crate) kept_queues: super::persist::kept::KeptQueues,
 }
 
 impl Runtime {
@@ -102,6 +104,7 @@ impl Runtime {
             store,
             restoring: std::sync::atomic::AtomicBool::new(false),
             hooks: Default::default(),
+            kept_queues: Default::default(),
         })
     }
 

@@ -403,6 +403,36 @@ impl VHost {
         let _ = self.delete_queue_instance_reporting(queue, DefinitionWrites::UNAWAITED);
     }
 
+    /// Takes back a declare that took over a kept queue whose definition could not be written:
+    /// gone from memory, while its stored definition, bindings and messages stay as the
+    /// restore kept them.
+    pub(crate) fn undo_queue_reattach(&self, queue: &Arc<Queue>) {
+        tracing::warn!(
+            vhost = %self.name,
+            queue = %queue.name,
+            "the queue's definition could not be written: the declare is taken back, what is stored stays kept"
+        );
+        {
+            let mut queues = self.queues.write();
+            if !queues
+                .get(&queue.name)
+                .is_some_and(|current| Arc::ptr_eq(current, queue))
+            {
+                return;
+            }
+            queues.remove(&queue.name);
+        }
+        let (_, consumers) = queue.mark_deleted();
+        let mut orphaned = Vec::new();
+        remove_bindings_to(
+            &mut self.exchanges.write(),
+            Destination::Queue(queue.name.clone()),
+            &mut orphaned,
+        );
+        super::consumer::notify_cancelled(&consumers);
+        self.forget_held(&orphaned);
+    }
+
     /// What a deletion leaves to do, done here so that no caller has to remember it: the
     /// messages held by the removed delayed exchanges go with them.
     fn forget_held(&self, removed: &[ShortStr]) {
@@ -507,13 +537,19 @@ impl VHost {
             policy.as_ref(),
         ));
         // Its store id is set and its definition submitted before anyone can see it: a message
-        // published to it at once is stored under that id, after the definition.
-        super::persist::queue_declared(&self.runtime, &self.me, &queue, writes);
+        // published to it at once is stored under that id, after the definition (and after
+        // the messages of a kept queue it takes back).
+        let took_back_kept =
+            super::persist::queue_declared(&self.runtime, &self.me, &queue, writes);
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
         QueueTotals::bump(&self.runtime.queue_totals.declared);
         QueueTotals::bump(&self.runtime.queue_totals.created);
         queue.start(self.me.clone());
+        if took_back_kept {
+            // As after a restore: what expired meanwhile dies, deadlines are armed.
+            queue.tick();
+        }
         Ok(queue)
     }
 

@@ -15,6 +15,8 @@ use dwellmq_store::{
 
 use crate::broker::dead_letter::pending::reason_of_code;
 use crate::broker::exchange::{DeclaredType, ExchangeKind};
+use crate::broker::memory::MemoryMonitor;
+use crate::broker::persist::kept::KeptQueue;
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::Queue;
 use crate::broker::vhost::{ExchangeSpec, QueueSpec};
@@ -140,7 +142,15 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
                 restored.messages += count;
                 queues.push(queue);
             }
-            Err(why) => skip(&mut restored, "queue", &q.vhost, &q.name, &why),
+            Err(why) => {
+                skip(&mut restored, "queue", &q.vhost, &q.name, &why);
+                let kept = KeptQueue { id: q.id, next_seq };
+                let reported = restored.kept.last().cloned().unwrap_or_default();
+                state
+                    .runtime
+                    .kept_queues
+                    .keep(&q.vhost, &q.name, kept, reported);
+            }
         }
     }
     for b in &definitions.bindings {
@@ -327,16 +337,39 @@ fn restore_queue(
     if queue.store_id.set(q.id).is_err() {
         return Err("declared twice".into());
     }
+    let count = load_messages(&state.memory, snapshot, &queue, q.id, next_seq)
+        .map_err(|e| e.to_string())?;
+    Ok((queue, count))
+}
+
+/// Loads the messages stored under a kept queue's id into `queue`, which a declare gave that
+/// id; returns how many. The caller ticks it once it is in its vhost.
+pub(crate) fn load_kept_messages(
+    memory: &Arc<MemoryMonitor>,
+    store: &Store,
+    queue: &Arc<Queue>,
+    kept: KeptQueue,
+) -> Result<usize, StoreError> {
+    let snapshot = store.snapshot()?;
+    load_messages(memory, &snapshot, queue, kept.id, kept.next_seq)
+}
+
+/// Loads the messages stored under `id` into `queue`, page by page; returns how many.
+fn load_messages(
+    memory: &Arc<MemoryMonitor>,
+    snapshot: &Snapshot,
+    queue: &Arc<Queue>,
+    id: u64,
+    next_seq: u64,
+) -> Result<usize, StoreError> {
     let mut count = 0;
     let mut from = 0;
     loop {
-        let page = snapshot
-            .queue_messages(q.id, from, PAGE)
-            .map_err(|e| e.to_string())?;
+        let page = snapshot.queue_messages(id, from, PAGE)?;
         let Some(last) = page.last() else { break };
         from = last.seq + 1;
         let full = page.len() == PAGE;
-        let (entries, dead_letters) = entries(state, &queue, page);
+        let (entries, dead_letters) = entries(memory, queue, page);
         count += entries.len() + dead_letters.len();
         queue.restore(entries, next_seq);
         queue.restore_dead_letters(dead_letters);
@@ -346,7 +379,7 @@ fn restore_queue(
     }
     // Even an empty queue continues its numbering.
     queue.restore(Vec::new(), next_seq);
-    Ok((queue, count))
+    Ok(count)
 }
 
 /// A dead-lettered message its queue keeps until every target takes it: the message, why it
@@ -358,7 +391,7 @@ type KeptDeadLetter = (Arc<Message>, DeathReason, u64);
 /// Their state is exact: `redelivered` only for a message delivered before the restart (its
 /// persist or a state write says so), and a quorum queue's counts.
 fn entries(
-    state: &BrokerState,
+    memory: &Arc<MemoryMonitor>,
     queue: &Arc<Queue>,
     page: Vec<dwellmq_store::StoredMessage>,
 ) -> (Vec<(QueueEntry, Option<u64>)>, Vec<KeptDeadLetter>) {
@@ -366,7 +399,7 @@ fn entries(
     let mut dead_letters = Vec::new();
     for stored in page {
         let body_len = stored.message.body_len();
-        let guard = state.memory.charge_message(body_len);
+        let guard = memory.charge_message(body_len);
         let Some(message) = stored.message.unpack(Some(Box::new(guard))) else {
             tracing::warn!(queue = %queue.name, seq = stored.seq, "stored message malformed, skipped");
             continue;
