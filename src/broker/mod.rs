@@ -56,7 +56,7 @@ pub(crate) struct BrokerState {
     /// What queues share: clock, deadlines, accounting.
     pub(crate) runtime: Arc<Runtime>,
     /// Direct reply-to consumers, by reply address.
-    pub(crate) reply_consumers: reply_to::ReplyConsumers,
+    pub(crate) reply_consumers: Arc<reply_to::ReplyConsumers>,
     /// Wakes the timer thread when an earlier deadline appears.
     pub(crate) timer: Arc<timer_thread::TimerControl>,
     next_connection_id: AtomicU64,
@@ -138,7 +138,7 @@ impl BrokerState {
             me: me.clone(),
             delayed: Arc::clone(&runtime.delayed),
             timer: Arc::clone(&runtime.timer),
-            reply_consumers: reply_to::ReplyConsumers::new(Arc::clone(&runtime.names)),
+            reply_consumers: Arc::clone(&runtime.reply_consumers),
             runtime,
             memory,
             disk,

@@ -23,6 +23,7 @@ use dwellmq_core::queue::PublishOutcome;
 use super::exchange::{Exchange, ExchangeKind};
 use super::memory::MemoryMonitor;
 use super::persist::PublishTicket;
+use super::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
 use super::runtime::Runtime;
 use super::vhost::{Routing, VHost};
 
@@ -63,6 +64,23 @@ pub(crate) fn check_properties(properties: &BasicProperties, user: &str) -> Brok
     if let Some(expiration) = &properties.expiration {
         arguments::parse_expiration(expiration)?;
     }
+    Ok(())
+}
+
+/// Direct reply-to, the request's side: `reply_to = amq.rabbitmq.reply-to` becomes the
+/// publisher's reply address, which only a channel consuming from the pseudo-queue has (over
+/// HTTP there is none); without one the publish is refused, as RabbitMQ refuses it.
+pub(crate) fn resolve_reply_to(
+    properties: &mut BasicProperties,
+    reply_address: Option<&ShortStr>,
+) -> BrokerResult<()> {
+    if properties.reply_to.as_deref() != Some(REPLY_QUEUE) {
+        return Ok(());
+    }
+    let address = reply_address.ok_or_else(|| {
+        BrokerError::PreconditionFailed("fast reply consumer does not exist".into())
+    })?;
+    properties.reply_to = Some(address.clone());
     Ok(())
 }
 
@@ -287,6 +305,17 @@ fn route_and_enqueue_skipping(
         mandatory,
         dead_lettered,
     } = outgoing;
+    if exchange.is_default() && routing_key.starts_with(REPLY_PREFIX) {
+        // Direct reply-to, the reply's side: straight to the requester's reply consumer, no
+        // queue in between (and nothing stored, so no ticket).
+        let delivered = runtime.reply_consumers.deliver(routing_key, message);
+        return Outcome {
+            routed: delivered,
+            returned: !delivered && mandatory,
+            dropped: !delivered && !mandatory,
+            ..Outcome::default()
+        };
+    }
     let headers = message.properties.headers.as_ref();
     vhost.route(
         exchange,
