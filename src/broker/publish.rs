@@ -160,10 +160,12 @@ pub(crate) fn stores_copies(message: &Message, routing: &Routing) -> bool {
 
 /// Hands a routed message on, draining `routing`: each delayed exchange on its way holds the
 /// copy that keeps `bcc`, due at `due_ms`; each queue takes the message (an injected delivery
-/// delay makes a queue take it later). Copies the store writes count on `ticket`. Returns
+/// delay makes a queue take it later). Copies the store writes count on `ticket`; each queue
+/// that takes it is added to `taken` (an at-least-once dead-lettering's attempt). Returns
 /// whether a queue refused it (`x-overflow` = reject-publish: the publisher hears a nack).
 /// Every way into queues goes through here, by [`route_and_enqueue`]: a publish on a channel
 /// or over HTTP, a dead-lettering, a delayed exchange's release.
+#[allow(clippy::too_many_arguments)]
 fn enqueue(
     runtime: &Runtime,
     vhost: &Arc<VHost>,

@@ -498,6 +498,10 @@ impl Queue {
                     },
                 });
             }
+            if self.is_deleted() {
+                // Deleted while this attempt ran: what it kept went with it.
+                continue;
+            }
             arm = arm.or(self.pending_dead_letters.keep(p, now_ms));
         }
         if let (false, Some(store)) = (marks.is_empty(), &self.runtime.store) {
