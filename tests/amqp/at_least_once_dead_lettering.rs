@@ -194,3 +194,35 @@ async fn at_most_once_still_drops_an_unroutable_dead_letter() {
     broker.broker.settle().await.expect("settled");
     assert_eq!(bodies(&ch, "dead").await, Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn a_retry_skips_the_targets_that_took_the_message_already() {
+    let broker = start_manual().await;
+    let ch = broker.channel().await;
+    source_and_exchange(&ch).await;
+    let mut bounded = FieldTable::default();
+    bounded.insert("x-max-length".into(), AMQPValue::LongInt(1));
+    bounded.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish".into()),
+    );
+    bind_target(&ch, "full", bounded).await;
+    bind_target(&ch, "open", FieldTable::default()).await;
+    publish(&ch, "full", "filler").await;
+    publish(&ch, "src", "m1").await;
+    reject_head_of_source(&ch).await;
+    assert_eq!(dead_lettered_in_source(&broker), 1, "one target refused it");
+    assert_eq!(bodies(&ch, "open").await, ["m1"]);
+
+    assert_eq!(bodies(&ch, "full").await, ["filler"]);
+    broker.broker.advance(PAST_THE_RETRY);
+    broker.broker.settle().await.expect("settled");
+
+    assert_eq!(bodies(&ch, "full").await, ["m1"]);
+    assert_eq!(
+        bodies(&ch, "open").await,
+        Vec::<String>::new(),
+        "not a second copy"
+    );
+    assert_eq!(dead_lettered_in_source(&broker), 0);
+}
