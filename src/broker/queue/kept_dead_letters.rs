@@ -54,6 +54,7 @@ impl Queue {
             // No dead-letter exchange any more: nowhere to take them, as at-most-once drops.
             tracing::debug!(queue = %self.name, dropped = due.len(), "dead-letter target removed; kept dead letters dropped");
             self.forget_in_store(due.iter().filter_map(|p| p.seq));
+            self.count_kept_dead_letters();
             return;
         };
         // Their removal and their copies in the targets commit together.
@@ -112,6 +113,7 @@ impl Queue {
             store.submit_detached(marks);
         }
         self.forget_in_store(done);
+        self.count_kept_dead_letters();
         if let Some(at) = arm {
             if self.runtime.delayed.arm_queue(at, self) {
                 self.runtime.timer.wake();
@@ -149,5 +151,15 @@ impl Queue {
                 now_ms.saturating_sub(pending::RETRY_INTERVAL_MS),
             );
         }
+        self.count_kept_dead_letters();
+    }
+
+    /// Tells the queue's state how many it keeps: they count toward its length limits.
+    fn count_kept_dead_letters(&self) {
+        let (count, bytes) = self.pending_dead_letters.figures();
+        self.inner
+            .lock()
+            .state
+            .set_kept_dead_letters(count as u64, bytes);
     }
 }
