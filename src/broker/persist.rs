@@ -248,35 +248,34 @@ pub(crate) fn exchanges_deleted(
 
 /// A queue was created in `vhost`: a durable, non-exclusive one is written with a fresh id
 /// (its messages are stored under that id), or with the id of a queue of its vhost and name
-/// that the restore kept on disk, whose messages it takes back (returns true then: the caller
-/// ticks it once it is in its vhost). If writing it fails, it is deleted again, with whatever
-/// was stored under a fresh id meanwhile; a kept queue's messages stay kept.
+/// that the restore kept on disk, whose messages it takes back (returns the kept bindings to
+/// it then: the caller binds them again and ticks the queue once it is in its vhost). If
+/// writing it fails, it is deleted again, with whatever was stored under a fresh id
+/// meanwhile; a kept queue's messages and bindings stay kept.
 pub(crate) fn queue_declared(
     runtime: &Runtime,
     vhost: &Weak<VHost>,
     queue: &Arc<Queue>,
     writes: DefinitionWrites<'_>,
-) -> bool {
-    let Some(store) = store(runtime) else {
-        return false;
-    };
+) -> Option<Vec<(BindingDef, String)>> {
+    let store = store(runtime)?;
     if !queue.durable || queue.exclusive_owner.is_some() {
-        return false;
+        return None;
     }
     let mut reattached = None;
     let id =
         *queue.store_id.get_or_init(
             || match runtime.kept_queues.take(&queue.vhost, &queue.name) {
                 Some(kept) => {
-                    let id = kept.0.id;
+                    let id = kept.queue.id;
                     reattached = Some(kept);
                     id
                 }
                 None => store.allocate_queue_id(),
             },
         );
-    if let Some((kept, _)) = &reattached {
-        match recover::load_kept_messages(&runtime.memory, store, queue, *kept) {
+    if let Some(kept) = &reattached {
+        match recover::load_kept_messages(&runtime.memory, store, queue, kept.queue) {
             Ok(count) => tracing::info!(
                 vhost = %queue.vhost, queue = %queue.name, id, messages = count,
                 "a declare took back a queue the restore kept"
@@ -287,7 +286,7 @@ pub(crate) fn queue_declared(
             ),
         }
     }
-    let taken_back = reattached.is_some();
+    let bindings = reattached.as_ref().map(|kept| kept.bindings.clone());
     let (undo_in, undo_queue) = (Weak::clone(vhost), Arc::clone(queue));
     let ops = vec![Op::PutQueue(queue_def(queue, id))];
     write_or_undo(store, ops, writes, move || {
@@ -296,18 +295,17 @@ pub(crate) fn queue_declared(
         };
         match reattached {
             // Its stored definition and messages stay as the restore kept them.
-            Some((kept, reported)) => {
-                let (vhost_name, name) = (undo_queue.vhost.clone(), undo_queue.name.clone());
+            Some(retaken) => {
                 vhost.undo_queue_reattach(&undo_queue);
                 vhost
                     .runtime()
                     .kept_queues
-                    .keep(&vhost_name, &name, kept, reported);
+                    .put_back(&undo_queue.vhost, &undo_queue.name, retaken);
             }
             None => vhost.undo_queue_declare(&undo_queue),
         }
     });
-    taken_back
+    bindings
 }
 
 fn queue_def(queue: &Queue, id: u64) -> QueueDef {

@@ -539,15 +539,21 @@ impl VHost {
         // Its store id is set and its definition submitted before anyone can see it: a message
         // published to it at once is stored under that id, after the definition (and after
         // the messages of a kept queue it takes back).
-        let took_back_kept =
-            super::persist::queue_declared(&self.runtime, &self.me, &queue, writes);
+        let kept_bindings = super::persist::queue_declared(&self.runtime, &self.me, &queue, writes);
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
         QueueTotals::bump(&self.runtime.queue_totals.declared);
         QueueTotals::bump(&self.runtime.queue_totals.created);
         queue.start(self.me.clone());
-        if took_back_kept {
-            // As after a restore: what expired meanwhile dies, deadlines are armed.
+        if let Some(bindings) = kept_bindings {
+            // As a restore would: its kept bindings whose source exists are back, what expired
+            // meanwhile dies, deadlines are armed.
+            for (binding, reported) in bindings {
+                match super::persist::recover::restore_binding_in(self, &binding) {
+                    Ok(()) => self.runtime.kept_queues.binding_reattached(reported),
+                    Err(why) => tracing::info!(%reported, %why, "a kept binding stays kept"),
+                }
+            }
             queue.tick();
         }
         Ok(queue)

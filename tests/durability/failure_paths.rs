@@ -480,8 +480,9 @@ async fn definitions_that_cannot_be_restored_are_kept_for_a_later_start() {
 
 /// A queue the restore kept on disk (its vhost was not configured) is taken back by a later
 /// declare of the same vhost and name: the declare reuses its stored id, so its message comes
-/// back, the health check no longer names it, and a restart finds it once. Before, the declare
-/// got a fresh id: an empty queue, with the kept message orphaned under the old one.
+/// back, and its kept binding with it; the health check no longer names them, and a restart
+/// finds the message once. Before, the declare got a fresh id: an empty queue, with the kept
+/// message orphaned under the old one.
 #[tokio::test]
 async fn a_declare_takes_back_a_queue_the_restore_kept_with_its_messages() {
     use crate::http_client::{get, put, GUEST};
@@ -511,6 +512,15 @@ async fn a_declare_takes_back_a_queue_the_restore_kept_with_its_messages() {
     let broker = start(true).await.expect("starts");
     let (connection, ch) = tenant_channel(&broker).await;
     durable_queue(&ch, "due", FieldTable::default()).await;
+    ch.queue_bind(
+        "due".into(),
+        "amq.direct".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
@@ -542,6 +552,15 @@ async fn a_declare_takes_back_a_queue_the_restore_kept_with_its_messages() {
         .await
         .expect("declared");
     assert_eq!(declared.message_count(), 1, "its kept message is back");
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish(&ch, "amq.direct", "k", "bound", persistent()).await);
+    assert_eq!(
+        broker.queue_info("tenant", "due").map(|q| q.messages),
+        Some(2),
+        "its kept binding is back"
+    );
     let check = get(http, "/api/health/checks/definitions", GUEST).await;
     assert_eq!(check.status, 200, "{}", check.text());
     drop(connection);
@@ -549,6 +568,6 @@ async fn a_declare_takes_back_a_queue_the_restore_kept_with_its_messages() {
 
     let broker = start(false).await.expect("starts");
     let (_connection, ch) = tenant_channel(&broker).await;
-    assert_eq!(bodies(&ch, "due").await, ["queued"]);
+    assert_eq!(bodies(&ch, "due").await, ["queued", "bound"]);
     broker.shutdown().await;
 }

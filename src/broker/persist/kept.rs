@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use dwellmq_store::BindingDef;
 use parking_lot::Mutex;
 
 /// A kept queue's place in the store.
@@ -19,8 +20,19 @@ pub(crate) struct KeptQueue {
 struct Kept {
     /// By (vhost, name): the queue and what the health check says of it.
     by_name: HashMap<(String, String), (KeptQueue, String)>,
+    /// Kept bindings to a kept queue, by the queue's (vhost, name), each with what the health
+    /// check says of it.
+    bindings: HashMap<(String, String), Vec<(BindingDef, String)>>,
     /// What the health check no longer lists: those reattached since.
     reattached: HashSet<String>,
+}
+
+/// What a declare takes over: the kept queue, how the health check names it, and the kept
+/// bindings leading to it.
+pub(crate) struct Retaken {
+    pub(crate) queue: KeptQueue,
+    pub(crate) reported: String,
+    pub(crate) bindings: Vec<(BindingDef, String)>,
 }
 
 /// The kept queues of the last restore.
@@ -38,12 +50,49 @@ impl KeptQueues {
             .insert((vhost.to_owned(), name.to_owned()), (queue, reported));
     }
 
-    /// A declare takes over the kept queue of this vhost and name, if there is one.
-    pub(crate) fn take(&self, vhost: &str, name: &str) -> Option<(KeptQueue, String)> {
+    /// The restore kept this binding because its destination, a kept queue, was not restored.
+    /// Returns false (and keeps nothing) if the queue is not one of the kept ones.
+    pub(crate) fn keep_binding(&self, binding: &BindingDef, reported: String) -> bool {
         let mut kept = self.kept.lock();
-        let taken = kept.by_name.remove(&(vhost.to_owned(), name.to_owned()))?;
-        kept.reattached.insert(taken.1.clone());
-        Some(taken)
+        let queue = (binding.vhost.clone(), binding.destination.clone());
+        if !kept.by_name.contains_key(&queue) {
+            return false;
+        }
+        kept.bindings
+            .entry(queue)
+            .or_default()
+            .push((binding.clone(), reported));
+        true
+    }
+
+    /// A declare takes over the kept queue of this vhost and name, if there is one.
+    pub(crate) fn take(&self, vhost: &str, name: &str) -> Option<Retaken> {
+        let mut kept = self.kept.lock();
+        let key = (vhost.to_owned(), name.to_owned());
+        let (queue, reported) = kept.by_name.remove(&key)?;
+        let bindings = kept.bindings.remove(&key).unwrap_or_default();
+        kept.reattached.insert(reported.clone());
+        Some(Retaken {
+            queue,
+            reported,
+            bindings,
+        })
+    }
+
+    /// A kept binding was restored by the declare that took its queue back.
+    pub(crate) fn binding_reattached(&self, reported: String) {
+        self.kept.lock().reattached.insert(reported);
+    }
+
+    /// A declare that took the queue back was itself taken back: everything stays kept.
+    pub(crate) fn put_back(&self, vhost: &str, name: &str, retaken: Retaken) {
+        let mut kept = self.kept.lock();
+        kept.reattached.remove(&retaken.reported);
+        let key = (vhost.to_owned(), name.to_owned());
+        if !retaken.bindings.is_empty() {
+            kept.bindings.insert(key.clone(), retaken.bindings);
+        }
+        kept.by_name.insert(key, (retaken.queue, retaken.reported));
     }
 
     /// Whether the health check's `reported` entry was reattached since the restore.

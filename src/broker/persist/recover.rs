@@ -19,7 +19,7 @@ use crate::broker::memory::MemoryMonitor;
 use crate::broker::persist::kept::KeptQueue;
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::Queue;
-use crate::broker::vhost::{ExchangeSpec, QueueSpec};
+use crate::broker::vhost::{ExchangeSpec, QueueSpec, VHost};
 use crate::broker::BrokerState;
 
 /// Messages read per page when a queue is loaded.
@@ -159,6 +159,11 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
             Err(why) => {
                 let name = format!("{} -> {}", b.source, b.destination);
                 skip(&mut restored, "binding", &b.vhost, &name, &why);
+                let reported = restored.kept.last().cloned().unwrap_or_default();
+                if b.destination_kind == DestinationKind::Queue {
+                    // Back with its queue if a declare takes the queue back.
+                    state.runtime.kept_queues.keep_binding(b, reported);
+                }
             }
         }
     }
@@ -427,6 +432,11 @@ fn restore_binding(state: &BrokerState, b: &BindingDef) -> Result<(), String> {
     let vhost = state
         .vhost(&b.vhost)
         .ok_or_else(|| format!("no vhost '{}'", b.vhost))?;
+    restore_binding_in(&vhost, b)
+}
+
+/// Binds `b` in `vhost` again (its write rewrites the stored record).
+pub(crate) fn restore_binding_in(vhost: &VHost, b: &BindingDef) -> Result<(), String> {
     let destination = match b.destination_kind {
         DestinationKind::Queue => {
             vhost.queue(&b.destination).map_err(|e| e.to_string())?;
