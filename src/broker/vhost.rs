@@ -116,6 +116,9 @@ pub(crate) struct VHost {
     /// This vhost, for its queues (dead-lettering, `x-expires`).
     me: Weak<VHost>,
     policies: RwLock<Policies>,
+    /// Queues that keep dead-lettered messages not every target took (at-least-once
+    /// dead-lettering), so that a bind retries those few, not every queue's.
+    keeping_dead_letters: parking_lot::Mutex<Vec<Weak<Queue>>>,
 }
 
 /// RabbitMQ's refusal of any operation on the nameless default exchange.
@@ -205,6 +208,7 @@ impl VHost {
             runtime,
             me,
             policies: RwLock::new(Policies::default()),
+            keeping_dead_letters: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
@@ -816,16 +820,23 @@ impl VHost {
             // The restore ticks every queue once all bindings are back.
             return;
         }
-        // Collected first: a retry routes through this vhost, which takes the table's lock.
-        let keeping: Vec<Arc<Queue>> = self
-            .queues
-            .read()
-            .values()
-            .filter(|q| q.keeps_dead_letters())
-            .cloned()
-            .collect();
+        // Collected first: a retry may note its queue again.
+        let keeping: Vec<Arc<Queue>> = {
+            let mut list = self.keeping_dead_letters.lock();
+            list.retain(|q| q.upgrade().is_some_and(|q| q.keeps_dead_letters()));
+            list.iter().filter_map(Weak::upgrade).collect()
+        };
         for queue in keeping {
             queue.retry_dead_letters(true);
+        }
+    }
+
+    /// `queue` keeps dead-lettered messages now: a bind retries them.
+    pub(crate) fn note_keeping_dead_letters(&self, queue: &Arc<Queue>) {
+        let mut list = self.keeping_dead_letters.lock();
+        let queue = Arc::downgrade(queue);
+        if !list.iter().any(|q| q.ptr_eq(&queue)) {
+            list.push(queue);
         }
     }
 

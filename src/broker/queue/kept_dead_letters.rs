@@ -114,6 +114,9 @@ impl Queue {
         }
         self.forget_in_store(done);
         self.count_kept_dead_letters();
+        if arm.is_some() {
+            vhost.note_keeping_dead_letters(self);
+        }
         if let Some(at) = arm {
             if self.runtime.delayed.arm_queue(at, self) {
                 self.runtime.timer.wake();
@@ -136,7 +139,16 @@ impl Queue {
 
     /// Puts back dead-lettered messages the store kept for this queue (at start); the
     /// restore's tick routes them again.
-    pub(crate) fn restore_dead_letters(&self, kept: Vec<(Arc<Message>, DeathReason, u64)>) {
+    pub(crate) fn restore_dead_letters(
+        self: &Arc<Self>,
+        kept: Vec<(Arc<Message>, DeathReason, u64)>,
+    ) {
+        if kept.is_empty() {
+            return;
+        }
+        if let Some(vhost) = self.home.get().and_then(Weak::upgrade) {
+            vhost.note_keeping_dead_letters(self);
+        }
         let now_ms = self.runtime.clock.now_ms();
         for (message, reason, seq) in kept {
             self.pending_dead_letters.keep(
