@@ -321,6 +321,9 @@ pub struct QueueInfo {
     pub retrying: usize,
     /// When the next of them is ready again, milliseconds since the Unix epoch.
     pub next_retry_at: Option<u64>,
+    /// Dead-lettered and kept until every target queue takes it (`x-dead-letter-strategy:
+    /// at-least-once`): never delivered from this queue again.
+    pub dead_lettered: usize,
 }
 
 /// A message of a quorum queue waiting for its delayed retry.
@@ -649,6 +652,7 @@ pub(crate) fn queue_info(state: &BrokerState, vhost: &str, queue: &str) -> Optio
         unacked: queue.unacked_count(),
         retrying: retrying.len(),
         next_retry_at: retrying.first().map(|(at, _)| *at),
+        dead_lettered: queue.figures().dead_lettered,
     })
 }
 

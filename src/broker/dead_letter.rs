@@ -1,5 +1,8 @@
 //! Routing dead messages: to the dead-letter exchange, with their `x-death` history, into every
-//! queue that does not close a cycle.
+//! queue that does not close a cycle. At-least-once dead-lettering keeps in its source what not
+//! every target took ([`pending`]).
+
+pub(crate) mod pending;
 
 use std::sync::Arc;
 
@@ -13,8 +16,8 @@ use super::publish::{self, Outgoing};
 use super::runtime::Runtime;
 use super::vhost::{Routing, VHost};
 
-/// Dead-letters `message`, which died in `queue` for `reason`. A dead-letter exchange that does
-/// not exist drops it, as in RabbitMQ.
+/// Dead-letters `message`, which died in `queue` for `reason` at `now_ms`. A dead-letter
+/// exchange that does not exist drops it, as in RabbitMQ.
 pub(crate) fn route(
     vhost: &Arc<VHost>,
     runtime: &Runtime,
@@ -24,9 +27,56 @@ pub(crate) fn route(
     reason: DeathReason,
     now_ms: u64,
 ) {
+    attempt(vhost, runtime, queue, target, message, reason, now_ms, None);
+}
+
+/// An at-least-once dead-lettering's attempt: as [`route`], skipping the queues in `taken` (which
+/// took it at an earlier attempt) and adding those that take it now. Returns whether it got
+/// through: no target refused it and a queue (or a delayed exchange) has it, or every queue it
+/// would reach closes a cycle (dropped, as RabbitMQ's dead-letter worker drops it). A missing
+/// dead-letter exchange, or one that routes it nowhere, means a retry.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attempt_once_each(
+    vhost: &Arc<VHost>,
+    runtime: &Runtime,
+    queue: &ShortStr,
+    target: &DeadLetterTarget,
+    message: &Message,
+    reason: DeathReason,
+    died_at_ms: u64,
+    taken: &mut Vec<ShortStr>,
+) -> bool {
+    let taken_before = taken.len();
+    let Some(outcome) = attempt(
+        vhost,
+        runtime,
+        queue,
+        target,
+        message,
+        reason,
+        died_at_ms,
+        Some(taken),
+    ) else {
+        return false;
+    };
+    !outcome.rejected && (outcome.routed || outcome.cycled || taken_before > 0)
+}
+
+/// Routes the dead copy of `message`; `None` when the dead-letter exchange is missing.
+#[allow(clippy::too_many_arguments)]
+fn attempt(
+    vhost: &Arc<VHost>,
+    runtime: &Runtime,
+    queue: &ShortStr,
+    target: &DeadLetterTarget,
+    message: &Message,
+    reason: DeathReason,
+    now_ms: u64,
+    taken: Option<&mut Vec<ShortStr>>,
+) -> Option<publish::Outcome> {
     let Ok(exchange) = vhost.exchange(&target.exchange) else {
-        tracing::debug!(%queue, exchange = %target.exchange, "dead-letter exchange missing; message dropped");
-        return;
+        tracing::debug!(%queue, exchange = %target.exchange, "dead-letter exchange missing");
+        return None;
     };
     let guard = runtime.memory.charge_message(message.body_len());
     let dead = dead_letter(
@@ -41,7 +91,11 @@ pub(crate) fn route(
     // already negated that.
     let delay = parse_x_delay(dead.message.properties.headers.as_ref()).unwrap_or(0);
     let Some((key, extra_keys)) = dead.routing_keys.split_first() else {
-        return;
+        // No key to route by: no retry could place it either.
+        return Some(publish::Outcome {
+            cycled: true,
+            ..publish::Outcome::default()
+        });
     };
     let outgoing = Outgoing {
         exchange: &exchange,
@@ -56,5 +110,10 @@ pub(crate) fn route(
     // What the source queue's store group holds (see `Queue::run_with`): the copies commit
     // with the removal from the source.
     let mut routing = Routing::default();
-    publish::route_and_enqueue(runtime, vhost, outgoing, &mut routing, None);
+    Some(match taken {
+        None => publish::route_and_enqueue(runtime, vhost, outgoing, &mut routing, None),
+        Some(taken) => {
+            publish::route_and_enqueue_once_each(runtime, vhost, outgoing, &mut routing, taken)
+        }
+    })
 }

@@ -56,7 +56,7 @@ pub(crate) struct BrokerState {
     /// What queues share: clock, deadlines, accounting.
     pub(crate) runtime: Arc<Runtime>,
     /// Direct reply-to consumers, by reply address.
-    pub(crate) reply_consumers: reply_to::ReplyConsumers,
+    pub(crate) reply_consumers: Arc<reply_to::ReplyConsumers>,
     /// Wakes the timer thread when an earlier deadline appears.
     pub(crate) timer: Arc<timer_thread::TimerControl>,
     next_connection_id: AtomicU64,
@@ -77,6 +77,8 @@ pub(crate) struct BrokerState {
     /// Stored definitions the last restore could not bring back (kept on disk untouched):
     /// what and why, for `GET /api/health/checks/definitions`.
     pub(crate) unrestored: parking_lot::Mutex<Vec<String>>,
+    /// Itself, for what the store's writer takes back after a failed write (a vhost added).
+    me: std::sync::Weak<BrokerState>,
 }
 
 /// One connection's output that was not yet written to its socket.
@@ -132,10 +134,11 @@ impl BrokerState {
                 .entry(name.to_string())
                 .or_insert_with(|| VHost::shared(name.into(), Arc::clone(&runtime)));
         }
-        Arc::new(BrokerState {
+        Arc::new_cyclic(|me| BrokerState {
+            me: me.clone(),
             delayed: Arc::clone(&runtime.delayed),
             timer: Arc::clone(&runtime.timer),
-            reply_consumers: reply_to::ReplyConsumers::new(Arc::clone(&runtime.names)),
+            reply_consumers: Arc::clone(&runtime.reply_consumers),
             runtime,
             memory,
             disk,
@@ -175,13 +178,33 @@ impl BrokerState {
         if vhosts.contains_key(name) {
             return false;
         }
-        vhosts.insert(
-            name.to_string(),
-            VHost::shared(name.into(), Arc::clone(&self.runtime)),
-        );
+        let vhost = VHost::shared(name.into(), Arc::clone(&self.runtime));
+        let added = Arc::downgrade(&vhost);
+        vhosts.insert(name.to_string(), vhost);
         drop(vhosts);
-        persist::vhost_added(&self.runtime, name, writes);
+        let me = self.me.clone();
+        persist::vhost_added(&self.runtime, name, writes, move || {
+            if let (Some(state), Some(added)) = (me.upgrade(), added.upgrade()) {
+                state.undo_vhost_add(&added);
+            }
+        });
         true
+    }
+
+    /// Writing an added vhost failed: it is deleted again, with whatever was declared in it
+    /// meanwhile, as if it had never been added (unless it was deleted and added again since).
+    fn undo_vhost_add(&self, added: &Arc<VHost>) {
+        tracing::warn!(vhost = %added.name, "the vhost's definition could not be written: it is taken back");
+        let mut vhosts = self.vhosts.write();
+        if !vhosts
+            .get(added.name.as_str())
+            .is_some_and(|current| Arc::ptr_eq(current, added))
+        {
+            return;
+        }
+        vhosts.remove(added.name.as_str());
+        drop(vhosts);
+        self.tear_down_vhost(added, persist::DefinitionWrites::UNAWAITED);
     }
 
     /// Takes vhost `name` out of the broker (`DELETE /api/vhosts/{name}`); the caller deletes
@@ -194,6 +217,13 @@ impl BrokerState {
         let Some(vhost) = self.vhosts.write().remove(name) else {
             return false;
         };
+        self.tear_down_vhost(&vhost, writes);
+        true
+    }
+
+    /// What deleting vhost `vhost`, already out of the broker's map, leaves to do.
+    fn tear_down_vhost(&self, vhost: &Arc<VHost>, writes: persist::DefinitionWrites<'_>) {
+        let name = vhost.name.as_str();
         let reason = format!("vhost '{name}' is deleted");
         for connection in self.connections.list().iter().filter(|c| c.vhost == name) {
             connection.close(reason.clone());
@@ -214,7 +244,6 @@ impl BrokerState {
             }
         }
         persist::vhost_deleted(&self.runtime, name, writes);
-        true
     }
 
     pub(crate) fn user(&self, name: &str) -> Option<Arc<access::User>> {

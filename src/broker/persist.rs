@@ -25,6 +25,7 @@ use super::queue::Queue;
 use super::runtime::Runtime;
 use super::vhost::VHost;
 
+pub(crate) mod kept;
 pub(crate) mod recover;
 
 /// How the broker opens its store.
@@ -166,15 +167,22 @@ fn write_or_undo(
 }
 
 /// A vhost was added at runtime (configured ones are not written: the config brings them).
-pub(crate) fn vhost_added(runtime: &Runtime, name: &str, writes: DefinitionWrites<'_>) {
+/// If writing it fails, `undo` deletes it again.
+pub(crate) fn vhost_added(
+    runtime: &Runtime,
+    name: &str,
+    writes: DefinitionWrites<'_>,
+    undo: impl FnOnce() + Send + 'static,
+) {
     let Some(store) = store(runtime) else { return };
-    write(
+    write_or_undo(
         store,
         vec![Op::PutVhost(VhostDef {
             name: name.into(),
             metadata: Vec::new(),
         })],
         writes,
+        undo,
     );
 }
 
@@ -239,26 +247,65 @@ pub(crate) fn exchanges_deleted(
 }
 
 /// A queue was created in `vhost`: a durable, non-exclusive one is written with a fresh id
-/// (its messages are stored under that id). If writing it fails, it is deleted again, with
-/// whatever was stored under its id meanwhile.
+/// (its messages are stored under that id), or with the id of a queue of its vhost and name
+/// that the restore kept on disk, whose messages it takes back (returns the kept bindings to
+/// it then: the caller binds them again and ticks the queue once it is in its vhost). If
+/// writing it fails, it is deleted again, with whatever was stored under a fresh id
+/// meanwhile; a kept queue's messages and bindings stay kept.
 pub(crate) fn queue_declared(
     runtime: &Runtime,
     vhost: &Weak<VHost>,
     queue: &Arc<Queue>,
     writes: DefinitionWrites<'_>,
-) {
-    let Some(store) = store(runtime) else { return };
+) -> Option<Vec<(BindingDef, String)>> {
+    let store = store(runtime)?;
     if !queue.durable || queue.exclusive_owner.is_some() {
-        return;
+        return None;
     }
-    let id = *queue.store_id.get_or_init(|| store.allocate_queue_id());
+    let mut reattached = None;
+    let id =
+        *queue.store_id.get_or_init(
+            || match runtime.kept_queues.take(&queue.vhost, &queue.name) {
+                Some(kept) => {
+                    let id = kept.queue.id;
+                    reattached = Some(kept);
+                    id
+                }
+                None => store.allocate_queue_id(),
+            },
+        );
+    if let Some(kept) = &reattached {
+        match recover::load_kept_messages(&runtime.memory, store, queue, kept.queue) {
+            Ok(count) => tracing::info!(
+                vhost = %queue.vhost, queue = %queue.name, id, messages = count,
+                "a declare took back a queue the restore kept"
+            ),
+            Err(e) => tracing::error!(
+                vhost = %queue.vhost, queue = %queue.name, id, error = %e,
+                "reading a kept queue's messages failed"
+            ),
+        }
+    }
+    let bindings = reattached.as_ref().map(|kept| kept.bindings.clone());
     let (undo_in, undo_queue) = (Weak::clone(vhost), Arc::clone(queue));
     let ops = vec![Op::PutQueue(queue_def(queue, id))];
     write_or_undo(store, ops, writes, move || {
-        if let Some(vhost) = undo_in.upgrade() {
-            vhost.undo_queue_declare(&undo_queue);
+        let Some(vhost) = undo_in.upgrade() else {
+            return;
+        };
+        match reattached {
+            // Its stored definition and messages stay as the restore kept them.
+            Some(retaken) => {
+                vhost.undo_queue_reattach(&undo_queue);
+                vhost
+                    .runtime()
+                    .kept_queues
+                    .put_back(&undo_queue.vhost, &undo_queue.name, retaken);
+            }
+            None => vhost.undo_queue_declare(&undo_queue),
         }
     });
+    bindings
 }
 
 fn queue_def(queue: &Queue, id: u64) -> QueueDef {
@@ -316,23 +363,34 @@ fn binding_def(vhost: &str, binding: &Binding) -> BindingDef {
     }
 }
 
-/// A binding was added: written when both ends are durable (RabbitMQ's rule).
+/// A binding was added: written when both ends are durable (RabbitMQ's rule). If writing a
+/// `new` one fails, it is removed from `source` again (one that was there before stays: it
+/// was written before).
 pub(crate) fn bound(
     runtime: &Runtime,
     vhost: &str,
-    source: &Exchange,
+    source: &Arc<Exchange>,
     binding: &Binding,
     durable_destination: bool,
+    new: bool,
     writes: DefinitionWrites<'_>,
 ) {
     let Some(store) = store(runtime) else { return };
-    if source.durable && durable_destination {
-        write(
-            store,
-            vec![Op::PutBinding(binding_def(vhost, binding))],
-            writes,
-        );
+    if !(source.durable && durable_destination) {
+        return;
     }
+    let (undo_source, undo_binding) = (Arc::clone(source), binding.clone());
+    let ops = vec![Op::PutBinding(binding_def(vhost, binding))];
+    write_or_undo(store, ops, writes, move || {
+        if new {
+            tracing::warn!(
+                source = %undo_binding.source,
+                destination = ?undo_binding.destination,
+                "the binding could not be written: it is taken back"
+            );
+            undo_source.bindings.write().remove(&undo_binding);
+        }
+    });
 }
 
 /// A binding was removed (removing one that was never stored is harmless).

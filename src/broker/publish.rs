@@ -23,6 +23,7 @@ use dwellmq_core::queue::PublishOutcome;
 use super::exchange::{Exchange, ExchangeKind};
 use super::memory::MemoryMonitor;
 use super::persist::PublishTicket;
+use super::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
 use super::runtime::Runtime;
 use super::vhost::{Routing, VHost};
 
@@ -63,6 +64,23 @@ pub(crate) fn check_properties(properties: &BasicProperties, user: &str) -> Brok
     if let Some(expiration) = &properties.expiration {
         arguments::parse_expiration(expiration)?;
     }
+    Ok(())
+}
+
+/// Direct reply-to, the request's side: `reply_to = amq.rabbitmq.reply-to` becomes the
+/// publisher's reply address, which only a channel consuming from the pseudo-queue has (over
+/// HTTP there is none); without one the publish is refused, as RabbitMQ refuses it.
+pub(crate) fn resolve_reply_to(
+    properties: &mut BasicProperties,
+    reply_address: Option<&ShortStr>,
+) -> BrokerResult<()> {
+    if properties.reply_to.as_deref() != Some(REPLY_QUEUE) {
+        return Ok(());
+    }
+    let address = reply_address.ok_or_else(|| {
+        BrokerError::PreconditionFailed("fast reply consumer does not exist".into())
+    })?;
+    properties.reply_to = Some(address.clone());
     Ok(())
 }
 
@@ -142,10 +160,12 @@ pub(crate) fn stores_copies(message: &Message, routing: &Routing) -> bool {
 
 /// Hands a routed message on, draining `routing`: each delayed exchange on its way holds the
 /// copy that keeps `bcc`, due at `due_ms`; each queue takes the message (an injected delivery
-/// delay makes a queue take it later). Copies the store writes count on `ticket`. Returns
+/// delay makes a queue take it later). Copies the store writes count on `ticket`; each queue
+/// that takes it is added to `taken` (an at-least-once dead-lettering's attempt). Returns
 /// whether a queue refused it (`x-overflow` = reject-publish: the publisher hears a nack).
 /// Every way into queues goes through here, by [`route_and_enqueue`]: a publish on a channel
 /// or over HTTP, a dead-lettering, a delayed exchange's release.
+#[allow(clippy::too_many_arguments)]
 fn enqueue(
     runtime: &Runtime,
     vhost: &Arc<VHost>,
@@ -154,6 +174,7 @@ fn enqueue(
     due_ms: u64,
     routing: &mut Routing,
     ticket: Option<&Arc<PublishTicket>>,
+    mut taken: Option<&mut Vec<ShortStr>>,
 ) -> bool {
     if !routing.delayed.is_empty() {
         // The queues are chosen again at release, from the bindings as they are then.
@@ -181,10 +202,17 @@ fn enqueue(
             {
                 runtime.timer.wake();
             }
+            if let Some(taken) = taken.as_deref_mut() {
+                taken.push(queue.name.clone());
+            }
             continue;
         }
         let outcome = queue.publish_confirmed(Arc::clone(message), ticket);
-        rejected |= outcome == PublishOutcome::Rejected;
+        if outcome == PublishOutcome::Rejected {
+            rejected = true;
+        } else if let Some(taken) = taken.as_deref_mut() {
+            taken.push(queue.name.clone());
+        }
     }
     rejected
 }
@@ -225,6 +253,8 @@ pub(crate) struct Outcome {
     pub(crate) dropped: bool,
     /// A queue refused it (`x-overflow` = reject-publish): a confirm is a nack.
     pub(crate) rejected: bool,
+    /// A dead-lettering that skipped a queue because it would close a cycle.
+    pub(crate) cycled: bool,
     /// The store ticket its stored copies count on, when the caller asked for one and there
     /// are such copies.
     pub(crate) ticket: Option<Arc<PublishTicket>>,
@@ -243,6 +273,30 @@ pub(crate) fn route_and_enqueue(
     routing: &mut Routing,
     ticket: Option<&mut dyn FnMut() -> Arc<PublishTicket>>,
 ) -> Outcome {
+    route_and_enqueue_skipping(runtime, vhost, outgoing, routing, ticket, None)
+}
+
+/// As [`route_and_enqueue`], for an at-least-once dead-lettering's attempt: queues named in
+/// `taken` took the message at an earlier attempt and are skipped; each queue that takes it
+/// now is added.
+pub(crate) fn route_and_enqueue_once_each(
+    runtime: &Runtime,
+    vhost: &Arc<VHost>,
+    outgoing: Outgoing<'_>,
+    routing: &mut Routing,
+    taken: &mut Vec<ShortStr>,
+) -> Outcome {
+    route_and_enqueue_skipping(runtime, vhost, outgoing, routing, None, Some(taken))
+}
+
+fn route_and_enqueue_skipping(
+    runtime: &Runtime,
+    vhost: &Arc<VHost>,
+    outgoing: Outgoing<'_>,
+    routing: &mut Routing,
+    ticket: Option<&mut dyn FnMut() -> Arc<PublishTicket>>,
+    taken: Option<&mut Vec<ShortStr>>,
+) -> Outcome {
     let Outgoing {
         exchange,
         message,
@@ -253,6 +307,17 @@ pub(crate) fn route_and_enqueue(
         mandatory,
         dead_lettered,
     } = outgoing;
+    if exchange.is_default() && routing_key.starts_with(REPLY_PREFIX) {
+        // Direct reply-to, the reply's side: straight to the requester's reply consumer, no
+        // queue in between (and nothing stored, so no ticket).
+        let delivered = runtime.reply_consumers.deliver(routing_key, message);
+        return Outcome {
+            routed: delivered,
+            returned: !delivered && mandatory,
+            dropped: !delivered && !mandatory,
+            ..Outcome::default()
+        };
+    }
     let headers = message.properties.headers.as_ref();
     vhost.route(
         exchange,
@@ -262,14 +327,19 @@ pub(crate) fn route_and_enqueue(
         hold_until.is_some(),
         routing,
     );
+    let mut cycled = false;
     if dead_lettered {
         routing.queues.retain(|queue| {
             let cycle = is_cycle(&message.deaths, &queue.name);
             if cycle {
                 tracing::debug!(target_queue = %queue.name, "dead-letter cycle; message dropped");
             }
+            cycled |= cycle;
             !cycle
         });
+    }
+    if let Some(taken) = taken.as_deref() {
+        routing.queues.retain(|queue| !taken.contains(&queue.name));
     }
     let routed = routing.is_routable();
     if !routed && mandatory {
@@ -294,12 +364,14 @@ pub(crate) fn route_and_enqueue(
         hold_until.unwrap_or(0),
         routing,
         ticket.as_ref(),
+        taken,
     );
     Outcome {
         routed,
         returned: false,
         dropped,
         rejected,
+        cycled,
         ticket,
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::{Arc, OnceLock, Weak};
 
 use dwellmq_codec::{FieldTable, ShortStr};
-use dwellmq_core::arguments::{QueueArguments, QueueType};
+use dwellmq_core::arguments::{Overflow, QueueArguments, QueueType};
 use dwellmq_core::policy::PolicyDefinition;
 use dwellmq_core::queue::{
     Cancelled, ConsumeRefused, ConsumerSlot, DeadLetterTarget, DeathReason, Effect, Effects,
@@ -18,12 +18,15 @@ use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry};
 use parking_lot::Mutex;
 
 use super::consumer::Consumer;
+use super::dead_letter::pending::PendingDeadLetters;
 use super::memory::BulkCharge;
 use super::persist::{DefinitionWrites, PublishTicket};
 use super::rates::QueueCounters;
 use super::runtime::Runtime;
 use super::stats::DeliveryTotals;
 use super::vhost::VHost;
+
+mod kept_dead_letters;
 
 /// Who owns an exclusive queue: the id of the connection that declared it.
 pub(crate) type ConnectionId = u64;
@@ -45,12 +48,23 @@ enum Time {
     IfUsed,
 }
 
+/// A message that died in a command, to be dead-lettered once the queue's lock is released.
+struct Died {
+    message: Arc<Message>,
+    reason: DeathReason,
+    /// Its store record, kept until its copies are written (at-least-once dead-lettering;
+    /// otherwise the command's forget has removed it already).
+    seq: Option<u64>,
+}
+
 /// What a command left to do once the queue's lock is released.
 #[derive(Default)]
 struct Aftermath {
-    dead: Vec<(Arc<Message>, DeathReason)>,
+    dead: Vec<Died>,
     /// Where they go, as the settings said when they died.
     dead_letter_target: Option<DeadLetterTarget>,
+    /// They are kept here until every target took them (at-least-once dead-lettering).
+    at_least_once: bool,
     expire: bool,
 }
 
@@ -75,6 +89,11 @@ pub(crate) struct Queue {
     pub(crate) counters: QueueCounters,
     /// Counters for the broker's global message totals (added to the runtime's at deletion).
     totals: DeliveryTotals,
+    /// Declared with `x-dead-letter-strategy: at-least-once` (a quorum queue): in effect while
+    /// its overflow is `reject-publish`, as in RabbitMQ.
+    dead_letters_at_least_once: bool,
+    /// Dead-lettered messages not every target took yet (at-least-once dead-lettering).
+    pending_dead_letters: PendingDeadLetters,
 }
 
 impl Queue {
@@ -92,7 +111,14 @@ impl Queue {
     ) -> Self {
         let settings = settings_for(&config, &arguments, durable, &runtime, policy);
         let now = runtime.clock.now_ms();
+        let dead_letters_at_least_once = config.queue_type == QueueType::Quorum
+            && arguments
+                .get("x-dead-letter-strategy")
+                .and_then(|v| v.as_str())
+                .is_some_and(|v| v == "at-least-once");
         Queue {
+            dead_letters_at_least_once,
+            pending_dead_letters: PendingDeadLetters::default(),
             name,
             vhost,
             durable,
@@ -220,7 +246,11 @@ impl Queue {
         };
         if let Some(target) = &after.dead_letter_target {
             let now = now.unwrap_or_else(|| self.runtime.clock.now_ms());
-            self.dead_letter(target, after.dead, now);
+            if after.at_least_once {
+                self.dead_letter_at_least_once(target, after.dead, now);
+            } else {
+                self.dead_letter(target, after.dead, now);
+            }
         }
         drop(group);
         if after.expire {
@@ -242,7 +272,12 @@ impl Queue {
         // deliveries, not per message.
         let mut delivered = 0;
         let mut delivered_auto_ack = 0;
+        let at_least_once =
+            self.dead_letters_at_least_once && state.settings().overflow == Overflow::RejectPublish;
+        // A dead-lettered message's forget comes just before its dead-letter effect.
+        let mut just_forgot = None;
         for effect in effects.drain() {
+            let forgotten = just_forgot.take();
             match effect {
                 Effect::Deliver {
                     consumer,
@@ -276,8 +311,21 @@ impl Queue {
                 Effect::DeadLetter { message, reason } => {
                     if after.dead_letter_target.is_none() {
                         after.dead_letter_target = state.settings().dead_letter.clone();
+                        after.at_least_once = at_least_once;
                     }
-                    after.dead.push((message, reason));
+                    let mut seq = None;
+                    if let (true, Some(forgotten)) = (at_least_once, forgotten) {
+                        // The record stays until the copies are written, in their commit.
+                        if self.store_id.get().is_some() {
+                            detached.pop();
+                        }
+                        seq = Some(forgotten);
+                    }
+                    after.dead.push(Died {
+                        message,
+                        reason,
+                        seq,
+                    });
                 }
                 Effect::Dropped { reason } => self.runtime.deaths.dropped(reason),
                 Effect::Arm { at_ms } => {
@@ -304,6 +352,7 @@ impl Queue {
                                 delivery_count: state.delivery_count,
                                 acquired_count: state.acquired_count,
                                 ready_at_ms: state.ready_at.unwrap_or(0),
+                                dead_letter_reason: None,
                             },
                         });
                     }
@@ -312,6 +361,7 @@ impl Queue {
                     if let Some(&queue) = self.store_id.get() {
                         detached.push(dwellmq_store::Op::Forget { queue, seq });
                     }
+                    just_forgot = Some(seq);
                 }
             }
         }
@@ -359,16 +409,14 @@ impl Queue {
     }
 
     /// Routes dead messages to the dead-letter exchange.
-    fn dead_letter(
-        &self,
-        target: &DeadLetterTarget,
-        dead: Vec<(Arc<Message>, DeathReason)>,
-        now_ms: u64,
-    ) {
+    fn dead_letter(&self, target: &DeadLetterTarget, dead: Vec<Died>, now_ms: u64) {
         let Some(vhost) = self.home.get().and_then(Weak::upgrade) else {
             return;
         };
-        for (message, reason) in dead {
+        for Died {
+            message, reason, ..
+        } in dead
+        {
             self.runtime.deaths.dead_lettered(reason);
             super::dead_letter::route(
                 &vhost,
@@ -429,9 +477,10 @@ impl Queue {
         self.run_at(Time::IfUsed, |state, now, fx| state.drain(now, fx));
     }
 
-    /// It is time for this queue's next deadline.
+    /// It is time for this queue's next deadline (or its kept dead letters' retry).
     pub(crate) fn tick(self: &Arc<Self>) {
         self.run(|state, now, fx| state.tick(now, fx));
+        self.retry_dead_letters(false);
     }
 
     /// Delivered messages were acked (or were no-ack and are done).
@@ -544,7 +593,10 @@ impl Queue {
         self.run(|state, now, fx| {
             state.tick(now, fx);
             let (expiring, next_expiry_at) = state.expiring();
+            let (dead_lettered, dead_lettered_bytes) = self.pending_dead_letters.figures();
             QueueFigures {
+                dead_lettered,
+                dead_lettered_bytes,
                 expiring,
                 next_expiry_at,
                 ready: state.ready(),
@@ -677,6 +729,7 @@ impl Queue {
         // Only store hooks can come out of a delete; the store drops the queue's messages
         // with the queue.
         effects.drain();
+        self.pending_dead_letters.clear();
         // The broker's totals keep what it counted.
         self.runtime
             .queue_totals
@@ -700,6 +753,10 @@ pub(crate) struct QueueFigures {
     /// When the first of those is ready again (ms on the broker's clock).
     pub(crate) next_retry_at: Option<u64>,
     pub(crate) consumers: usize,
+    /// Dead-lettered and kept until every target takes them (at-least-once dead-lettering),
+    /// and their body bytes.
+    pub(crate) dead_lettered: usize,
+    pub(crate) dead_lettered_bytes: u64,
     /// Ready messages whose TTL is pending, and when the first expires.
     pub(crate) expiring: usize,
     pub(crate) next_expiry_at: Option<u64>,

@@ -75,6 +75,10 @@ pub(crate) struct Runtime {
     pub(crate) restoring: std::sync::atomic::AtomicBool,
     /// Faults a test injects, and counters for the test endpoints.
     pub(crate) hooks: super::test_hooks::TestHooks,
+    /// Direct reply-to consumers by reply address: the publish pipeline delivers replies.
+    pub(crate) reply_consumers: Arc<super::reply_to::ReplyConsumers>,
+    /// Stored queues the restore kept on disk, for a declare to take back.
+    pub(crate) kept_queues: super::persist::kept::KeptQueues,
 }
 
 impl Runtime {
@@ -86,6 +90,7 @@ impl Runtime {
         store: Option<Arc<Store>>,
     ) -> Arc<Self> {
         let now = clock.now_ms();
+        let names = Arc::new(NameGenerator::new(name_seed));
         let delayed = Arc::new(DelayedMessages::new(now, Arc::clone(&memory)));
         if let Some(store) = &store {
             delayed.set_store(Arc::clone(store));
@@ -98,10 +103,12 @@ impl Runtime {
             expiry_mode,
             deaths: DeathCounters::default(),
             queue_totals: Default::default(),
-            names: Arc::new(NameGenerator::new(name_seed)),
             store,
             restoring: std::sync::atomic::AtomicBool::new(false),
             hooks: Default::default(),
+            kept_queues: Default::default(),
+            reply_consumers: Arc::new(super::reply_to::ReplyConsumers::new(Arc::clone(&names))),
+            names,
         })
     }
 

@@ -116,6 +116,9 @@ pub(crate) struct VHost {
     /// This vhost, for its queues (dead-lettering, `x-expires`).
     me: Weak<VHost>,
     policies: RwLock<Policies>,
+    /// Queues that keep dead-lettered messages not every target took (at-least-once
+    /// dead-lettering), so that a bind retries those few, not every queue's.
+    keeping_dead_letters: parking_lot::Mutex<Vec<Weak<Queue>>>,
 }
 
 /// RabbitMQ's refusal of any operation on the nameless default exchange.
@@ -205,6 +208,7 @@ impl VHost {
             runtime,
             me,
             policies: RwLock::new(Policies::default()),
+            keeping_dead_letters: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
@@ -403,6 +407,36 @@ impl VHost {
         let _ = self.delete_queue_instance_reporting(queue, DefinitionWrites::UNAWAITED);
     }
 
+    /// Takes back a declare that took over a kept queue whose definition could not be written:
+    /// gone from memory, while its stored definition, bindings and messages stay as the
+    /// restore kept them.
+    pub(crate) fn undo_queue_reattach(&self, queue: &Arc<Queue>) {
+        tracing::warn!(
+            vhost = %self.name,
+            queue = %queue.name,
+            "the queue's definition could not be written: the declare is taken back, what is stored stays kept"
+        );
+        {
+            let mut queues = self.queues.write();
+            if !queues
+                .get(&queue.name)
+                .is_some_and(|current| Arc::ptr_eq(current, queue))
+            {
+                return;
+            }
+            queues.remove(&queue.name);
+        }
+        let (_, consumers) = queue.mark_deleted();
+        let mut orphaned = Vec::new();
+        remove_bindings_to(
+            &mut self.exchanges.write(),
+            Destination::Queue(queue.name.clone()),
+            &mut orphaned,
+        );
+        super::consumer::notify_cancelled(&consumers);
+        self.forget_held(&orphaned);
+    }
+
     /// What a deletion leaves to do, done here so that no caller has to remember it: the
     /// messages held by the removed delayed exchanges go with them.
     fn forget_held(&self, removed: &[ShortStr]) {
@@ -507,13 +541,25 @@ impl VHost {
             policy.as_ref(),
         ));
         // Its store id is set and its definition submitted before anyone can see it: a message
-        // published to it at once is stored under that id, after the definition.
-        super::persist::queue_declared(&self.runtime, &self.me, &queue, writes);
+        // published to it at once is stored under that id, after the definition (and after
+        // the messages of a kept queue it takes back).
+        let kept_bindings = super::persist::queue_declared(&self.runtime, &self.me, &queue, writes);
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
         QueueTotals::bump(&self.runtime.queue_totals.declared);
         QueueTotals::bump(&self.runtime.queue_totals.created);
         queue.start(self.me.clone());
+        if let Some(bindings) = kept_bindings {
+            // As a restore would: its kept bindings whose source exists are back, what expired
+            // meanwhile dies, deadlines are armed.
+            for (binding, reported) in bindings {
+                match super::persist::recover::restore_binding_in(self, &binding) {
+                    Ok(()) => self.runtime.kept_queues.binding_reattached(reported),
+                    Err(why) => tracing::info!(%reported, %why, "a kept binding stays kept"),
+                }
+            }
+            queue.tick();
+        }
         Ok(queue)
     }
 
@@ -595,6 +641,9 @@ impl VHost {
             Destination::Queue(queue.name.clone()),
             &mut orphaned,
         );
+        // A durable auto-delete exchange that lost its last binding here must not come back
+        // after a restart.
+        super::persist::exchanges_deleted(&self.runtime, &self.name, &orphaned, writes);
         // Its consumers hear of it (`basic.cancel` where they asked for it), and what the
         // orphaned auto-delete exchanges held goes with them.
         super::consumer::notify_cancelled(&consumers);
@@ -731,15 +780,17 @@ impl VHost {
         // routed into the next queue of that name.
         let destination = binding.destination.clone();
         let add = |durable_destination: bool| {
+            // Added before its write is submitted: a failed commit's undo must find it.
+            let new = source.bindings.write().add(binding.clone());
             super::persist::bound(
                 &self.runtime,
                 &self.name,
                 &source,
                 &binding,
                 durable_destination,
+                new,
                 writes,
             );
-            source.bindings.write().add(binding);
         };
         match &destination {
             Destination::Queue(name) => {
@@ -753,7 +804,40 @@ impl VHost {
                 add(exchange.durable);
             }
         }
+        self.retry_kept_dead_letters();
         Ok(())
+    }
+
+    /// A binding was added: dead-lettered messages that their source queues keep because no
+    /// queue took them (at-least-once dead-lettering) may route now, so they do not wait for
+    /// their timer.
+    fn retry_kept_dead_letters(&self) {
+        if self
+            .runtime
+            .restoring
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            // The restore ticks every queue once all bindings are back.
+            return;
+        }
+        // Collected first: a retry may note its queue again.
+        let keeping: Vec<Arc<Queue>> = {
+            let mut list = self.keeping_dead_letters.lock();
+            list.retain(|q| q.upgrade().is_some_and(|q| q.keeps_dead_letters()));
+            list.iter().filter_map(Weak::upgrade).collect()
+        };
+        for queue in keeping {
+            queue.retry_dead_letters(true);
+        }
+    }
+
+    /// `queue` keeps dead-lettered messages now: a bind retries them.
+    pub(crate) fn note_keeping_dead_letters(&self, queue: &Arc<Queue>) {
+        let mut list = self.keeping_dead_letters.lock();
+        let queue = Arc::downgrade(queue);
+        if !list.iter().any(|q| q.ptr_eq(&queue)) {
+            list.push(queue);
+        }
     }
 
     /// `queue.unbind` / `exchange.unbind`. As in RabbitMQ, a missing binding, source or

@@ -117,7 +117,13 @@ pub(crate) async fn list_messages(
     let mut items = api
         .state
         .delayed
-        .list_page(&vhost.name, &exchange.name, &page);
+        .list_page(&vhost.name, &exchange.name, &page)
+        .map_err(|e| {
+            tracing::warn!(error = %e, "listing held messages: the store cannot be read");
+            ApiError::unavailable(format!(
+                "the messages held on disk cannot be read now: {e}; retry later"
+            ))
+        })?;
     let next_page = if items.len() > limit {
         items.truncate(limit);
         items.last().map(|m| m.id.to_string())

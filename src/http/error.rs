@@ -84,6 +84,16 @@ impl ApiError {
         )
     }
 
+    /// 503: the answer needs the store, which cannot be read now (it is reopening after a
+    /// failed fsync); the same request later will be answered.
+    pub(crate) fn unavailable(reason: impl Into<String>) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            reason,
+        )
+    }
+
     /// 413: the body is over the request size limit.
     pub(crate) fn too_large(limit: usize) -> Self {
         ApiError::new(

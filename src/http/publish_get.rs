@@ -27,7 +27,6 @@ use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::publish::{self, Prepared};
 use crate::broker::queue::Queue;
-use crate::broker::reply_to::REPLY_PREFIX;
 use crate::broker::stats::MessageCounts;
 use crate::broker::vhost::{QueueSpec, Routing, VHost};
 use crate::broker::BrokerState;
@@ -54,6 +53,9 @@ pub(crate) fn publish_message(
     // The checks and the message as on a channel (`broker::publish`).
     let target = publish::target(vhost, exchange)?;
     publish::check_properties(&properties, user)?;
+    let mut properties = properties;
+    // No reply consumer over HTTP: a request for a direct reply is refused.
+    publish::resolve_reply_to(&mut properties, None)?;
     let Prepared {
         message,
         delay_ms,
@@ -71,12 +73,6 @@ pub(crate) fn publish_message(
         published: 1,
         ..MessageCounts::default()
     };
-    if target.is_default() && routing_key.starts_with(REPLY_PREFIX) {
-        let delivered = state.reply_consumers.deliver(&routing_key, &message);
-        counts.unroutable_dropped = u64::from(!delivered);
-        state.stats.flush(&mut counts);
-        return Ok(delivered);
-    }
     let mut routing = Routing::default();
     let outgoing = publish::Outgoing {
         exchange: &target,

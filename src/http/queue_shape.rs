@@ -102,6 +102,17 @@ pub(crate) fn queue_json(api: &Api, q: &Arc<Queue>, connections: &[Arc<Connectio
         if queue_type == QueueType::Quorum {
             map.insert("messages_delayed".into(), figures.retrying.into());
             map.insert("next_delayed_at".into(), at(figures.next_retry_at));
+            // RabbitMQ's names for what at-least-once dead-lettering keeps in the source, which
+            // its total counts (not ready, not unacknowledged).
+            map.insert("messages_dlx".into(), figures.dead_lettered.into());
+            map.insert(
+                "messages".into(),
+                (ready + unacked + figures.dead_lettered).into(),
+            );
+            map.insert(
+                "message_bytes_dlx".into(),
+                figures.dead_lettered_bytes.into(),
+            );
         }
     }
     out

@@ -477,3 +477,97 @@ async fn definitions_that_cannot_be_restored_are_kept_for_a_later_start() {
     assert_eq!(bodies(&ch, "due").await, ["held"]);
     broker.shutdown().await;
 }
+
+/// A queue the restore kept on disk (its vhost was not configured) is taken back by a later
+/// declare of the same vhost and name: the declare reuses its stored id, so its message comes
+/// back, and its kept binding with it; the health check no longer names them, and a restart
+/// finds the message once. Before, the declare got a fresh id: an empty queue, with the kept
+/// message orphaned under the old one.
+#[tokio::test]
+async fn a_declare_takes_back_a_queue_the_restore_kept_with_its_messages() {
+    use crate::http_client::{get, put, GUEST};
+    let dir = DataDir::new("failure-kept-queue");
+    let start = |tenant: bool| {
+        let mut config = config(&dir, T0_MS);
+        if tenant {
+            config.vhosts = vec!["tenant".into()];
+        }
+        config.http = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        Broker::start(config)
+    };
+    let url = |broker: &BrokerHandle| {
+        format!(
+            "amqp://guest:guest@127.0.0.1:{}/tenant",
+            broker.local_addr().port()
+        )
+    };
+    let tenant_channel = |broker: &BrokerHandle| {
+        let url = url(broker);
+        async move {
+            let connection = crate::common::connect_url(&url).await.expect("tenant");
+            let ch = connection.create_channel().await.unwrap();
+            (connection, ch)
+        }
+    };
+    let broker = start(true).await.expect("starts");
+    let (connection, ch) = tenant_channel(&broker).await;
+    durable_queue(&ch, "due", FieldTable::default()).await;
+    ch.queue_bind(
+        "due".into(),
+        "amq.direct".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish(&ch, "", "due", "queued", persistent()).await);
+    drop(connection);
+    broker.shutdown().await;
+
+    // Without the vhost in the configuration the queue is kept on disk; the vhost is then
+    // added at runtime and the queue declared again.
+    let broker = start(false).await.expect("starts");
+    let http = broker.http_addr().expect("HTTP");
+    let check = get(http, "/api/health/checks/definitions", GUEST).await;
+    assert_eq!(check.status, 503, "{}", check.text());
+    let added = put(http, "/api/vhosts/tenant", GUEST, serde_json::json!({})).await;
+    assert_eq!(added.status, 201, "{}", added.text());
+    let everything = serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"});
+    let granted = put(http, "/api/permissions/tenant/guest", GUEST, everything).await;
+    assert!(granted.status < 300, "{}", granted.text());
+    let (connection, ch) = tenant_channel(&broker).await;
+    let declared = ch
+        .queue_declare(
+            "due".into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("declared");
+    assert_eq!(declared.message_count(), 1, "its kept message is back");
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish(&ch, "amq.direct", "k", "bound", persistent()).await);
+    assert_eq!(
+        broker.queue_info("tenant", "due").map(|q| q.messages),
+        Some(2),
+        "its kept binding is back"
+    );
+    let check = get(http, "/api/health/checks/definitions", GUEST).await;
+    assert_eq!(check.status, 200, "{}", check.text());
+    drop(connection);
+    broker.shutdown().await;
+
+    let broker = start(false).await.expect("starts");
+    let (_connection, ch) = tenant_channel(&broker).await;
+    assert_eq!(bodies(&ch, "due").await, ["queued", "bound"]);
+    broker.shutdown().await;
+}

@@ -203,3 +203,95 @@ async fn declares_over_http_are_answered_after_their_commit() {
     );
     broker.shutdown().await;
 }
+
+/// A vhost `PUT` whose commit fails is answered with a 500 and the vhost is not there; a
+/// later `PUT` writes it again and it survives a restart. Before, the failed vhost stayed in
+/// memory, and the second `PUT` found it and wrote nothing: a restart lost it.
+#[tokio::test]
+async fn a_vhost_whose_write_fails_is_taken_back_and_written_by_the_next_put() {
+    let dir = DataDir::new("http-vhost-write");
+    let faults = Arc::new(StoreFaults::default());
+    let (broker, addr) = start(&dir, &faults).await;
+
+    writes_fail(&broker, &faults, true).await;
+    let added = put(addr, "/api/vhosts/tenant", GUEST, json!({})).await;
+    assert_eq!(added.status, 500, "{}", added.text());
+    writes_fail(&broker, &faults, false).await;
+    let listed = get(addr, "/api/vhosts/tenant", GUEST).await;
+    assert_eq!(listed.status, 404, "taken back: {}", listed.text());
+
+    let again = put(addr, "/api/vhosts/tenant", GUEST, json!({})).await;
+    assert_eq!(again.status, 201, "{}", again.text());
+    let broker = broker.restart().await.expect("restarts");
+    let listed = get(addr, "/api/vhosts/tenant", GUEST).await;
+    assert_eq!(
+        listed.status,
+        200,
+        "written by the second PUT: {}",
+        listed.text()
+    );
+    broker.shutdown().await;
+}
+
+/// A `queue.bind` whose commit fails closes the channel with 506 and the binding is not in
+/// effect; a later bind writes it again and it survives a restart. Before, the failed binding
+/// stayed in memory and routed messages that a restart would not route.
+#[tokio::test]
+async fn a_binding_whose_write_fails_is_taken_back_and_written_by_the_next_bind() {
+    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+    use lapin::types::FieldTable;
+    let dir = DataDir::new("amqp-binding-write");
+    let faults = Arc::new(StoreFaults::default());
+    let (broker, addr) = start(&dir, &faults).await;
+    let connection = crate::common::connect(&broker).await;
+    let ch = connection.create_channel().await.expect("channel");
+    ch.exchange_declare(
+        "orders".into(),
+        lapin::ExchangeKind::Direct,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("exchange declared");
+    ch.queue_declare(
+        "billing".into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("queue declared");
+    let bind = |ch: lapin::Channel| async move {
+        ch.queue_bind(
+            "billing".into(),
+            "orders".into(),
+            "new".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+    };
+    let bindings = "/api/bindings/%2F/e/orders/q/billing";
+
+    writes_fail(&broker, &faults, true).await;
+    let refused = bind(ch)
+        .await
+        .expect_err("the binding could not be written");
+    assert_eq!(crate::common::amqp_error(&refused).0, 506);
+    writes_fail(&broker, &faults, false).await;
+    let listed = get(addr, bindings, GUEST).await;
+    assert_eq!(listed.json(), json!([]), "taken back: {}", listed.text());
+
+    let ch = connection.create_channel().await.expect("channel");
+    bind(ch).await.expect("bound");
+    drop(connection);
+    let broker = broker.restart().await.expect("restarts");
+    let listed = get(addr, bindings, GUEST).await;
+    assert_eq!(listed.json()[0]["routing_key"], "new", "{}", listed.text());
+    broker.shutdown().await;
+}

@@ -8,7 +8,9 @@ mod common;
 #[path = "../http_client/mod.rs"]
 mod http_client;
 
+mod at_least_once_dead_letters;
 mod data_dir;
+mod delayed_listing_unreadable;
 mod delayed_on_disk;
 mod durability_faults;
 mod failure_paths;

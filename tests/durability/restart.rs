@@ -306,3 +306,48 @@ async fn confirms_after_a_commit_in_progress_wait_for_it_in_order() {
     drop(raw);
     broker.shutdown().await;
 }
+
+/// Deleting a queue that held an auto-delete exchange's last binding deletes the exchange,
+/// in the store too: it does not come back after a restart. Before, only memory forgot it.
+#[tokio::test]
+async fn an_auto_delete_exchange_orphaned_by_a_queue_deletion_does_not_come_back() {
+    let dir = DataDir::new("orphaned-auto-delete");
+    let broker = start_on(&dir).await;
+    let (connection, ch) = channel(&broker).await;
+    ch.exchange_declare(
+        "fleeting".into(),
+        ExchangeKind::Fanout,
+        ExchangeDeclareOptions {
+            durable: true,
+            auto_delete: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    declare(&ch, "only", true, FieldTable::default()).await;
+    ch.queue_bind(
+        "only".into(),
+        "fleeting".into(),
+        "".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_delete("only".into(), Default::default())
+        .await
+        .unwrap();
+    assert!(!broker.exchange_names("/").iter().any(|x| x == "fleeting"));
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+
+    let broker = start_on(&dir).await;
+    assert!(
+        !broker.exchange_names("/").iter().any(|x| x == "fleeting"),
+        "the orphaned exchange came back: {:?}",
+        broker.exchange_names("/")
+    );
+    broker.shutdown().await;
+}

@@ -137,3 +137,77 @@ async fn an_unroutable_message_with_an_x_delay_on_a_standard_exchange_counts_as_
     assert_eq!(stats["publish_in"], 3, "{stats}");
     assert_eq!(stats["publish_out"], 1, "{stats}");
 }
+
+/// Direct reply-to over HTTP takes the pipeline's steps as `basic.publish` does: a request
+/// asking for a direct reply is refused (an HTTP publisher has no reply consumer), as RabbitMQ
+/// refuses it on a channel without one; a reply to a reply address reaches its consumer.
+#[tokio::test]
+async fn http_publish_takes_direct_reply_to_as_basic_publish_does() {
+    use futures_lite::StreamExt;
+    use lapin::options::BasicConsumeOptions;
+    let (t, addr) = start_api().await;
+    let client = t.channel().await;
+    declare_queue(&client, "rpc").await;
+
+    let request = post(
+        addr,
+        "/api/exchanges/%2F/amq.default/publish",
+        GUEST,
+        json!({"properties": {"reply_to": "amq.rabbitmq.reply-to"}, "routing_key": "rpc",
+               "payload": "ping", "payload_encoding": "string"}),
+    )
+    .await;
+    assert_eq!(request.status, 400, "{}", request.text());
+    assert!(
+        request
+            .text()
+            .contains("fast reply consumer does not exist"),
+        "{}",
+        request.text()
+    );
+
+    let mut replies = client
+        .basic_consume(
+            "amq.rabbitmq.reply-to".into(),
+            "replies".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    client
+        .basic_publish(
+            "".into(),
+            "rpc".into(),
+            BasicPublishOptions::default(),
+            b"ping",
+            BasicProperties::default().with_reply_to("amq.rabbitmq.reply-to".into()),
+        )
+        .await
+        .unwrap();
+    let got = client
+        .basic_get("rpc".into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the request");
+    let address = got
+        .delivery
+        .properties
+        .reply_to()
+        .clone()
+        .expect("reply_to");
+    let reply = post(
+        addr,
+        "/api/exchanges/%2F/amq.default/publish",
+        GUEST,
+        json!({"properties": {}, "routing_key": address.as_str(),
+               "payload": "pong", "payload_encoding": "string"}),
+    )
+    .await;
+    assert_eq!(reply.json(), json!({"routed": true}));
+    let delivered = replies.next().await.expect("a reply").expect("delivered");
+    assert_eq!(delivered.data, b"pong");
+}

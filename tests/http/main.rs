@@ -10,6 +10,7 @@ mod common;
 mod http_client;
 
 mod consumer_cancel;
+mod dead_letters_kept_in_source;
 mod http_api;
 mod http_auth;
 mod http_connections;

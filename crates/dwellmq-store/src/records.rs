@@ -162,6 +162,10 @@ pub struct DeliveryState {
     pub acquired_count: u32,
     /// Waiting for a retry: not ready before this time (ms since the epoch; 0 = ready).
     pub ready_at_ms: u64,
+    /// Dead-lettered and kept until its dead-letter targets take it (at-least-once
+    /// dead-lettering): never ready again. The reason it died, as the broker numbers reasons
+    /// (below 7).
+    pub dead_letter_reason: Option<u8>,
 }
 
 /// A message's content as handed to the store: the writer thread packs it into the page itself,
@@ -474,8 +478,11 @@ impl DeliveryState {
     pub(crate) const LEN: usize = 17;
 
     pub(crate) fn value(&self) -> Vec<u8> {
+        // Bits 1-3 hold the dead-letter reason plus one, so that older records (zero there)
+        // read as not dead-lettered.
+        let reason = self.dead_letter_reason.map_or(0, |r| (r.min(6) + 1) << 1);
         Enc::new()
-            .u8(u8::from(self.redelivered))
+            .u8(u8::from(self.redelivered) | reason)
             .u32(self.delivery_count)
             .u32(self.acquired_count)
             .u64(self.ready_at_ms)
@@ -489,6 +496,7 @@ impl DeliveryState {
             delivery_count: v.u32()?,
             acquired_count: v.u32()?,
             ready_at_ms: v.u64()?,
+            dead_letter_reason: ((flags >> 1) & 7).checked_sub(1),
         };
         v.end()?;
         Some(state)
@@ -588,5 +596,33 @@ impl HeldBy {
         };
         v.end()?;
         Some(row)
+    }
+}
+
+#[cfg(test)]
+mod delivery_state_tests {
+    use super::DeliveryState;
+
+    #[test]
+    fn a_pending_dead_letter_reason_round_trips_and_an_older_record_reads_as_none() {
+        let pending = DeliveryState {
+            redelivered: true,
+            delivery_count: 4,
+            acquired_count: 5,
+            ready_at_ms: 0,
+            dead_letter_reason: Some(3),
+        };
+        assert_eq!(DeliveryState::decode(&pending.value()), Some(pending));
+        // A record written before the reason existed: flags 1 (redelivered) only.
+        let older = DeliveryState {
+            redelivered: true,
+            ..DeliveryState::default()
+        };
+        let mut bytes = older.value();
+        bytes[0] = 1;
+        assert_eq!(
+            DeliveryState::decode(&bytes).map(|s| s.dead_letter_reason),
+            Some(None)
+        );
     }
 }

@@ -341,7 +341,10 @@ impl DelayedMessages {
             due_until_ms: u64::MAX,
             limit,
         };
-        self.list_page(vhost, exchange, &page)
+        self.list_page(vhost, exchange, &page).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "reading a delayed exchange's stored messages failed");
+            Vec::new()
+        })
     }
 
     /// Up to `limit` ids of the exchange's disk-held messages from `from` (inclusive) and due
@@ -353,23 +356,31 @@ impl DelayedMessages {
         until_ms: u64,
         limit: usize,
     ) -> Vec<(DeadlineId, Option<DelayedMessageInfo>)> {
+        self.try_disk_ids_of(key, from, until_ms, limit)
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "reading a delayed exchange's stored messages failed");
+                Vec::new()
+            })
+    }
+
+    /// As `disk_ids_of`; an unreadable store is an error, not an empty tier.
+    fn try_disk_ids_of(
+        &self,
+        key: &ExchangeKey,
+        from: DeadlineId,
+        until_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(DeadlineId, Option<DelayedMessageInfo>)>, dwellmq_store::StoreError> {
         let disk_guard = self.disk.lock();
         let Some(disk) = disk_guard.as_ref() else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         // Those leaving are skipped: read enough to fill the page all the same.
         let wanted = limit.saturating_add(disk.leaving_len());
-        let stored = match disk
+        let stored = disk
             .store()
             .snapshot()
-            .and_then(|snapshot| snapshot.delayed_ids_of(&key.0, &key.1, from, wanted))
-        {
-            Ok(ids) => ids,
-            Err(e) => {
-                tracing::error!(error = %e, "reading a delayed exchange's stored messages failed");
-                Vec::new()
-            }
-        };
+            .and_then(|snapshot| snapshot.delayed_ids_of(&key.0, &key.1, from, wanted))?;
         let mut out: Vec<(DeadlineId, Option<DelayedMessageInfo>)> = stored
             .into_iter()
             .filter(|&id| id.due_ms < until_ms && !disk.is_leaving(id))
@@ -389,30 +400,25 @@ impl DelayedMessages {
         out.sort_by_key(|(id, _)| *id);
         out.dedup_by_key(|(id, _)| *id);
         out.truncate(limit);
-        out
+        Ok(out)
     }
 
     /// Listing entries of disk-held messages, their contents read from the store.
     fn disk_infos(
         &self,
         ids: Vec<(DeadlineId, Option<DelayedMessageInfo>)>,
-    ) -> Vec<DelayedMessageInfo> {
+    ) -> Result<Vec<DelayedMessageInfo>, dwellmq_store::StoreError> {
         let Some(store) = self
             .disk
             .lock()
             .as_ref()
             .map(|d| std::sync::Arc::clone(d.store()))
         else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
-        let snapshot = match store.snapshot() {
-            Ok(snapshot) => snapshot,
-            Err(e) => {
-                tracing::error!(error = %e, "reading stored delayed messages failed");
-                return Vec::new();
-            }
-        };
-        ids.into_iter()
+        let snapshot = store.snapshot()?;
+        Ok(ids
+            .into_iter()
             .filter_map(|(id, info)| {
                 if info.is_some() {
                     return info;
@@ -426,7 +432,7 @@ impl DelayedMessages {
                     &stored.message,
                 ))
             })
-            .collect()
+            .collect())
     }
 
     /// Calls `found` with the id of each message of `key` in the timer wheel, taking the lock
@@ -518,13 +524,14 @@ impl DelayedMessages {
     /// One page of an exchange's held messages in due order: those after `page.after`, due in
     /// `[page.due_from_ms, page.due_until_ms)`, at most `page.limit`. Only the page is read
     /// from the ordered index, however many messages the exchange holds; the wheel (the next
-    /// second) is scanned in chunks.
+    /// second) is scanned in chunks. Fails when the store cannot be read (reopening after a
+    /// failed fsync): a page without the disk-held messages would be wrong, not short.
     pub(crate) fn list_page(
         &self,
         vhost: &str,
         exchange: &str,
         page: &ListPage,
-    ) -> Vec<DelayedMessageInfo> {
+    ) -> Result<Vec<DelayedMessageInfo>, dwellmq_store::StoreError> {
         let key = (ShortStr::from(vhost), ShortStr::from(exchange));
         let start = match page.after {
             Some(after) => (page.due_from_ms, 0).max((after.due_ms, after.seq.saturating_add(1))),
@@ -563,13 +570,13 @@ impl DelayedMessages {
             due_ms: start.0,
             seq: start.1,
         };
-        let on_disk = self.disk_ids_of(&key, from, page.due_until_ms, page.limit);
+        let on_disk = self.try_disk_ids_of(&key, from, page.due_until_ms, page.limit)?;
         let mut all = in_memory;
-        all.extend(self.disk_infos(on_disk));
+        all.extend(self.disk_infos(on_disk)?);
         all.sort_by_key(|info| info.id);
         all.dedup_by_key(|info| info.id);
         all.truncate(page.limit);
-        all
+        Ok(all)
     }
 
     /// How many of an exchange's held messages fall due in each of `buckets` consecutive

@@ -6,16 +6,20 @@ use std::sync::Arc;
 
 use dwellmq_codec::{FieldTable, FieldValue, ShortStr};
 use dwellmq_core::policy::{ApplyTo, Policy, PolicyDefinition, PolicyValue};
+use dwellmq_core::queue::DeathReason;
 use dwellmq_core::routing::{Binding, Destination};
-use dwellmq_core::QueueEntry;
+use dwellmq_core::{Message, QueueEntry};
 use dwellmq_store::{
     BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Snapshot, Store, StoreError,
 };
 
+use crate::broker::dead_letter::pending::reason_of_code;
 use crate::broker::exchange::{DeclaredType, ExchangeKind};
+use crate::broker::memory::MemoryMonitor;
+use crate::broker::persist::kept::KeptQueue;
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::Queue;
-use crate::broker::vhost::{ExchangeSpec, QueueSpec};
+use crate::broker::vhost::{ExchangeSpec, QueueSpec, VHost};
 use crate::broker::BrokerState;
 
 /// Messages read per page when a queue is loaded.
@@ -138,7 +142,15 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
                 restored.messages += count;
                 queues.push(queue);
             }
-            Err(why) => skip(&mut restored, "queue", &q.vhost, &q.name, &why),
+            Err(why) => {
+                skip(&mut restored, "queue", &q.vhost, &q.name, &why);
+                let kept = KeptQueue { id: q.id, next_seq };
+                let reported = restored.kept.last().cloned().unwrap_or_default();
+                state
+                    .runtime
+                    .kept_queues
+                    .keep(&q.vhost, &q.name, kept, reported);
+            }
         }
     }
     for b in &definitions.bindings {
@@ -147,6 +159,11 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
             Err(why) => {
                 let name = format!("{} -> {}", b.source, b.destination);
                 skip(&mut restored, "binding", &b.vhost, &name, &why);
+                let reported = restored.kept.last().cloned().unwrap_or_default();
+                if b.destination_kind == DestinationKind::Queue {
+                    // Back with its queue if a declare takes the queue back.
+                    state.runtime.kept_queues.keep_binding(b, reported);
+                }
             }
         }
     }
@@ -325,43 +342,78 @@ fn restore_queue(
     if queue.store_id.set(q.id).is_err() {
         return Err("declared twice".into());
     }
+    let count = load_messages(&state.memory, snapshot, &queue, q.id, next_seq)
+        .map_err(|e| e.to_string())?;
+    Ok((queue, count))
+}
+
+/// Loads the messages stored under a kept queue's id into `queue`, which a declare gave that
+/// id; returns how many. The caller ticks it once it is in its vhost.
+pub(crate) fn load_kept_messages(
+    memory: &Arc<MemoryMonitor>,
+    store: &Store,
+    queue: &Arc<Queue>,
+    kept: KeptQueue,
+) -> Result<usize, StoreError> {
+    let snapshot = store.snapshot()?;
+    load_messages(memory, &snapshot, queue, kept.id, kept.next_seq)
+}
+
+/// Loads the messages stored under `id` into `queue`, page by page; returns how many.
+fn load_messages(
+    memory: &Arc<MemoryMonitor>,
+    snapshot: &Snapshot,
+    queue: &Arc<Queue>,
+    id: u64,
+    next_seq: u64,
+) -> Result<usize, StoreError> {
     let mut count = 0;
     let mut from = 0;
     loop {
-        let page = snapshot
-            .queue_messages(q.id, from, PAGE)
-            .map_err(|e| e.to_string())?;
+        let page = snapshot.queue_messages(id, from, PAGE)?;
         let Some(last) = page.last() else { break };
         from = last.seq + 1;
         let full = page.len() == PAGE;
-        let entries = entries(state, &queue, page);
-        count += entries.len();
+        let (entries, dead_letters) = entries(memory, queue, page);
+        count += entries.len() + dead_letters.len();
         queue.restore(entries, next_seq);
+        queue.restore_dead_letters(dead_letters);
         if !full {
             break;
         }
     }
     // Even an empty queue continues its numbering.
     queue.restore(Vec::new(), next_seq);
-    Ok((queue, count))
+    Ok(count)
 }
 
+/// A dead-lettered message its queue keeps until every target takes it: the message, why it
+/// died, its position.
+type KeptDeadLetter = (Arc<Message>, DeathReason, u64);
+
 /// Stored messages as queue entries, each with the time its delayed retry is due (if it
-/// waits for one). Their state is exact: `redelivered` only for a message delivered before
-/// the restart (its persist or a state write says so), and a quorum queue's counts.
+/// waits for one), and the dead-lettered ones the queue keeps (at-least-once dead-lettering).
+/// Their state is exact: `redelivered` only for a message delivered before the restart (its
+/// persist or a state write says so), and a quorum queue's counts.
 fn entries(
-    state: &BrokerState,
+    memory: &Arc<MemoryMonitor>,
     queue: &Arc<Queue>,
     page: Vec<dwellmq_store::StoredMessage>,
-) -> Vec<(QueueEntry, Option<u64>)> {
+) -> (Vec<(QueueEntry, Option<u64>)>, Vec<KeptDeadLetter>) {
     let mut out = Vec::with_capacity(page.len());
+    let mut dead_letters = Vec::new();
     for stored in page {
         let body_len = stored.message.body_len();
-        let guard = state.memory.charge_message(body_len);
+        let guard = memory.charge_message(body_len);
         let Some(message) = stored.message.unpack(Some(Box::new(guard))) else {
             tracing::warn!(queue = %queue.name, seq = stored.seq, "stored message malformed, skipped");
             continue;
         };
+        if let Some(code) = stored.state.dead_letter_reason {
+            let reason = reason_of_code(code).unwrap_or(DeathReason::Rejected);
+            dead_letters.push((message, reason, stored.seq));
+            continue;
+        }
         let entry = QueueEntry {
             message,
             seq: stored.seq,
@@ -373,13 +425,18 @@ fn entries(
         let ready_at = stored.state.ready_at_ms;
         out.push((entry, (ready_at != 0).then_some(ready_at)));
     }
-    out
+    (out, dead_letters)
 }
 
 fn restore_binding(state: &BrokerState, b: &BindingDef) -> Result<(), String> {
     let vhost = state
         .vhost(&b.vhost)
         .ok_or_else(|| format!("no vhost '{}'", b.vhost))?;
+    restore_binding_in(&vhost, b)
+}
+
+/// Binds `b` in `vhost` again (its write rewrites the stored record).
+pub(crate) fn restore_binding_in(vhost: &VHost, b: &BindingDef) -> Result<(), String> {
     let destination = match b.destination_kind {
         DestinationKind::Queue => {
             vhost.queue(&b.destination).map_err(|e| e.to_string())?;

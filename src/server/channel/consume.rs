@@ -146,15 +146,10 @@ impl Channel {
         Ok(())
     }
 
-    /// The reply address requests from this channel carry (`reply_to` rewritten), or
-    /// `PRECONDITION_FAILED` when the channel has no reply consumer.
-    pub(super) fn reply_address(&self) -> BrokerResult<ShortStr> {
-        match &self.reply_consumer {
-            Some((_, address)) => Ok(address.clone()),
-            None => Err(BrokerError::PreconditionFailed(
-                "fast reply consumer does not exist".into(),
-            )),
-        }
+    /// The reply address requests from this channel carry (`reply_to` rewritten by
+    /// `broker::publish::resolve_reply_to`), if the channel has a reply consumer.
+    pub(super) fn reply_address(&self) -> Option<&ShortStr> {
+        self.reply_consumer.as_ref().map(|(_, address)| address)
     }
 
     /// `basic.cancel` from the client.

@@ -12,7 +12,6 @@ use super::{Channel, ConnContext};
 use crate::broker::exchange::Exchange;
 use crate::broker::persist::PublishTicket;
 use crate::broker::publish::{self, Prepared};
-use crate::broker::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
 use crate::server::outbound::Outbound;
 
 /// A complete message as published, before routing.
@@ -164,9 +163,7 @@ impl Channel {
         let exchange = publish::target(cx.vhost, &pending.method.exchange)?;
         let mut properties = header.properties;
         publish::check_properties(&properties, cx.user)?;
-        if properties.reply_to.as_deref() == Some(REPLY_QUEUE) {
-            properties.reply_to = Some(self.reply_address()?);
-        }
+        publish::resolve_reply_to(&mut properties, self.reply_address())?;
         let Prepared {
             message,
             delay_ms,
@@ -223,27 +220,6 @@ impl Channel {
         let body_len = publication.message.body.len();
         cx.counts
             .received(confirm_tag.is_some(), body_len, first_on_channel);
-        if publication.exchange.is_empty() && publication.routing_key.starts_with(REPLY_PREFIX) {
-            self.counters.publish += 1;
-            // A direct reply: straight to the requester's reply consumer, no queue.
-            let delivered = cx
-                .state
-                .reply_consumers
-                .deliver(&publication.routing_key, &publication.message);
-            if !delivered && publication.mandatory {
-                cx.counts.unroutable_returned += 1;
-                self.return_unroutable(cx, &publication);
-            } else if !delivered {
-                cx.counts.unroutable_dropped += 1;
-            } else {
-                cx.counts.routed += 1;
-            }
-            if confirm_tag.is_some() {
-                cx.counts.confirmed += 1;
-            }
-            self.confirm(confirm_tag);
-            return;
-        }
         // The exchange found when the content completed routes it; at `tx.commit` it is looked
         // up again, and one deleted meanwhile makes the message unroutable, as in RabbitMQ.
         let exchange = publication

@@ -110,6 +110,10 @@ pub struct QueueState<C> {
     /// consumers and `basic.get`, counted toward the length limits.
     retrying: BTreeMap<(u64, u64), QueueEntry>,
     retrying_bytes: u64,
+    /// Dead-lettered messages the shell keeps until every target takes them (at-least-once
+    /// dead-lettering), and their bytes: as in RabbitMQ's quorum queues they count toward the
+    /// length limits, so that a `reject-publish` source refuses new messages meanwhile.
+    kept_dead_letters: (u64, u64),
     /// The earliest tick already asked for.
     armed_at: Option<u64>,
     consumers: Vec<Attached<C>>,
@@ -138,6 +142,7 @@ impl<C: Clone> QueueState<C> {
             expiring: BTreeMap::new(),
             retrying: BTreeMap::new(),
             retrying_bytes: 0,
+            kept_dead_letters: (0, 0),
             armed_at: None,
             consumers: Vec::new(),
             next_subscription: 0,
@@ -164,6 +169,13 @@ impl<C: Clone> QueueState<C> {
     /// Body bytes of ready messages.
     pub fn ready_bytes(&self) -> u64 {
         self.messages.bytes()
+    }
+
+    /// The shell keeps `count` dead-lettered messages of `bytes` body bytes for this queue
+    /// (at-least-once dead-lettering): a publish that they and the queue's messages would take
+    /// past a `reject-publish` limit is refused.
+    pub fn set_kept_dead_letters(&mut self, count: u64, bytes: u64) {
+        self.kept_dead_letters = (count, bytes);
     }
 
     /// Messages waiting for a delayed retry.
@@ -707,6 +719,12 @@ impl<C: Clone> QueueState<C> {
     fn would_overflow(&self, message: &Message) -> bool {
         let s = &self.settings;
         let (len, bytes) = self.length();
+        // Only a refusal counts the kept dead letters: drop-head would drop ready messages for
+        // them, which no strategy asks for.
+        let (len, bytes) = (
+            len + self.kept_dead_letters.0,
+            bytes + self.kept_dead_letters.1,
+        );
         s.max_length.is_some_and(|max| len + 1 > max)
             || s.max_length_bytes
                 .is_some_and(|max| bytes + message.body_len() as u64 > max)

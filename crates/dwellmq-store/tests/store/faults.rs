@@ -241,6 +241,7 @@ fn a_failed_state_write_is_retried() {
         delivery_count: 3,
         acquired_count: 4,
         ready_at_ms: 0,
+        dead_letter_reason: None,
     };
     assert!(store
         .write(vec![Op::SetState {

@@ -37,6 +37,7 @@ fn queue_messages_come_back_in_queue_order_with_their_state() {
         delivery_count: 2,
         acquired_count: 3,
         ready_at_ms: 1_700_000_005_000,
+        dead_letter_reason: None,
     };
     store
         .write(vec![

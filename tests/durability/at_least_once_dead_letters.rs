@@ -1,0 +1,134 @@
+//! At-least-once dead-lettering across a power cut: a dead-lettered message its source keeps
+//! (no queue took it) is still kept after the restart, and is delivered once a route appears.
+
+use std::sync::Arc;
+
+use crate::common::*;
+use crate::support::{channel, declare, publish_confirmed};
+use dwellmq::{Broker, BrokerConfig, BrokerHandle, StoreFaults};
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, ExchangeKind};
+
+fn config(dir: &DataDir, faults: Option<Arc<StoreFaults>>) -> BrokerConfig {
+    BrokerConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        store_faults: faults,
+        ..BrokerConfig::ephemeral().with_manual_clock(T0_MS)
+    }
+}
+
+fn at_least_once_source() -> FieldTable {
+    let mut args = FieldTable::default();
+    for (key, value) in [
+        ("x-queue-type", "quorum"),
+        ("x-dead-letter-exchange", "dlx"),
+        ("x-dead-letter-strategy", "at-least-once"),
+        ("x-overflow", "reject-publish"),
+    ] {
+        args.insert(key.into(), AMQPValue::LongString(value.into()));
+    }
+    args
+}
+
+async fn bodies(ch: &Channel, queue: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Some(got) = ch
+        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("basic.get")
+    {
+        out.push(String::from_utf8_lossy(&got.delivery.data).into_owned());
+    }
+    out
+}
+
+fn kept(broker: &BrokerHandle) -> usize {
+    broker
+        .queue_info("/", "src")
+        .expect("source restored")
+        .dead_lettered
+}
+
+#[tokio::test]
+async fn a_kept_dead_letter_survives_a_power_cut_and_is_delivered_when_a_route_appears() {
+    let dir = DataDir::new("at-least-once-power-cut");
+    let faults = Arc::new(StoreFaults::default());
+    let broker = Broker::start(config(&dir, Some(Arc::clone(&faults))))
+        .await
+        .expect("broker starts");
+    let (connection, ch) = channel(&broker).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    ch.exchange_declare(
+        "dlx".into(),
+        ExchangeKind::Direct,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("dead-letter exchange declared");
+    declare(&ch, "src", true, at_least_once_source()).await;
+    declare(&ch, "later", true, FieldTable::default()).await;
+    assert!(publish_confirmed(&ch, "src", "m1", true).await);
+    let got = ch
+        .basic_get("src".into(), BasicGetOptions { no_ack: false })
+        .await
+        .expect("basic.get")
+        .expect("m1 in the source");
+    got.delivery
+        .reject(BasicRejectOptions { requeue: false })
+        .await
+        .expect("rejected");
+    sync(&ch).await;
+    assert_eq!(kept(&broker), 1, "no queue took it: kept");
+    // Commits end in order: once this one is confirmed, the rejection's is on disk.
+    assert!(publish_confirmed(&ch, "later", "after", true).await);
+
+    let image = DataDir::new("at-least-once-power-cut-image");
+    std::fs::create_dir_all(image.path()).expect("image directory");
+    let file = dwellmq_store::DB_FILE;
+    faults
+        .disk_image(&dir.path().join(file), &image.path().join(file))
+        .expect("disk image");
+    drop(connection);
+    broker.shutdown().await;
+
+    let broker = Broker::start(config(&image, None))
+        .await
+        .expect("broker starts on the disk image");
+    let (_connection, ch) = channel(&broker).await;
+    assert_eq!(kept(&broker), 1, "still kept after the power cut");
+    assert_eq!(
+        bodies(&ch, "src").await,
+        Vec::<String>::new(),
+        "not deliverable"
+    );
+
+    ch.queue_declare(
+        "dead".into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("target declared");
+    ch.queue_bind(
+        "dead".into(),
+        "dlx".into(),
+        "src".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .expect("target bound");
+    assert_eq!(bodies(&ch, "dead").await, ["m1"]);
+    assert_eq!(kept(&broker), 0);
+    broker.shutdown().await;
+}
