@@ -21,6 +21,7 @@ pub(crate) mod queue;
 pub(crate) mod rates;
 pub(crate) mod reply_to;
 pub(crate) mod runtime;
+pub(crate) mod scheduler;
 pub(crate) mod stats;
 pub(crate) mod test_hooks;
 pub(crate) mod timer_thread;

@@ -62,7 +62,7 @@ impl DelayedMessages {
         let mut stored = Vec::new();
         loop {
             {
-                let mut inner = self.inner.lock();
+                let mut inner = self.scheduler.lock();
                 for (due_ms, seq) in beyond.by_ref().take(PURGE_CHUNK) {
                     let id = id_of(DelayedId { due_ms, seq });
                     chunk.extend(inner.cancel_dropped(id, kept, &mut stored));
@@ -77,11 +77,11 @@ impl DelayedMessages {
         dropped += self.drop_disk_held_by(key, mark, kept);
         // What already moved into the wheel: a second or so of messages.
         {
-            let mut guard = self.inner.lock();
+            let mut guard = self.scheduler.lock();
             let inner = &mut *guard;
-            let stored_as = &inner.stored_as;
+            let stored_as = &inner.book.stored_as;
             let ids: Vec<DeadlineId> = inner
-                .scheduler
+                .core
                 .in_wheel()
                 .filter_map(|(id, entry)| match entry {
                     Entry::Release(held) if held.belongs_to(key) => {
@@ -95,8 +95,8 @@ impl DelayedMessages {
             for id in ids {
                 chunk.extend(inner.cancel_dropped(id, kept, &mut stored));
             }
-            if inner.purging.get(key) == Some(&mark) {
-                inner.purging.remove(key);
+            if inner.book.purging.get(key) == Some(&mark) {
+                inner.book.purging.remove(key);
             }
         }
         self.release_stored(stored);
@@ -114,14 +114,14 @@ impl DelayedMessages {
     /// then that exchange keeps its index and its messages, numbered from `since_seq` on.
     pub(super) fn start_dropping(&self, key: &ExchangeKey, deleted: bool) -> Option<Dropping> {
         loop {
-            let target = Arc::clone(&self.inner.lock().exchanges.get(key)?.target);
+            let target = Arc::clone(&self.scheduler.lock().book.exchanges.get(key)?.target);
             // Asked before the scheduler's lock is taken: the vhost's exchange table has its
             // own lock, never to be taken under this one.
             let taken_over = deleted && target.vhost.is_current(&target.exchange);
-            let mut guard = self.inner.lock();
+            let mut guard = self.scheduler.lock();
             let inner = &mut *guard;
-            let next_seq = inner.scheduler.next_seq();
-            let index = inner.exchanges.get_mut(key)?;
+            let next_seq = inner.core.next_seq();
+            let index = inner.book.exchanges.get_mut(key)?;
             if !Arc::ptr_eq(&index.target, &target) {
                 continue; // Changed meanwhile: ask again.
             }
@@ -141,14 +141,14 @@ impl DelayedMessages {
                     kept: true,
                 }
             } else {
-                let index = inner.exchanges.remove(key)?;
+                let index = inner.book.exchanges.remove(key)?;
                 Dropping {
                     beyond: index.beyond.into_iter().collect(),
                     mark: next_seq,
                     kept: false,
                 }
             };
-            let purging = inner.purging.entry(key.clone()).or_insert(0);
+            let purging = inner.book.purging.entry(key.clone()).or_insert(0);
             *purging = (*purging).max(dropping.mark);
             return Some(dropping);
         }
@@ -209,14 +209,14 @@ impl DelayedMessages {
                 }
             };
             if kept {
-                let mut inner = self.inner.lock();
+                let mut inner = self.scheduler.lock();
                 for (_, held) in &pending_held {
-                    inner.forget(held, None);
+                    inner.book.forget(held, None);
                 }
                 // Their sizes are not read back: the counts of an exchange that raced in
                 // under a deleted one's name lose only the count.
                 if !taken.is_empty() {
-                    inner.forget_counts(key, taken.len(), 0);
+                    inner.book.forget_counts(key, taken.len(), 0);
                 }
             }
             drop(disk_guard);
@@ -254,19 +254,19 @@ impl DelayedMessages {
     fn cancel_where(&self, id: DelayedId, of: Option<&ExchangeKey>) -> bool {
         let wanted = |held: &Held| of.is_none_or(|key| held.belongs_to(key));
         let mut disk_guard = self.disk.lock();
-        let mut guard = self.inner.lock();
+        let mut guard = self.scheduler.lock();
         let inner = &mut *guard;
         let deadline = id_of(id);
-        if let Some(Entry::Release(held)) = inner.scheduler.get(deadline) {
+        if let Some(Entry::Release(held)) = inner.core.get(deadline) {
             if !wanted(held) {
                 return false;
             }
-            let far = inner.scheduler.is_far(deadline);
-            let Some(Entry::Release(held)) = inner.scheduler.cancel(deadline) else {
+            let far = inner.core.is_far(deadline);
+            let Some(Entry::Release(held)) = inner.core.cancel(deadline) else {
                 return false;
             };
-            inner.forget(&held, far.then_some((id.due_ms, id.seq)));
-            let stored = held.stored.then(|| inner.stored_id(deadline));
+            inner.book.forget(&held, far.then_some((id.due_ms, id.seq)));
+            let stored = held.stored.then(|| inner.book.stored_id(deadline));
             drop(guard);
             drop(disk_guard);
             self.release_stored(stored.into_iter().collect());
@@ -304,7 +304,7 @@ impl DelayedMessages {
         });
         match found {
             Ok(Some((key, bytes))) => {
-                inner.forget_counts(&key, 1, bytes);
+                inner.book.forget_counts(&key, 1, bytes);
                 drop(guard);
                 drop(disk_guard);
                 self.release_stored(vec![deadline]);
@@ -320,8 +320,9 @@ impl DelayedMessages {
 
     /// (count, body bytes) held by one exchange.
     pub(crate) fn stats(&self, vhost: &str, exchange: &str) -> (usize, u64) {
-        let inner = self.inner.lock();
+        let inner = self.scheduler.lock();
         inner
+            .book
             .exchanges
             .get(&(ShortStr::from(vhost), ShortStr::from(exchange)))
             .map(|i| (i.count, i.bytes))
@@ -444,9 +445,9 @@ impl DelayedMessages {
     fn scan_wheel_all(&self, mut found: impl FnMut(&ExchangeKey, DelayedId)) {
         let mut cursor = 0;
         loop {
-            let inner = self.inner.lock();
+            let inner = self.scheduler.lock();
             let mut seen = 0;
-            for (id, entry) in inner.scheduler.in_wheel_from(cursor).take(SCAN_CHUNK) {
+            for (id, entry) in inner.core.in_wheel_from(cursor).take(SCAN_CHUNK) {
                 seen += 1;
                 cursor = id.seq.saturating_add(1);
                 if let Entry::Release(held) = entry {
@@ -474,9 +475,9 @@ impl DelayedMessages {
             }
         };
         self.scan_wheel_all(|key, id| earliest(key, id.due_ms));
-        let inner = self.inner.lock();
-        let keys: Vec<ExchangeKey> = inner.exchanges.keys().cloned().collect();
-        for (key, index) in &inner.exchanges {
+        let inner = self.scheduler.lock();
+        let keys: Vec<ExchangeKey> = inner.book.exchanges.keys().cloned().collect();
+        for (key, index) in &inner.book.exchanges {
             if let Some(&(due_ms, _)) = index.beyond.first() {
                 earliest(key, due_ms);
             }
@@ -501,8 +502,9 @@ impl DelayedMessages {
         self.scan_wheel(&key, |id| {
             next = Some(next.map_or(id.due_ms, |n| n.min(id.due_ms)));
         });
-        let inner = self.inner.lock();
+        let inner = self.scheduler.lock();
         let beyond = inner
+            .book
             .exchanges
             .get(&key)
             .and_then(|index| index.beyond.first())
@@ -536,8 +538,8 @@ impl DelayedMessages {
                 ids.push(id);
             }
         });
-        let inner = self.inner.lock();
-        if let Some(index) = inner.exchanges.get(&key) {
+        let inner = self.scheduler.lock();
+        if let Some(index) = inner.book.exchanges.get(&key) {
             ids.extend(
                 index
                     .beyond
@@ -552,7 +554,7 @@ impl DelayedMessages {
         // Messages released since the scan are gone from both tiers and skipped here.
         let in_memory: Vec<DelayedMessageInfo> = ids
             .iter()
-            .filter_map(|&id| match inner.scheduler.get(id_of(id))? {
+            .filter_map(|&id| match inner.core.get(id_of(id))? {
                 Entry::Release(held) if held.belongs_to(&key) => Some(info(id, held)),
                 _ => None,
             })
@@ -600,8 +602,8 @@ impl DelayedMessages {
         self.scan_wheel(&key, |id| count(id.due_ms));
         let mut cursor = (from_ms, 0);
         loop {
-            let inner = self.inner.lock();
-            let Some(index) = inner.exchanges.get(&key) else {
+            let inner = self.scheduler.lock();
+            let Some(index) = inner.book.exchanges.get(&key) else {
                 break;
             };
             let mut seen = 0;
@@ -640,17 +642,23 @@ impl DelayedMessages {
 
     /// Held messages that found no route when released (dropped), since start.
     pub(crate) fn unroutable(&self) -> u64 {
-        self.inner.lock().unroutable
+        self.scheduler.lock().book.unroutable
     }
 
     /// Counts unroutable releases from zero again (a reset between tests).
     pub(crate) fn clear_unroutable(&self) {
-        self.inner.lock().unroutable = 0;
+        self.scheduler.lock().book.unroutable = 0;
     }
 
     /// Messages held by all delayed exchanges.
     pub(crate) fn len(&self) -> usize {
-        self.inner.lock().exchanges.values().map(|i| i.count).sum()
+        self.scheduler
+            .lock()
+            .book
+            .exchanges
+            .values()
+            .map(|i| i.count)
+            .sum()
     }
 }
 

@@ -84,7 +84,7 @@ pub(super) struct Target {
 }
 
 /// A message waiting for its due time.
-pub(super) struct Held {
+pub(crate) struct Held {
     pub(super) target: Arc<Target>,
     pub(super) message: Kept,
     /// Whether the store holds it (a durable exchange's message): its release, cancel or
