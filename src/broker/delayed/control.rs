@@ -47,10 +47,54 @@ impl DelayedMessages {
     /// lock.
     fn drop_held_by(&self, vhost: &ShortStr, exchange: &ShortStr, deleted: bool) -> usize {
         let key = key_of(vhost, exchange);
-        match self.start_dropping(&key, deleted) {
-            Some(dropping) => self.finish_dropping(&key, dropping),
-            None => 0,
+        let pause = self.paused_purges.lock().as_ref().map(|p| p.at);
+        if pause == Some(PauseAt::Start) {
+            self.park(PausedPurge::NotBegun { key, deleted });
+            return 0;
         }
+        let Some(dropping) = self.start_dropping(&key, deleted) else {
+            return 0;
+        };
+        if pause == Some(PauseAt::Begun) {
+            self.park(PausedPurge::Begun { key, dropping });
+            return 0;
+        }
+        self.finish_dropping(&key, dropping)
+    }
+
+    fn park(&self, purge: PausedPurge) {
+        if let Some(paused) = self.paused_purges.lock().as_mut() {
+            paused.purges.push(purge);
+        }
+    }
+
+    /// From now on a purge (an operator's, or an exchange's deletion) stops at `at`, until
+    /// [`DelayedMessages::resume_purges`]: the test double's way to act while one is under
+    /// way.
+    pub(crate) fn pause_purges(&self, at: PauseAt) {
+        let mut paused = self.paused_purges.lock();
+        paused
+            .get_or_insert_with(|| PausedPurges {
+                at,
+                purges: Vec::new(),
+            })
+            .at = at;
+    }
+
+    /// Finishes the purges stopped since [`DelayedMessages::pause_purges`], and lets later
+    /// ones run through; returns how many messages they dropped.
+    pub(crate) fn resume_purges(&self) -> usize {
+        let paused = self.paused_purges.lock().take();
+        let purges = paused.map(|p| p.purges).unwrap_or_default();
+        purges
+            .into_iter()
+            .map(|purge| match purge {
+                PausedPurge::NotBegun { key, deleted } => {
+                    self.drop_held_by(&key.0, &key.1, deleted)
+                }
+                PausedPurge::Begun { key, dropping } => self.finish_dropping(&key, dropping),
+            })
+            .sum()
     }
 
     /// Drops what [`DelayedMessages::start_dropping`] marked; returns how many.
@@ -674,6 +718,33 @@ pub(crate) struct ListPage {
     /// Due before this time.
     pub(crate) due_until_ms: u64,
     pub(crate) limit: usize,
+}
+
+/// Where the test double stops purges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PauseAt {
+    /// Before a purge begins: for a deletion, the exchange is gone from its vhost and its
+    /// messages not yet dropped.
+    Start,
+    /// Once it has begun: its messages are no longer the exchange's, and not dropped yet.
+    Begun,
+}
+
+/// Purges the test double stopped.
+pub(super) struct PausedPurges {
+    at: PauseAt,
+    purges: Vec<PausedPurge>,
+}
+
+pub(super) enum PausedPurge {
+    NotBegun {
+        key: ExchangeKey,
+        deleted: bool,
+    },
+    Begun {
+        key: ExchangeKey,
+        dropping: Dropping,
+    },
 }
 
 /// What a purge drops (see [`DelayedMessages::start_dropping`]).

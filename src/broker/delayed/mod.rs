@@ -38,7 +38,7 @@ use super::scheduler::{Entry, Locked, Scheduler, MOVE_IN_BATCH};
 #[cfg(test)]
 use super::timer_thread::TimerControl;
 use super::vhost::{Routing, VHost};
-pub(crate) use control::ListPage;
+pub(crate) use control::{ListPage, PauseAt};
 use disk::{DiskTier, Leaving};
 pub(crate) use held::Held;
 use held::{ExchangeKey, Kept, Target};
@@ -122,6 +122,8 @@ pub(crate) struct DelayedMessages {
     /// The durable store: messages held by durable exchanges are written there (set once,
     /// at start, when the broker has a data directory).
     store: std::sync::OnceLock<Arc<dwellmq_store::Store>>,
+    /// Purges stopped once begun, while the test double pauses them (`None`: not paused).
+    paused_purges: Mutex<Option<control::PausedPurges>>,
     /// Runs once, between a move-in's read ahead and its lock hold: a test's way in there.
     #[cfg(test)]
     after_read_ahead: Mutex<Option<Box<dyn FnOnce() + Send>>>,
@@ -156,6 +158,7 @@ impl DelayedMessages {
             memory,
             lateness: lateness::Lateness::default(),
             store: std::sync::OnceLock::new(),
+            paused_purges: Mutex::new(None),
             #[cfg(test)]
             after_read_ahead: Mutex::new(None),
         }
