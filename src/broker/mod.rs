@@ -204,6 +204,7 @@ impl BrokerState {
         }
         for exchange in vhost.exchanges() {
             if exchange.name.is_empty() || exchange.name.starts_with("amq.") {
+                exchange.retire();
                 self.delayed.forget_exchange(&vhost.name, &exchange.name);
             } else {
                 let _ = vhost.delete_exchange_reporting(&exchange.name, false, writes);

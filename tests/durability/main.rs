@@ -9,6 +9,7 @@ mod common;
 mod http_client;
 
 mod data_dir;
+mod delayed_namesakes;
 mod delayed_on_disk;
 mod durability_faults;
 mod failure_paths;

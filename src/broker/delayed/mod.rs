@@ -34,7 +34,7 @@ use parking_lot::Mutex;
 use super::exchange::Exchange;
 use super::memory::{held_footprint, message_footprint, MemoryMonitor};
 use super::persist::PublishTicket;
-use super::scheduler::{Entry, Locked, Scheduler, MOVE_IN_BATCH};
+use super::scheduler::{Entry, Locked, Scheduler, MOVE_IN_BATCH, RETIRED};
 #[cfg(test)]
 use super::timer_thread::TimerControl;
 use super::vhost::{Routing, VHost};
@@ -47,18 +47,17 @@ pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 /// Messages dropped per lock hold when an exchange is deleted or purged.
 const PURGE_CHUNK: usize = 1024;
 
-/// Per delayed exchange: counts, and the due order of its messages in the far tier.
+/// Per exchange incarnation: counts, and the due order of its messages in the far tier.
 struct ExchangeIndex {
-    /// What new messages of this exchange point at.
+    /// What its messages point at.
     target: Arc<Target>,
-    /// (due, sequence) of this exchange's messages in the far tier.
+    /// (due, sequence) of its messages in the far tier.
     beyond: BTreeSet<(u64, u64)>,
     count: usize,
     bytes: u64,
-    /// The scheduler's next sequence number when the index was made or `target` last changed:
-    /// every message published to `target` since is numbered at least this (a purge of a
-    /// deleted namesake drops only what is below it; see [`Book::purging`]).
-    since_seq: u64,
+    /// The scheduler's next sequence number when the index was made (0 for one restored at
+    /// start): its stored messages are numbered from here on ([`Book::incarnations`]).
+    first_seq: u64,
 }
 
 impl ExchangeIndex {
@@ -79,14 +78,17 @@ pub(crate) struct Book {
     /// Scheduler sequence → stored id, for the few held messages scheduled under another id
     /// than the store's (caught up with after a restart).
     stored_as: BTreeMap<u64, DeadlineId>,
-    /// B-trees, not hash maps: a hash map holding many entries stalls everything using it for
-    /// milliseconds whenever it rehashes.
-    exchanges: BTreeMap<ExchangeKey, ExchangeIndex>,
-    /// Exchanges whose messages are being dropped (deleted, or purged by an operator): stored
-    /// messages of that name numbered below the mark are theirs, whatever exchange of that
-    /// name holds messages meanwhile (one declared again after a deletion). A message the
-    /// disk mover takes out under such a mark is dropped, not moved into the wheel.
-    purging: BTreeMap<ExchangeKey, u64>,
+    /// By incarnation: those holding messages, the exchanges' current ones and those a purge
+    /// or deletion has not begun dropping yet. B-trees, not hash maps: a hash map holding many
+    /// entries stalls everything using it for milliseconds whenever it rehashes.
+    exchanges: BTreeMap<u64, ExchangeIndex>,
+    /// The store holds messages by exchange name, not incarnation: by name, each incarnation
+    /// holding messages or being dropped, by the first sequence number of its messages. A
+    /// stored message is its name's latest incarnation that began at or before its sequence
+    /// number (incarnations of one name follow one another: the old one is retired or renewed
+    /// before the new one holds anything). One whose incarnation is not in `exchanges` (being
+    /// dropped) is dropped, not moved into the wheel.
+    incarnations: BTreeMap<ExchangeKey, BTreeMap<u64, u64>>,
     /// Durable exchanges whose stored definition could not be restored: their held messages
     /// stay on disk untouched (the disk mover leaves them where they are) until a restart
     /// with a build or configuration that restores the exchange.
@@ -238,7 +240,10 @@ impl DelayedMessages {
         bytes: u64,
     ) {
         let mut inner = self.scheduler.lock();
-        let index = inner.index_for(vhost, exchange);
+        // Every message stored under its name is this incarnation's.
+        let index = inner
+            .book
+            .index_of(vhost, exchange, exchange.incarnation(), 0);
         index.count += count as usize;
         index.bytes += bytes;
     }
@@ -340,7 +345,10 @@ impl DelayedMessages {
             // The mover's plan (it sleeps until then), set under the disk tier's lock.
             (true, true) => Some(self.mover_plan.load(std::sync::atomic::Ordering::Relaxed)),
         };
-        let index = inner.index_for(vhost, exchange);
+        let Some(index) = inner.index_for(vhost, exchange) else {
+            // Deleted since it was routed to: the message goes with it.
+            return false;
+        };
         index.count += 1;
         index.bytes += body_len;
         let held = Held {
@@ -348,6 +356,7 @@ impl DelayedMessages {
             message,
             stored: store.is_some(),
         };
+        let incarnation = held.incarnation();
         let (id, wake) = if to_disk {
             let id = inner.core.allocate(due_ms);
             let wake = next_wake.is_none_or(|next| due_ms.saturating_sub(HORIZON_MS) < next);
@@ -361,10 +370,9 @@ impl DelayedMessages {
                 }
             }
             if inner.core.is_far(id) {
-                inner
-                    .index_for(vhost, exchange)
-                    .beyond
-                    .insert((id.due_ms, id.seq));
+                if let Some(index) = inner.book.exchanges.get_mut(&incarnation) {
+                    index.beyond.insert((id.due_ms, id.seq));
+                }
             }
             return self.submit_hold(store, original, vhost, exchange, id, ticket, None, wake);
         };
@@ -496,7 +504,9 @@ impl DelayedMessages {
             self.refill_disk_ahead();
             // Bodies are read before the lock is taken for the move: a store read can take
             // milliseconds, and publishers to durable delayed exchanges wait for this lock.
-            let (read_at, mut read_ahead) = self.read_upcoming(up_to);
+            // Bodies of an older snapshot are safe to use: a body of an incarnation dropped
+            // meanwhile finds no index, and is dropped.
+            let mut read_ahead = self.read_upcoming(up_to);
             #[cfg(test)]
             if let Some(hook) = self.after_read_ahead.lock().take() {
                 hook();
@@ -505,12 +515,6 @@ impl DelayedMessages {
             let Some(disk) = disk_guard.as_mut() else {
                 return true;
             };
-            if disk.purge_rounds() != read_at {
-                // Read from a snapshot that may predate a purge's listing: a message the
-                // purge could not see any more (its exchange's deletion committed) would
-                // still have its body here.
-                read_ahead.clear();
-            }
             let mut moving: Vec<Leaving> = Vec::with_capacity(MOVE_IN_BATCH);
             while moving.len() < MOVE_IN_BATCH {
                 match disk.pop_due(up_to) {
@@ -547,7 +551,8 @@ impl DelayedMessages {
                             ShortStr::from(stored.exchange.as_str()),
                         );
                         kept_on_disk = inner.book.kept.contains(&key);
-                        inner.book.exchanges.get(&key).map(|index| Held {
+                        let index = inner.book.stored_index(&key, leaving.stored.seq);
+                        index.map(|index| Held {
                             target: Arc::clone(&index.target),
                             message: Kept::Packed(stored.message),
                             stored: true,
@@ -560,10 +565,8 @@ impl DelayedMessages {
                     // is (still marked as leaving, so the window does not take it out again).
                     continue;
                 }
-                // Taken out just before a purge of its exchange began: it goes with the rest.
-                let held = held.filter(|h| !inner.book.is_purged(h.exchange_key(), leaving.stored));
                 let Some(held) = held else {
-                    // Its exchange is gone (its purge is under way), or it was removed.
+                    // Its incarnation is being dropped or gone, or the message was removed.
                     dropped.push(leaving.stored);
                     continue;
                 };
@@ -638,8 +641,8 @@ impl ReleaseRound<'_> {
         let Target {
             vhost, exchange, ..
         } = &*held.target;
-        if !vhost.is_current(exchange) {
-            // Its exchange was deleted while a purge of its messages was under way.
+        if !held.target.is_current() {
+            // Its exchange was purged or deleted, and the drop has not reached it yet.
             delayed.discard(held.message);
             return;
         }
@@ -712,28 +715,25 @@ type ReadAhead = BTreeMap<DeadlineId, dwellmq_store::DelayedMessage>;
 
 impl DelayedMessages {
     /// Reads the bodies of the disk-held messages the next move-in up to `up_to_ms` takes out
-    /// (the disk lock is held only to find their ids), with the disk tier's purge round they
-    /// were read in. A failed read leaves them to the move-in itself, which reports it.
-    fn read_upcoming(&self, up_to_ms: u64) -> (u64, ReadAhead) {
-        let (ids, store, round) = {
+    /// (the disk lock is held only to find their ids). A failed read leaves them to the
+    /// move-in itself, which reports it.
+    fn read_upcoming(&self, up_to_ms: u64) -> ReadAhead {
+        let (ids, store) = {
             let mut disk = self.disk.lock();
             let Some(disk) = disk.as_mut() else {
-                return (0, ReadAhead::new());
+                return ReadAhead::new();
             };
-            let round = disk.purge_rounds();
             match disk.upcoming_stored(up_to_ms, MOVE_IN_BATCH) {
-                Ok(ids) if !ids.is_empty() => (ids, Arc::clone(disk.store()), round),
-                _ => return (round, ReadAhead::new()),
+                Ok(ids) if !ids.is_empty() => (ids, Arc::clone(disk.store())),
+                _ => return ReadAhead::new(),
             }
         };
         let Ok(snapshot) = store.snapshot() else {
-            return (round, ReadAhead::new());
+            return ReadAhead::new();
         };
-        let bodies = ids
-            .into_iter()
+        ids.into_iter()
             .filter_map(|id| Some((id, snapshot.delayed_message(id).ok()??)))
-            .collect();
-        (round, bodies)
+            .collect()
     }
 }
 
@@ -765,53 +765,29 @@ fn read_bodies(
     Ok(bodies)
 }
 
-/// The index of an exchange, created if it holds nothing yet; `next_seq` is the number its
-/// next message gets.
-fn index_of<'a>(
-    exchanges: &'a mut BTreeMap<ExchangeKey, ExchangeIndex>,
-    vhost: &Arc<VHost>,
-    exchange: &Arc<Exchange>,
-    next_seq: u64,
-) -> &'a mut ExchangeIndex {
-    let index = exchanges
-        .entry(key_of(&vhost.name, &exchange.name))
-        .or_insert_with(|| ExchangeIndex {
-            target: Target::new(vhost, exchange),
-            beyond: BTreeSet::new(),
-            count: 0,
-            bytes: 0,
-            since_seq: next_seq,
-        });
-    if !index.target.is(vhost, exchange) {
-        // A publish that raced with the exchange's deletion left an index for the old
-        // exchange; its messages are dropped at release, and new ones point here.
-        index.target = Target::new(vhost, exchange);
-        index.since_seq = next_seq;
-    }
-    index
-}
-
 impl Locked {
-    fn index_for(&mut self, vhost: &Arc<VHost>, exchange: &Arc<Exchange>) -> &mut ExchangeIndex {
-        let next_seq = self.core.next_seq();
-        index_of(&mut self.book.exchanges, vhost, exchange, next_seq)
+    /// The index of the exchange's current incarnation, made if it holds nothing yet; `None`
+    /// once the exchange is deleted.
+    fn index_for(
+        &mut self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+    ) -> Option<&mut ExchangeIndex> {
+        let incarnation = exchange.incarnation();
+        if incarnation == RETIRED {
+            return None;
+        }
+        let first_seq = self.core.next_seq();
+        Some(self.book.index_of(vhost, exchange, incarnation, first_seq))
     }
 
-    /// Cancels `id` for a purge: notes its store id in `stored` if the store holds it, and
-    /// with `kept` (its index stays) takes it out of its exchange's counts.
-    fn cancel_dropped(
-        &mut self,
-        id: DeadlineId,
-        kept: bool,
-        stored: &mut Vec<DeadlineId>,
-    ) -> Option<Entry> {
+    /// Cancels `id` for a purge (its index is gone already): notes its store id in `stored`
+    /// if the store holds it.
+    fn cancel_dropped(&mut self, id: DeadlineId, stored: &mut Vec<DeadlineId>) -> Option<Entry> {
         let entry = self.core.cancel(id)?;
         if let Entry::Release(held) = &entry {
             if held.stored {
                 stored.push(self.book.stored_id(id));
-            }
-            if kept {
-                self.book.forget(held, None);
             }
         }
         Some(entry)
@@ -838,15 +814,80 @@ impl Book {
     /// horizon later finds it warm, and out of its exchange's far-tier order.
     pub(crate) fn moved_in(&mut self, id: DeadlineId, held: &Held) {
         held.message.warm_up();
-        if let Some(index) = self.exchanges.get_mut(held.exchange_key()) {
+        if let Some(index) = self.exchanges.get_mut(&held.incarnation()) {
             index.beyond.remove(&(id.due_ms, id.seq));
         }
     }
 
-    /// Whether the stored message `stored` of exchange `key` belongs to one whose messages
-    /// are being dropped ([`Book::purging`]).
-    fn is_purged(&self, key: &ExchangeKey, stored: DeadlineId) -> bool {
-        self.purging.get(key).is_some_and(|&mark| stored.seq < mark)
+    /// The index of incarnation `incarnation` of the exchange, made (its stored messages
+    /// numbered from `first_seq` on) if it holds nothing yet.
+    fn index_of(
+        &mut self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        incarnation: u64,
+        first_seq: u64,
+    ) -> &mut ExchangeIndex {
+        let Book {
+            exchanges,
+            incarnations,
+            ..
+        } = self;
+        exchanges.entry(incarnation).or_insert_with(|| {
+            let target = Target::new(vhost, exchange, incarnation);
+            incarnations
+                .entry(target.key.clone())
+                .or_default()
+                .insert(first_seq, incarnation);
+            ExchangeIndex {
+                target,
+                beyond: BTreeSet::new(),
+                count: 0,
+                bytes: 0,
+                first_seq,
+            }
+        })
+    }
+
+    /// The incarnation a message the store holds for exchange `key` under sequence number
+    /// `seq` belongs to, if it is known (holding messages, or being dropped).
+    fn stored_incarnation(&self, key: &ExchangeKey, seq: u64) -> Option<u64> {
+        let by_first_seq = self.incarnations.get(key)?;
+        by_first_seq.range(..=seq).next_back().map(|(_, &inc)| inc)
+    }
+
+    /// The index of the incarnation a stored message belongs to; `None` when that one is
+    /// being dropped or gone.
+    fn stored_index(&self, key: &ExchangeKey, seq: u64) -> Option<&ExchangeIndex> {
+        self.exchanges.get(&self.stored_incarnation(key, seq)?)
+    }
+
+    /// The index of the exchange `key`'s current incarnation, if it holds anything.
+    fn current(&self, key: &ExchangeKey) -> Option<&ExchangeIndex> {
+        let by_first_seq = self.incarnations.get(key)?;
+        by_first_seq
+            .values()
+            .rev()
+            .filter_map(|inc| self.exchanges.get(inc))
+            .find(|index| index.target.is_current())
+    }
+
+    /// Forgets an incarnation's place among its name's ([`Book::incarnations`]): it holds
+    /// nothing any more.
+    fn forget_incarnation(&mut self, key: &ExchangeKey, first_seq: u64) {
+        if let Some(by_first_seq) = self.incarnations.get_mut(key) {
+            by_first_seq.remove(&first_seq);
+            if by_first_seq.is_empty() {
+                self.incarnations.remove(key);
+            }
+        }
+    }
+
+    /// Removes an incarnation's index once it counts no message.
+    fn remove_index(&mut self, incarnation: u64) {
+        if let Some(index) = self.exchanges.remove(&incarnation) {
+            self.forget_incarnation(&index.target.key, index.first_seq);
+        }
     }
 
     /// The store's id of a held message the scheduler knows as `scheduled`.
@@ -856,20 +897,17 @@ impl Book {
 
     /// Takes holds whose commit failed out of their exchanges' counts.
     fn correct_failed(&mut self, disk: &mut DiskTier) {
-        for (key, bytes) in disk.take_failed() {
-            self.forget_counts(&key, 1, bytes);
+        for (incarnation, bytes) in disk.take_failed() {
+            self.forget_counts(incarnation, 1, bytes);
         }
     }
 
-    /// Takes `count` messages of `bytes` body octets in all out of their exchange's counts,
-    /// and the index with them once it counts none.
-    ///
-    /// Saturating: a message of a deleted exchange released while a new exchange of the same
-    /// name already holds messages is counted against the new index.
-    fn forget_counts(&mut self, key: &ExchangeKey, count: usize, bytes: u64) {
-        if let Some(index) = self.exchanges.get_mut(key) {
+    /// Takes `count` messages of `bytes` body octets in all out of their incarnation's counts,
+    /// and the index with them once it counts none (nothing if it is being dropped).
+    fn forget_counts(&mut self, incarnation: u64, count: usize, bytes: u64) {
+        if let Some(index) = self.exchanges.get_mut(&incarnation) {
             if index.uncount(count, bytes) {
-                self.exchanges.remove(key);
+                self.remove_index(incarnation);
             }
         }
     }
@@ -877,16 +915,16 @@ impl Book {
     /// Takes a message leaving the holder out of its exchange's counts (and, for one still in
     /// the far tier, out of its exchange's due order).
     fn forget(&mut self, held: &Held, beyond: Option<(u64, u64)>) {
-        // One lookup per release: this runs for every message released.
-        let key = held.exchange_key();
-        let Some(index) = self.exchanges.get_mut(key) else {
+        // One lookup per release (a number, not a name): this runs for every message released.
+        let incarnation = held.incarnation();
+        let Some(index) = self.exchanges.get_mut(&incarnation) else {
             return;
         };
         if let Some(due_seq) = beyond {
             index.beyond.remove(&due_seq);
         }
         if index.uncount(1, held.message.body_len() as u64) {
-            self.exchanges.remove(key);
+            self.remove_index(incarnation);
         }
     }
 }

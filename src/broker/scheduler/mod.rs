@@ -15,6 +15,7 @@
 //! manual clock there is no thread, and `BrokerHandle::advance` serves the rounds itself.
 
 mod deliveries;
+mod incarnation;
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use super::delayed::{Book, DelayedMessages, Held, ReleaseScratch};
 use super::queue::Queue;
 use super::timer_thread::TimerControl;
 pub(crate) use deliveries::DelayedDelivery;
+pub(crate) use incarnation::{next_incarnation, RETIRED};
 
 /// Messages moved into the wheel per lock hold: publishers wait for the lock meanwhile.
 pub(crate) const MOVE_IN_BATCH: usize = 64;
