@@ -21,6 +21,8 @@ pub(crate) mod lateness;
 mod release;
 #[cfg(test)]
 mod tests_disk;
+#[cfg(test)]
+mod tests_model;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

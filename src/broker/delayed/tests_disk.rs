@@ -17,13 +17,13 @@ use crate::broker::vhost::VHost;
 const DAY_MS: u64 = 86_400_000;
 
 /// A store in a fresh temporary directory, removed when dropped.
-struct TempStore {
+pub(super) struct TempStore {
     dir: std::path::PathBuf,
-    store: Arc<dwellmq_store::Store>,
+    pub(super) store: Arc<dwellmq_store::Store>,
 }
 
 impl TempStore {
-    fn new(name: &str) -> TempStore {
+    pub(super) fn new(name: &str) -> TempStore {
         let dir = std::env::temp_dir().join(format!("dwellmq-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = Arc::new(dwellmq_store::Store::open(&dir).expect("store opens"));
@@ -53,7 +53,7 @@ impl Drop for TempStore {
 
 /// A holder at time 0 whose durable exchanges hold on `temp`'s store, beyond the horizon on
 /// disk only.
-fn on_disk(temp: &TempStore, memory: Arc<MemoryMonitor>) -> DelayedMessages {
+pub(super) fn on_disk(temp: &TempStore, memory: Arc<MemoryMonitor>) -> DelayedMessages {
     let delayed = DelayedMessages::new(0, memory);
     delayed.set_store(Arc::clone(&temp.store));
     delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
