@@ -393,24 +393,46 @@ impl DelayedMessages {
         let Some(disk) = disk_guard.as_ref() else {
             return Vec::new();
         };
-        // Those leaving are skipped: read enough to fill the page all the same.
-        let wanted = limit.saturating_add(disk.leaving_len());
-        let stored = match disk
-            .store()
-            .snapshot()
-            .and_then(|snapshot| snapshot.delayed_ids_of(&key.0, &key.1, from, wanted))
-        {
-            Ok(ids) => ids,
-            Err(e) => {
-                tracing::error!(error = %e, "reading a delayed exchange's stored messages failed");
-                Vec::new()
+        // The store keeps the exchange's messages by name: those of an incarnation being
+        // dropped (a purge under way) are not its own, and skipped along with those leaving;
+        // pages are read until the listing is full.
+        let mut out: Vec<(DeadlineId, Option<DelayedMessageInfo>)> = Vec::new();
+        let wanted = limit.saturating_add(disk.leaving_len()).max(1);
+        let mut page_from = from;
+        while out.len() < limit {
+            let page = disk
+                .store()
+                .snapshot()
+                .and_then(|snapshot| snapshot.delayed_ids_of(&key.0, &key.1, page_from, wanted));
+            let ids = match page {
+                Ok(ids) => ids,
+                Err(e) => {
+                    tracing::error!(error = %e, "reading a delayed exchange's stored messages failed");
+                    break;
+                }
+            };
+            let inner = self.scheduler.lock();
+            let current = inner
+                .book
+                .current(key)
+                .map(|index| index.target.incarnation);
+            let theirs = |id: &DeadlineId| {
+                let incarnation = inner.book.stored_incarnation(key, id.seq);
+                current.is_some() && incarnation == current
+            };
+            out.extend(
+                ids.iter()
+                    .filter(|&&id| id.due_ms < until_ms && !disk.is_leaving(id) && theirs(&id))
+                    .map(|&id| (id, None)),
+            );
+            drop(inner);
+            match ids.last() {
+                Some(&last) if ids.len() == wanted && last.due_ms < until_ms => {
+                    page_from = successor(last);
+                }
+                _ => break,
             }
-        };
-        let mut out: Vec<(DeadlineId, Option<DelayedMessageInfo>)> = stored
-            .into_iter()
-            .filter(|&id| id.due_ms < until_ms && !disk.is_leaving(id))
-            .map(|id| (id, None))
-            .collect();
+        }
         out.extend(
             disk.pending_where(|held| held.belongs_to(key) && held.target.is_current())
                 .filter(|&(id, _)| id >= from && id.due_ms < until_ms)
