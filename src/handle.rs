@@ -586,6 +586,30 @@ impl BrokerHandle {
             .purge_exchange(&vhost.into(), &exchange.into())
     }
 
+    /// Purges of delayed exchanges (an operator's, or an exchange's deletion) stop before
+    /// they begin, from now until [`BrokerHandle::resume_delayed_purges`]: a deleted
+    /// exchange is gone from its vhost, and its messages not yet dropped.
+    pub fn pause_delayed_purges_at_start(&self) {
+        self.state
+            .delayed
+            .pause_purges(crate::broker::delayed::PauseAt::Start);
+    }
+
+    /// Purges of delayed exchanges stop once they have begun, until
+    /// [`BrokerHandle::resume_delayed_purges`]: the old messages are no longer the exchange's,
+    /// and are not dropped yet.
+    pub fn pause_delayed_purges_once_begun(&self) {
+        self.state
+            .delayed
+            .pause_purges(crate::broker::delayed::PauseAt::Begun);
+    }
+
+    /// Finishes the purges paused by [`BrokerHandle::pause_delayed_purges`] and lets later
+    /// ones run; returns how many messages they dropped.
+    pub fn resume_delayed_purges(&self) -> usize {
+        self.state.delayed.resume_purges()
+    }
+
     /// Messages that left their queues for `reason` since start: (dead-lettered, dropped
     /// because the queue has no dead-letter exchange).
     pub fn death_counts(&self, reason: DeathReason) -> (u64, u64) {

@@ -3,6 +3,9 @@
 use dwellmq_codec::{FieldTable, ShortStr};
 use dwellmq_core::routing::{BindingSet, RoutingKind};
 use parking_lot::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::scheduler::{next_incarnation, RETIRED};
 
 /// How an exchange routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +93,9 @@ pub(crate) struct Exchange {
     pub(crate) bindings: RwLock<BindingSet>,
     /// Message counters for the management API's rates.
     pub(crate) counters: super::rates::ExchangeCounters,
+    /// Whose held messages a delayed exchange holds and releases now
+    /// (`super::scheduler::next_incarnation`): renewed by a purge, retired at deletion.
+    incarnation: AtomicU64,
 }
 
 impl Exchange {
@@ -116,7 +122,32 @@ impl Exchange {
             policy_alternate_exchange: RwLock::new(None),
             bindings: RwLock::new(BindingSet::new(kind.routing())),
             counters: Default::default(),
+            incarnation: AtomicU64::new(next_incarnation()),
         }
+    }
+
+    /// This exchange's incarnation now ([`RETIRED`] once deleted).
+    pub(crate) fn incarnation(&self) -> u64 {
+        self.incarnation.load(Ordering::Acquire)
+    }
+
+    /// Moves the exchange from incarnation `from` to a fresh one (a purge: the messages of
+    /// `from` are no longer its own); false if it is not at `from` any more.
+    pub(crate) fn renew(&self, from: u64) -> bool {
+        self.incarnation
+            .compare_exchange(
+                from,
+                next_incarnation(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// The exchange was deleted: nothing is held for it from now on, and nothing it held is
+    /// released.
+    pub(crate) fn retire(&self) {
+        self.incarnation.store(RETIRED, Ordering::Release);
     }
 
     /// Where unroutable messages go: the declared alternate exchange, else the policy's.

@@ -21,6 +21,7 @@ pub(crate) mod queue;
 pub(crate) mod rates;
 pub(crate) mod reply_to;
 pub(crate) mod runtime;
+pub(crate) mod scheduler;
 pub(crate) mod stats;
 pub(crate) mod test_hooks;
 pub(crate) mod timer_thread;
@@ -233,6 +234,7 @@ impl BrokerState {
         }
         for exchange in vhost.exchanges() {
             if exchange.name.is_empty() || exchange.name.starts_with("amq.") {
+                exchange.retire();
                 self.delayed.forget_exchange(&vhost.name, &exchange.name);
             } else {
                 let _ = vhost.delete_exchange_reporting(&exchange.name, false, writes);

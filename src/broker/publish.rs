@@ -179,15 +179,11 @@ fn enqueue(
     if !routing.delayed.is_empty() {
         // The queues are chosen again at release, from the bindings as they are then.
         let held = held_copy(&runtime.memory, message, bcc);
-        let mut wake = false;
         for exchange in routing.delayed.drain(..) {
             let held = Arc::clone(&held);
-            wake |= runtime
+            runtime
                 .delayed
                 .hold_confirmed(vhost, &exchange, held, due_ms, ticket);
-        }
-        if wake {
-            runtime.timer.wake();
         }
     }
     let mut rejected = false;
@@ -196,12 +192,9 @@ fn enqueue(
             // An injected fault: the message enters the queue later, in broker time.
             let due_ms = runtime.clock.now_ms().saturating_add(delay.delay_ms);
             let held = Arc::clone(message);
-            if runtime
-                .delayed
-                .hold_for_queue(&queue, held, due_ms, &delay.pending)
-            {
-                runtime.timer.wake();
-            }
+            runtime
+                .scheduler
+                .deliver_later(&queue, held, due_ms, &delay.pending);
             if let Some(taken) = taken.as_deref_mut() {
                 taken.push(queue.name.clone());
             }

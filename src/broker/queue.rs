@@ -328,11 +328,7 @@ impl Queue {
                     });
                 }
                 Effect::Dropped { reason } => self.runtime.deaths.dropped(reason),
-                Effect::Arm { at_ms } => {
-                    if self.runtime.delayed.arm_queue(at_ms, self) {
-                        self.runtime.timer.wake();
-                    }
-                }
+                Effect::Arm { at_ms } => self.runtime.scheduler.arm_queue(at_ms, self),
                 Effect::Expire => after.expire = true,
                 // Submitted under the queue's lock, so that the store sees a message's
                 // persist before its forget.

@@ -1,6 +1,6 @@
-//! What every queue needs from its broker: the clock, the one deadline scheduler (which also
-//! holds delayed messages: a dead-letter exchange may be a delayed one), memory accounting and
-//! counters.
+//! What every queue needs from its broker: the clock, the one deadline scheduler and the
+//! delayed exchanges' holder (a dead-letter exchange may be a delayed one), memory accounting
+//! and counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use dwellmq_timer::SharedClock;
 use super::delayed::DelayedMessages;
 use super::memory::MemoryMonitor;
 use super::names::NameGenerator;
+use super::scheduler::Scheduler;
 use super::timer_thread::TimerControl;
 
 /// Messages that left queues without being consumed, by reason.
@@ -60,6 +61,9 @@ impl DeathCounters {
 pub(crate) struct Runtime {
     pub(crate) clock: SharedClock,
     pub(crate) memory: Arc<MemoryMonitor>,
+    /// Every deadline: queue ticks, delayed releases, the test double's delayed deliveries.
+    pub(crate) scheduler: Arc<Scheduler>,
+    /// Messages held by delayed exchanges (a client of `scheduler`).
     pub(crate) delayed: Arc<DelayedMessages>,
     pub(crate) timer: Arc<TimerControl>,
     pub(crate) expiry_mode: ExpiryMode,
@@ -91,15 +95,21 @@ impl Runtime {
     ) -> Arc<Self> {
         let now = clock.now_ms();
         let names = Arc::new(NameGenerator::new(name_seed));
-        let delayed = Arc::new(DelayedMessages::new(now, Arc::clone(&memory)));
+        let timer = Arc::new(TimerControl::default());
+        let scheduler = Arc::new(Scheduler::new(now, Arc::clone(&timer)));
+        let delayed = Arc::new(DelayedMessages::with_scheduler(
+            Arc::clone(&scheduler),
+            Arc::clone(&memory),
+        ));
         if let Some(store) = &store {
             delayed.set_store(Arc::clone(store));
         }
         Arc::new(Runtime {
+            scheduler,
             delayed,
             clock,
             memory,
-            timer: Arc::new(TimerControl::default()),
+            timer,
             expiry_mode,
             deaths: DeathCounters::default(),
             queue_totals: Default::default(),

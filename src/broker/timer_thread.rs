@@ -89,8 +89,9 @@ fn run(state: &BrokerState) {
         let now = state.clock.now_ms();
         match state.runtime.next_wake() {
             Some(due) if due <= now => {
-                state.delayed.release_due(now);
-                state.delayed.move_in(now, Some(MOVE_IN_BUDGET));
+                let scheduler = &state.runtime.scheduler;
+                scheduler.release_due(now, &state.delayed);
+                scheduler.move_in(now, Some(MOVE_IN_BUDGET), &state.delayed);
             }
             Some(due) => std::thread::park_timeout(until_wall_ms(due)),
             None => std::thread::park(),

@@ -156,7 +156,7 @@ fn remove_bindings_to(
             }
         }
         for name in orphaned {
-            exchanges.remove(&name);
+            exchanges.remove(&name).inspect(|x| x.retire());
             pending.push(Destination::Exchange(name.clone()));
             removed.push(name);
         }
@@ -370,6 +370,7 @@ impl VHost {
             )));
         }
         exchanges.remove(name);
+        exchange.retire();
         let mut removed = vec![exchange.name.clone()];
         remove_bindings_to(
             &mut exchanges,
@@ -867,6 +868,7 @@ impl VHost {
                 .is_some_and(|current| Arc::ptr_eq(current, &source))
             {
                 exchanges.remove(&source.name);
+                source.retire();
                 removed.push(source.name.clone());
                 let gone = Destination::Exchange(source.name.clone());
                 remove_bindings_to(&mut exchanges, gone, &mut removed);

@@ -19,8 +19,9 @@ pub(crate) fn release_due(state: &BrokerState, clock: &ManualClock, target_ms: u
     let mut rounds_at_now = 0;
     loop {
         let now = clock.now_ms();
-        released += state.delayed.release_due(now);
-        state.delayed.move_in(now, None);
+        let scheduler = &state.runtime.scheduler;
+        released += scheduler.release_due(now, &state.delayed);
+        scheduler.move_in(now, None, &state.delayed);
         match state.runtime.next_wake() {
             Some(next) if next <= now && rounds_at_now < 1000 => rounds_at_now += 1,
             Some(next) if next <= target_ms && next > now => {

@@ -36,6 +36,8 @@ pub(crate) struct Removed {
 pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, ResetError> {
     let started = std::time::Instant::now();
     let mut removed = Removed::default();
+    // A purge a test paused is finished first, so that the reset's own deletions run through.
+    state.delayed.resume_purges();
     let names = std::iter::once("/").chain(state.config.vhosts.iter().map(String::as_str));
     for vhost in names.filter_map(|n| state.vhost(n)) {
         for queue in vhost.queues() {

@@ -11,6 +11,7 @@ mod http_client;
 mod at_least_once_dead_letters;
 mod data_dir;
 mod delayed_listing_unreadable;
+mod delayed_namesakes;
 mod delayed_on_disk;
 mod durability_faults;
 mod failure_paths;

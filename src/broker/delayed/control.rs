@@ -1,7 +1,6 @@
 //! Inspection and operator control of held messages: counts, listing, cancel, purge.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use dwellmq_codec::ShortStr;
@@ -41,31 +40,78 @@ impl DelayedMessages {
         dropped
     }
 
-    /// Marks the exchange's messages as being dropped (every one numbered below the mark),
-    /// then drops them: those in the far tier a chunk per lock hold (releases and publishers
-    /// get the lock in between), those on disk, those in the wheel; frees them outside the
-    /// lock.
+    /// Takes the exchange's messages from it (its incarnation), then drops them
+    /// ([`DelayedMessages::finish_dropping`]).
     fn drop_held_by(&self, vhost: &ShortStr, exchange: &ShortStr, deleted: bool) -> usize {
         let key = key_of(vhost, exchange);
-        match self.start_dropping(&key, deleted) {
-            Some(dropping) => self.finish_dropping(&key, dropping),
-            None => 0,
+        let pause = self.paused_purges.lock().as_ref().map(|p| p.at);
+        if pause == Some(PauseAt::Start) {
+            self.park(PausedPurge::NotBegun { key, deleted });
+            return 0;
+        }
+        let Some(dropping) = self.start_dropping(&key, deleted) else {
+            return 0;
+        };
+        if pause == Some(PauseAt::Begun) {
+            self.park(PausedPurge::Begun { key, dropping });
+            return 0;
+        }
+        self.finish_dropping(&key, dropping)
+    }
+
+    fn park(&self, purge: PausedPurge) {
+        if let Some(paused) = self.paused_purges.lock().as_mut() {
+            paused.purges.push(purge);
         }
     }
 
-    /// Drops what [`DelayedMessages::start_dropping`] marked; returns how many.
+    /// From now on a purge (an operator's, or an exchange's deletion) stops at `at`, until
+    /// [`DelayedMessages::resume_purges`]: the test double's way to act while one is under
+    /// way.
+    pub(crate) fn pause_purges(&self, at: PauseAt) {
+        let mut paused = self.paused_purges.lock();
+        paused
+            .get_or_insert_with(|| PausedPurges {
+                at,
+                purges: Vec::new(),
+            })
+            .at = at;
+    }
+
+    /// Finishes the purges stopped since [`DelayedMessages::pause_purges`], and lets later
+    /// ones run through; returns how many messages they dropped.
+    pub(crate) fn resume_purges(&self) -> usize {
+        let paused = self.paused_purges.lock().take();
+        let purges = paused.map(|p| p.purges).unwrap_or_default();
+        purges
+            .into_iter()
+            .map(|purge| match purge {
+                PausedPurge::NotBegun { key, deleted } => {
+                    self.drop_held_by(&key.0, &key.1, deleted)
+                }
+                PausedPurge::Begun { key, dropping } => self.finish_dropping(&key, dropping),
+            })
+            .sum()
+    }
+
+    /// Drops what [`DelayedMessages::start_dropping`] took from the exchange: those in the far
+    /// tier a chunk per lock hold (releases and publishers get the lock in between), those on
+    /// disk, those in the wheel; frees them outside the lock. Returns how many.
     pub(super) fn finish_dropping(&self, key: &ExchangeKey, dropping: Dropping) -> usize {
-        let Dropping { beyond, mark, kept } = dropping;
+        let Dropping {
+            beyond,
+            incarnations,
+        } = dropping;
         let mut dropped = 0;
         let mut beyond = beyond.into_iter();
         let mut chunk: Vec<Entry> = Vec::with_capacity(PURGE_CHUNK);
         let mut stored = Vec::new();
         loop {
             {
-                let mut inner = self.inner.lock();
+                let mut inner = self.scheduler.lock();
                 for (due_ms, seq) in beyond.by_ref().take(PURGE_CHUNK) {
                     let id = id_of(DelayedId { due_ms, seq });
-                    chunk.extend(inner.cancel_dropped(id, kept, &mut stored));
+                    chunk.extend(inner.cancel_dropped(id, &mut stored));
                 }
             }
             if chunk.is_empty() {
@@ -74,29 +120,25 @@ impl DelayedMessages {
             dropped += chunk.len();
             self.discard_entries(&mut chunk);
         }
-        dropped += self.drop_disk_held_by(key, mark, kept);
+        let dropped_incarnation = |inc: u64| incarnations.iter().any(|&(i, _)| i == inc);
+        dropped += self.drop_disk_held_by(key, &dropped_incarnation);
         // What already moved into the wheel: a second or so of messages.
         {
-            let mut guard = self.inner.lock();
+            let mut guard = self.scheduler.lock();
             let inner = &mut *guard;
-            let stored_as = &inner.stored_as;
             let ids: Vec<DeadlineId> = inner
-                .scheduler
+                .core
                 .in_wheel()
                 .filter_map(|(id, entry)| match entry {
-                    Entry::Release(held) if held.belongs_to(key) => {
-                        // A message caught up with after a restart is numbered by its store id.
-                        let seq = stored_as.get(&id.seq).map_or(id.seq, |s| s.seq);
-                        (seq < mark).then_some(id)
-                    }
+                    Entry::Release(held) if dropped_incarnation(held.incarnation()) => Some(id),
                     _ => None,
                 })
                 .collect();
             for id in ids {
-                chunk.extend(inner.cancel_dropped(id, kept, &mut stored));
+                chunk.extend(inner.cancel_dropped(id, &mut stored));
             }
-            if inner.purging.get(key) == Some(&mark) {
-                inner.purging.remove(key);
+            for &(_, first_seq) in &incarnations {
+                inner.book.forget_incarnation(key, first_seq);
             }
         }
         self.release_stored(stored);
@@ -105,128 +147,118 @@ impl DelayedMessages {
         dropped
     }
 
-    /// Sets the mark below which the exchange's messages are dropped, and takes its far-tier
-    /// ids out of its index. `None` when it holds nothing.
-    ///
-    /// The mark is the scheduler's next number: a message published from now on is above
-    /// it. Unless the exchange was deleted and the index already points at an exchange
-    /// declared under its name since (a publish to it came between the deletion and this):
-    /// then that exchange keeps its index and its messages, numbered from `since_seq` on.
+    /// Takes the exchange's messages from it: a purge (`deleted` false) moves the exchange to
+    /// a fresh incarnation and takes the current one's; a deletion (the exchange is retired
+    /// already) takes every incarnation of that name that is not current (a namesake declared
+    /// since keeps its own). Their indexes go at once (their counts with them), and their
+    /// far-tier ids are returned to drop. `None` when there is nothing to take.
     pub(super) fn start_dropping(&self, key: &ExchangeKey, deleted: bool) -> Option<Dropping> {
-        loop {
-            let target = Arc::clone(&self.inner.lock().exchanges.get(key)?.target);
-            // Asked before the scheduler's lock is taken: the vhost's exchange table has its
-            // own lock, never to be taken under this one.
-            let taken_over = deleted && target.vhost.is_current(&target.exchange);
-            let mut guard = self.inner.lock();
-            let inner = &mut *guard;
-            let next_seq = inner.scheduler.next_seq();
-            let index = inner.exchanges.get_mut(key)?;
-            if !Arc::ptr_eq(&index.target, &target) {
-                continue; // Changed meanwhile: ask again.
+        let mut guard = self.scheduler.lock();
+        let book = &mut guard.book;
+        let taken: Vec<u64> = if deleted {
+            let by_first_seq = book.incarnations.get(key)?;
+            by_first_seq
+                .values()
+                .copied()
+                .filter(|inc| {
+                    let index = book.exchanges.get(inc);
+                    index.is_some_and(|index| !index.target.is_current())
+                })
+                .collect()
+        } else {
+            let index = book.current(key)?;
+            let incarnation = index.target.incarnation;
+            // Under the scheduler's lock, which every hold takes to read the incarnation:
+            // a message held from now on is the new incarnation's. Refused only when the
+            // exchange was deleted meanwhile: its messages go all the same.
+            index.target.exchange.renew(incarnation);
+            vec![incarnation]
+        };
+        let mut dropping = Dropping {
+            beyond: Vec::new(),
+            incarnations: Vec::with_capacity(taken.len()),
+        };
+        for incarnation in taken {
+            if let Some(index) = book.exchanges.remove(&incarnation) {
+                dropping.beyond.extend(index.beyond);
+                dropping.incarnations.push((incarnation, index.first_seq));
             }
-            let dropping = if taken_over {
-                let mark = index.since_seq;
-                let mut old = Vec::new();
-                index.beyond.retain(|&due_seq| {
-                    let below = due_seq.1 < mark;
-                    if below {
-                        old.push(due_seq);
-                    }
-                    !below
-                });
-                Dropping {
-                    beyond: old,
-                    mark,
-                    kept: true,
-                }
-            } else {
-                let index = inner.exchanges.remove(key)?;
-                Dropping {
-                    beyond: index.beyond.into_iter().collect(),
-                    mark: next_seq,
-                    kept: false,
-                }
-            };
-            let purging = inner.purging.entry(key.clone()).or_insert(0);
-            *purging = (*purging).max(dropping.mark);
-            return Some(dropping);
         }
+        (!dropping.incarnations.is_empty()).then_some(dropping)
     }
 
-    /// Drops the exchange's messages numbered below `mark` held on disk: its pending ones
-    /// (every hold below the mark is submitted by now), then the stored ones, [`PURGE_CHUNK`]
-    /// per lock hold and per submitted removal (the per-exchange index is read a chunk at a
-    /// time); returns how many. With `kept`, they are taken out of the exchange's counts.
-    fn drop_disk_held_by(&self, key: &ExchangeKey, mark: u64, kept: bool) -> usize {
-        let mut dropped = 0;
+    /// Drops the messages held on disk of the incarnations `dropped` picks: the pending ones
+    /// (every hold of them is submitted by now), then the stored ones, [`PURGE_CHUNK`] per
+    /// lock hold and per submitted removal (the exchange name's range of the store is read a
+    /// chunk at a time; each id is told apart by its incarnation); returns how many.
+    fn drop_disk_held_by(&self, key: &ExchangeKey, dropped: &dyn Fn(u64) -> bool) -> usize {
+        let mut count = 0;
         let mut from = DeadlineId { due_ms: 0, seq: 0 };
         let mut pending_done = false;
         loop {
             let mut disk_guard = self.disk.lock();
             let Some(disk) = disk_guard.as_mut() else {
-                return dropped;
+                return count;
             };
-            disk.purge_round();
             // One snapshot per lock hold, for the pending ones and the page alike.
             let snapshot = match disk.store().snapshot() {
                 Ok(snapshot) => snapshot,
                 Err(e) => {
                     tracing::error!(error = %e, "dropping a delayed exchange's stored messages failed");
-                    return dropped;
+                    return count;
                 }
             };
-            let mut pending_held = Vec::new();
+            let mut taken = Vec::new();
             if !pending_done {
                 pending_done = true;
                 let pending: Vec<DeadlineId> = disk
-                    .pending_of(key)
+                    .pending_where(|held| dropped(held.incarnation()))
                     .map(|(id, _)| id)
-                    .filter(|id| id.seq < mark)
                     .collect();
                 for id in pending {
-                    if let Ok(Taken::Pending(held)) = disk.take(id, &snapshot) {
-                        pending_held.push((id, held));
+                    if let Ok(Taken::Pending(_)) = disk.take(id, &snapshot) {
+                        taken.push(id);
                     }
                 }
             }
             let page = snapshot
                 .delayed_ids_of(&key.0, &key.1, from, PURGE_CHUNK)
                 .and_then(|ids| {
-                    let mut taken = Vec::with_capacity(ids.len());
-                    for &id in ids.iter().filter(|id| id.seq < mark) {
+                    let theirs: Vec<DeadlineId> = {
+                        let inner = self.scheduler.lock();
+                        ids.iter()
+                            .copied()
+                            .filter(|id| {
+                                let inc = inner.book.stored_incarnation(key, id.seq);
+                                inc.is_some_and(dropped)
+                            })
+                            .collect()
+                    };
+                    let mut stored = Vec::with_capacity(theirs.len());
+                    for id in theirs {
                         if !matches!(disk.take(id, &snapshot)?, Taken::No) {
-                            taken.push(id);
+                            stored.push(id);
                         }
                     }
-                    Ok((ids.last().copied(), taken))
+                    Ok((ids.last().copied(), stored))
                 });
-            let (last, mut taken) = match page {
-                Ok(page) => page,
+            let last = match page {
+                Ok((last, stored)) => {
+                    taken.extend(stored);
+                    last
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "dropping a delayed exchange's stored messages failed");
-                    (None, Vec::new())
+                    None
                 }
             };
-            if kept {
-                let mut inner = self.inner.lock();
-                for (_, held) in &pending_held {
-                    inner.forget(held, None);
-                }
-                // Their sizes are not read back: the counts of an exchange that raced in
-                // under a deleted one's name lose only the count.
-                if !taken.is_empty() {
-                    inner.forget_counts(key, taken.len(), 0);
-                }
-            }
             drop(disk_guard);
-            taken.extend(pending_held.iter().map(|(id, _)| *id));
-            dropped += taken.len();
+            count += taken.len();
             // A pending one's Hold was submitted first: its Release follows it.
             self.release_stored(taken);
             match last {
                 Some(last) => from = successor(last),
-                None => return dropped,
+                None => return count,
             }
         }
     }
@@ -254,19 +286,19 @@ impl DelayedMessages {
     fn cancel_where(&self, id: DelayedId, of: Option<&ExchangeKey>) -> bool {
         let wanted = |held: &Held| of.is_none_or(|key| held.belongs_to(key));
         let mut disk_guard = self.disk.lock();
-        let mut guard = self.inner.lock();
+        let mut guard = self.scheduler.lock();
         let inner = &mut *guard;
         let deadline = id_of(id);
-        if let Some(Entry::Release(held)) = inner.scheduler.get(deadline) {
+        if let Some(Entry::Release(held)) = inner.core.get(deadline) {
             if !wanted(held) {
                 return false;
             }
-            let far = inner.scheduler.is_far(deadline);
-            let Some(Entry::Release(held)) = inner.scheduler.cancel(deadline) else {
+            let far = inner.core.is_far(deadline);
+            let Some(Entry::Release(held)) = inner.core.cancel(deadline) else {
                 return false;
             };
-            inner.forget(&held, far.then_some((id.due_ms, id.seq)));
-            let stored = held.stored.then(|| inner.stored_id(deadline));
+            inner.book.forget(&held, far.then_some((id.due_ms, id.seq)));
+            let stored = held.stored.then(|| inner.book.stored_id(deadline));
             drop(guard);
             drop(disk_guard);
             self.release_stored(stored.into_iter().collect());
@@ -294,17 +326,21 @@ impl DelayedMessages {
                     return Ok(None);
                 }
             }
+            // (its incarnation if known, its body octets).
             Ok(match disk.take(deadline, &snapshot)? {
                 Taken::No => None,
                 Taken::Pending(held) => {
-                    Some((held.exchange_key().clone(), held.message.body_len() as u64))
+                    Some((Some(held.incarnation()), held.message.body_len() as u64))
                 }
-                Taken::Stored => stored,
+                Taken::Stored => stored
+                    .map(|(key, bytes)| (inner.book.stored_incarnation(&key, deadline.seq), bytes)),
             })
         });
         match found {
-            Ok(Some((key, bytes))) => {
-                inner.forget_counts(&key, 1, bytes);
+            Ok(Some((incarnation, bytes))) => {
+                if let Some(incarnation) = incarnation {
+                    inner.book.forget_counts(incarnation, 1, bytes);
+                }
                 drop(guard);
                 drop(disk_guard);
                 self.release_stored(vec![deadline]);
@@ -320,10 +356,10 @@ impl DelayedMessages {
 
     /// (count, body bytes) held by one exchange.
     pub(crate) fn stats(&self, vhost: &str, exchange: &str) -> (usize, u64) {
-        let inner = self.inner.lock();
+        let inner = self.scheduler.lock();
         inner
-            .exchanges
-            .get(&(ShortStr::from(vhost), ShortStr::from(exchange)))
+            .book
+            .current(&(ShortStr::from(vhost), ShortStr::from(exchange)))
             .map(|i| (i.count, i.bytes))
             .unwrap_or((0, 0))
     }
@@ -375,19 +411,41 @@ impl DelayedMessages {
         let Some(disk) = disk_guard.as_ref() else {
             return Ok(Vec::new());
         };
-        // Those leaving are skipped: read enough to fill the page all the same.
-        let wanted = limit.saturating_add(disk.leaving_len());
-        let stored = disk
-            .store()
-            .snapshot()
-            .and_then(|snapshot| snapshot.delayed_ids_of(&key.0, &key.1, from, wanted))?;
-        let mut out: Vec<(DeadlineId, Option<DelayedMessageInfo>)> = stored
-            .into_iter()
-            .filter(|&id| id.due_ms < until_ms && !disk.is_leaving(id))
-            .map(|id| (id, None))
-            .collect();
+        // The store keeps the exchange's messages by name: those of an incarnation being
+        // dropped (a purge under way) are not its own, and skipped along with those leaving;
+        // pages are read until the listing is full.
+        let mut out: Vec<(DeadlineId, Option<DelayedMessageInfo>)> = Vec::new();
+        let wanted = limit.saturating_add(disk.leaving_len()).max(1);
+        let mut page_from = from;
+        while out.len() < limit {
+            let ids = disk
+                .store()
+                .snapshot()
+                .and_then(|snapshot| snapshot.delayed_ids_of(&key.0, &key.1, page_from, wanted))?;
+            let inner = self.scheduler.lock();
+            let current = inner
+                .book
+                .current(key)
+                .map(|index| index.target.incarnation);
+            let theirs = |id: &DeadlineId| {
+                let incarnation = inner.book.stored_incarnation(key, id.seq);
+                current.is_some() && incarnation == current
+            };
+            out.extend(
+                ids.iter()
+                    .filter(|&&id| id.due_ms < until_ms && !disk.is_leaving(id) && theirs(&id))
+                    .map(|&id| (id, None)),
+            );
+            drop(inner);
+            match ids.last() {
+                Some(&last) if ids.len() == wanted && last.due_ms < until_ms => {
+                    page_from = successor(last);
+                }
+                _ => break,
+            }
+        }
         out.extend(
-            disk.pending_of(key)
+            disk.pending_where(|held| held.belongs_to(key) && held.target.is_current())
                 .filter(|&(id, _)| id >= from && id.due_ms < until_ms)
                 .map(|(id, held)| {
                     let id = DelayedId {
@@ -446,21 +504,25 @@ impl DelayedMessages {
         });
     }
 
-    /// The same for every exchange's messages, with their exchange.
+    /// The same for every exchange's messages, with their exchange (those of an incarnation
+    /// being dropped are not the exchange's any more, and skipped).
     fn scan_wheel_all(&self, mut found: impl FnMut(&ExchangeKey, DelayedId)) {
         let mut cursor = 0;
         loop {
-            let inner = self.inner.lock();
+            let inner = self.scheduler.lock();
             let mut seen = 0;
-            for (id, entry) in inner.scheduler.in_wheel_from(cursor).take(SCAN_CHUNK) {
+            for (id, entry) in inner.core.in_wheel_from(cursor).take(SCAN_CHUNK) {
                 seen += 1;
                 cursor = id.seq.saturating_add(1);
-                if let Entry::Release(held) = entry {
-                    let id = DelayedId {
-                        due_ms: id.due_ms,
-                        seq: id.seq,
-                    };
-                    found(held.exchange_key(), id);
+                match entry {
+                    Entry::Release(held) if held.target.is_current() => {
+                        let id = DelayedId {
+                            due_ms: id.due_ms,
+                            seq: id.seq,
+                        };
+                        found(held.exchange_key(), id);
+                    }
+                    _ => {}
                 }
             }
             if seen < SCAN_CHUNK {
@@ -480,11 +542,15 @@ impl DelayedMessages {
             }
         };
         self.scan_wheel_all(|key, id| earliest(key, id.due_ms));
-        let inner = self.inner.lock();
-        let keys: Vec<ExchangeKey> = inner.exchanges.keys().cloned().collect();
-        for (key, index) in &inner.exchanges {
+        let inner = self.scheduler.lock();
+        let current = || {
+            let all = inner.book.exchanges.values();
+            all.filter(|index| index.target.is_current())
+        };
+        let keys: Vec<ExchangeKey> = current().map(|i| i.target.key.clone()).collect();
+        for index in current() {
             if let Some(&(due_ms, _)) = index.beyond.first() {
-                earliest(key, due_ms);
+                earliest(&index.target.key, due_ms);
             }
         }
         drop(inner);
@@ -507,10 +573,10 @@ impl DelayedMessages {
         self.scan_wheel(&key, |id| {
             next = Some(next.map_or(id.due_ms, |n| n.min(id.due_ms)));
         });
-        let inner = self.inner.lock();
+        let inner = self.scheduler.lock();
         let beyond = inner
-            .exchanges
-            .get(&key)
+            .book
+            .current(&key)
             .and_then(|index| index.beyond.first())
             .map(|&(due_ms, _)| due_ms);
         drop(inner);
@@ -543,8 +609,8 @@ impl DelayedMessages {
                 ids.push(id);
             }
         });
-        let inner = self.inner.lock();
-        if let Some(index) = inner.exchanges.get(&key) {
+        let inner = self.scheduler.lock();
+        if let Some(index) = inner.book.current(&key) {
             ids.extend(
                 index
                     .beyond
@@ -559,8 +625,10 @@ impl DelayedMessages {
         // Messages released since the scan are gone from both tiers and skipped here.
         let in_memory: Vec<DelayedMessageInfo> = ids
             .iter()
-            .filter_map(|&id| match inner.scheduler.get(id_of(id))? {
-                Entry::Release(held) if held.belongs_to(&key) => Some(info(id, held)),
+            .filter_map(|&id| match inner.core.get(id_of(id))? {
+                Entry::Release(held) if held.belongs_to(&key) && held.target.is_current() => {
+                    Some(info(id, held))
+                }
                 _ => None,
             })
             .take(page.limit)
@@ -607,8 +675,8 @@ impl DelayedMessages {
         self.scan_wheel(&key, |id| count(id.due_ms));
         let mut cursor = (from_ms, 0);
         loop {
-            let inner = self.inner.lock();
-            let Some(index) = inner.exchanges.get(&key) else {
+            let inner = self.scheduler.lock();
+            let Some(index) = inner.book.current(&key) else {
                 break;
             };
             let mut seen = 0;
@@ -647,17 +715,23 @@ impl DelayedMessages {
 
     /// Held messages that found no route when released (dropped), since start.
     pub(crate) fn unroutable(&self) -> u64 {
-        self.inner.lock().unroutable
+        self.scheduler.lock().book.unroutable
     }
 
     /// Counts unroutable releases from zero again (a reset between tests).
     pub(crate) fn clear_unroutable(&self) {
-        self.inner.lock().unroutable = 0;
+        self.scheduler.lock().book.unroutable = 0;
     }
 
     /// Messages held by all delayed exchanges.
     pub(crate) fn len(&self) -> usize {
-        self.inner.lock().exchanges.values().map(|i| i.count).sum()
+        self.scheduler
+            .lock()
+            .book
+            .exchanges
+            .values()
+            .map(|i| i.count)
+            .sum()
     }
 }
 
@@ -675,15 +749,39 @@ pub(crate) struct ListPage {
     pub(crate) limit: usize,
 }
 
+/// Where the test double stops purges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PauseAt {
+    /// Before a purge begins: for a deletion, the exchange is gone from its vhost and its
+    /// messages not yet dropped.
+    Start,
+    /// Once it has begun: its messages are no longer the exchange's, and not dropped yet.
+    Begun,
+}
+
+/// Purges the test double stopped.
+pub(super) struct PausedPurges {
+    at: PauseAt,
+    purges: Vec<PausedPurge>,
+}
+
+pub(super) enum PausedPurge {
+    NotBegun {
+        key: ExchangeKey,
+        deleted: bool,
+    },
+    Begun {
+        key: ExchangeKey,
+        dropping: Dropping,
+    },
+}
+
 /// What a purge drops (see [`DelayedMessages::start_dropping`]).
 pub(super) struct Dropping {
-    /// The exchange's messages in the far tier, as (due, seq).
+    /// The incarnations' messages in the far tier, as (due, seq).
     beyond: Vec<(u64, u64)>,
-    /// Its messages are numbered below this.
-    mark: u64,
-    /// Its index stays (it holds an exchange declared under the name since): what is dropped
-    /// is taken out of its counts.
-    kept: bool,
+    /// The incarnations taken, each with the first sequence number of its stored messages.
+    incarnations: Vec<(u64, u64)>,
 }
 
 /// The id after `id` in (due, seq) order.

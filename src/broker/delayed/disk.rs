@@ -19,7 +19,7 @@ use std::sync::Arc;
 use dwellmq_core::schedule::DeadlineId;
 use dwellmq_store::{Snapshot, Store, StoreError};
 
-use super::held::{ExchangeKey, Held};
+use super::held::Held;
 use crate::broker::persist::recover::CATCH_UP_PER_SECOND;
 
 /// Ids read from the index per refill.
@@ -157,14 +157,13 @@ pub(super) struct DiskTier {
     /// Leaving ids whose `Release` commit failed: the writer carries a failed removal into
     /// its next commit, so the next release commit that succeeds removed them too.
     release_carried: Vec<DeadlineId>,
-    /// Holds whose commit failed (their publishers were nacked): their exchanges' counts are
-    /// corrected by the next caller that holds the scheduler's lock.
-    failed: Vec<(ExchangeKey, u64)>,
+    /// Holds whose commit failed (their publishers were nacked), by incarnation and body
+    /// octets: their exchanges' counts are corrected by the next caller that holds the
+    /// scheduler's lock.
+    failed: Vec<(u64, u64)>,
     /// A page of the index being read outside the lock ([`DiskTier::begin_refill`]).
     refilling: Option<Refilling>,
     len: u64,
-    /// Lock holds of purges so far ([`DiskTier::purge_round`]).
-    purge_rounds: u64,
 }
 
 /// What happened while a page of the index was being read outside the lock, from a snapshot
@@ -212,7 +211,6 @@ impl DiskTier {
             failed: Vec::new(),
             refilling: None,
             len,
-            purge_rounds: 0,
         }
     }
 
@@ -250,7 +248,7 @@ impl DiskTier {
         if !ok {
             self.len = self.len.saturating_sub(1);
             self.failed
-                .push((held.exchange_key().clone(), held.message.body_len() as u64));
+                .push((held.incarnation(), held.message.body_len() as u64));
         } else if self.main.loaded(id) {
             self.main.ids.insert(id);
             self.main.bound();
@@ -264,7 +262,7 @@ impl DiskTier {
     }
 
     /// Counts to correct for holds whose commit failed.
-    pub(super) fn take_failed(&mut self) -> Vec<(ExchangeKey, u64)> {
+    pub(super) fn take_failed(&mut self) -> Vec<(u64, u64)> {
         std::mem::take(&mut self.failed)
     }
 
@@ -504,18 +502,6 @@ impl DiskTier {
         self.leaving.insert(id);
     }
 
-    /// A purge takes the lock to read a page of its exchange's ids and take them out. A body
-    /// read before this from an older snapshot must not be used: the page may not have shown
-    /// a message that snapshot still has.
-    pub(super) fn purge_round(&mut self) {
-        self.purge_rounds += 1;
-    }
-
-    /// Purge lock holds so far: a move-in compares it with the count its bodies were read at.
-    pub(super) fn purge_rounds(&self) -> u64 {
-        self.purge_rounds
-    }
-
     /// How many ids are being taken out (a listing reads that many more).
     pub(super) fn leaving_len(&self) -> usize {
         self.leaving.len()
@@ -531,14 +517,14 @@ impl DiskTier {
         self.pending.get(&id)
     }
 
-    /// The pending holds of one exchange (not in any snapshot yet), in id order.
-    pub(super) fn pending_of<'a>(
+    /// The pending holds (not in any snapshot yet) that `of` picks, in id order.
+    pub(super) fn pending_where<'a>(
         &'a self,
-        key: &'a ExchangeKey,
+        of: impl Fn(&Held) -> bool + 'a,
     ) -> impl Iterator<Item = (DeadlineId, &'a Held)> + 'a {
         self.pending
             .iter()
-            .filter(move |(_, held)| held.belongs_to(key))
+            .filter(move |(_, held)| of(held))
             .map(|(&id, held)| (id, held))
     }
 }

@@ -74,17 +74,20 @@ impl Kept {
     }
 }
 
-/// The exchange a held message was published to, shared by all its held messages (one pointer
-/// per message instead of two).
+/// The exchange incarnation a held message was published to, shared by all its held messages
+/// (one pointer per message instead of three).
 pub(super) struct Target {
     pub(super) vhost: Arc<VHost>,
     pub(super) exchange: Arc<Exchange>,
     /// (vhost, exchange name), built once rather than per message at every release.
     pub(super) key: ExchangeKey,
+    /// The exchange's incarnation the messages are held for: once the exchange is at another
+    /// (purged) or retired (deleted), they are not its own any more.
+    pub(super) incarnation: u64,
 }
 
 /// A message waiting for its due time.
-pub(super) struct Held {
+pub(crate) struct Held {
     pub(super) target: Arc<Target>,
     pub(super) message: Kept,
     /// Whether the store holds it (a durable exchange's message): its release, cancel or
@@ -98,22 +101,33 @@ pub(super) struct Held {
 pub(super) type ExchangeKey = (ShortStr, ShortStr);
 
 impl Target {
-    pub(super) fn new(vhost: &Arc<VHost>, exchange: &Arc<Exchange>) -> Arc<Target> {
+    pub(super) fn new(
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        incarnation: u64,
+    ) -> Arc<Target> {
         Arc::new(Target {
             vhost: Arc::clone(vhost),
             exchange: Arc::clone(exchange),
             key: (vhost.name.clone(), exchange.name.clone()),
+            incarnation,
         })
     }
 
-    pub(super) fn is(&self, vhost: &Arc<VHost>, exchange: &Arc<Exchange>) -> bool {
-        Arc::ptr_eq(&self.vhost, vhost) && Arc::ptr_eq(&self.exchange, exchange)
+    /// Whether the exchange is still at this incarnation: one atomic load on the exchange,
+    /// which a release touches anyway (cheaper than asking the vhost's exchange table).
+    pub(super) fn is_current(&self) -> bool {
+        self.exchange.incarnation() == self.incarnation
     }
 }
 
 impl Held {
     pub(super) fn exchange_key(&self) -> &ExchangeKey {
         &self.target.key
+    }
+
+    pub(super) fn incarnation(&self) -> u64 {
+        self.target.incarnation
     }
 
     pub(super) fn belongs_to(&self, key: &ExchangeKey) -> bool {

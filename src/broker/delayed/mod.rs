@@ -1,10 +1,11 @@
-//! The broker's deadlines, on core's one [`Scheduler`]: messages held by `x-delayed-message`
-//! exchanges until their due time, and the ticks queues ask for (message expiry, `x-expires`).
+//! Messages held by `x-delayed-message` exchanges until their due time: a client of the
+//! broker's one scheduler ([`crate::broker::scheduler`]), which owns the deadlines and the wake.
 //!
 //! The scheduler keeps what is due within its horizon in a timer wheel and the rest in a far
 //! tier ordered by (due time, sequence); this module adds what is particular to delayed
-//! exchanges: per-exchange counts and due order (listing, purge), memory accounting, and
-//! routing at release through the exchange's bindings as they are then.
+//! exchanges: per-exchange counts and due order (listing, purge, kept in the [`Book`] beside
+//! the core scheduler), memory accounting, the disk tier of durable exchanges, and routing at
+//! release through the exchange's bindings as they are then.
 //!
 //! Small messages are held packed ([`dwellmq_core::PackedMessage`]): a message that waits a
 //! minute must not keep the publisher's whole read buffer alive for that minute.
@@ -20,71 +21,45 @@ pub(crate) mod lateness;
 mod release;
 #[cfg(test)]
 mod tests_disk;
+#[cfg(test)]
+mod tests_model;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dwellmq_codec::ShortStr;
-use dwellmq_core::schedule::{DeadlineId, Due, MoveIn, Scheduler, HORIZON_MS};
+use dwellmq_core::schedule::{DeadlineId, HORIZON_MS};
 use dwellmq_core::Message;
 use parking_lot::Mutex;
 
 use super::exchange::Exchange;
 use super::memory::{held_footprint, message_footprint, MemoryMonitor};
 use super::persist::PublishTicket;
-use super::queue::Queue;
+use super::scheduler::{Entry, Locked, Scheduler, MOVE_IN_BATCH, RETIRED};
+#[cfg(test)]
+use super::timer_thread::TimerControl;
 use super::vhost::{Routing, VHost};
-pub(crate) use control::ListPage;
+pub(crate) use control::{ListPage, PauseAt};
 use disk::{DiskTier, Leaving};
-use held::{ExchangeKey, Held, Kept, Target};
+pub(crate) use held::Held;
+use held::{ExchangeKey, Kept, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
-
-/// Messages moved into the wheel per lock hold: publishers wait for the lock meanwhile.
-const MOVE_IN_BATCH: usize = 64;
 
 /// Messages dropped per lock hold when an exchange is deleted or purged.
 const PURGE_CHUNK: usize = 1024;
 
-/// What the scheduler holds.
-enum Entry {
-    /// A delayed exchange's message (deadline kind `DelayedRelease`).
-    Release(Held),
-    /// A queue's next deadline (kinds `MessageExpiry`, `QueueExpiry`, `RetryReady`): the queue
-    /// works out which when it ticks.
-    Tick(Weak<Queue>),
-    /// A message held back from its queue by an injected fault (the test double's delayed
-    /// deliveries): it enters the queue when due, unless the queue is gone by then.
-    Deliver(DelayedDelivery),
-}
-
-/// One message a delivery-delay fault holds.
-pub(crate) struct DelayedDelivery {
-    queue: Weak<Queue>,
-    message: Arc<Message>,
-    /// The fault's count of waiting messages.
-    pending: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Drop for DelayedDelivery {
-    fn drop(&mut self) {
-        self.pending
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Per delayed exchange: counts, and the due order of its messages in the far tier.
+/// Per exchange incarnation: counts, and the due order of its messages in the far tier.
 struct ExchangeIndex {
-    /// What new messages of this exchange point at.
+    /// What its messages point at.
     target: Arc<Target>,
-    /// (due, sequence) of this exchange's messages in the far tier.
+    /// (due, sequence) of its messages in the far tier.
     beyond: BTreeSet<(u64, u64)>,
     count: usize,
     bytes: u64,
-    /// The scheduler's next sequence number when the index was made or `target` last changed:
-    /// every message published to `target` since is numbered at least this (a purge of a
-    /// deleted namesake drops only what is below it; see [`Inner::purging`]).
-    since_seq: u64,
+    /// The scheduler's next sequence number when the index was made (0 for one restored at
+    /// start): its stored messages are numbered from here on ([`Book::incarnations`]).
+    first_seq: u64,
 }
 
 impl ExchangeIndex {
@@ -97,19 +72,25 @@ impl ExchangeIndex {
     }
 }
 
-struct Inner {
-    scheduler: Scheduler<Entry>,
+/// The delayed exchanges' part of the scheduler's locked state: what changes with the core
+/// scheduler in one lock hold (a release takes a message out of the wheel and out of its
+/// exchange's counts at once).
+#[derive(Default)]
+pub(crate) struct Book {
     /// Scheduler sequence → stored id, for the few held messages scheduled under another id
     /// than the store's (caught up with after a restart).
     stored_as: BTreeMap<u64, DeadlineId>,
-    /// B-trees, not hash maps: a hash map holding many entries stalls everything using it for
-    /// milliseconds whenever it rehashes.
-    exchanges: BTreeMap<ExchangeKey, ExchangeIndex>,
-    /// Exchanges whose messages are being dropped (deleted, or purged by an operator): stored
-    /// messages of that name numbered below the mark are theirs, whatever exchange of that
-    /// name holds messages meanwhile (one declared again after a deletion). A message the
-    /// disk mover takes out under such a mark is dropped, not moved into the wheel.
-    purging: BTreeMap<ExchangeKey, u64>,
+    /// By incarnation: those holding messages, the exchanges' current ones and those a purge
+    /// or deletion has not begun dropping yet. B-trees, not hash maps: a hash map holding many
+    /// entries stalls everything using it for milliseconds whenever it rehashes.
+    exchanges: BTreeMap<u64, ExchangeIndex>,
+    /// The store holds messages by exchange name, not incarnation: by name, each incarnation
+    /// holding messages or being dropped, by the first sequence number of its messages. A
+    /// stored message is its name's latest incarnation that began at or before its sequence
+    /// number (incarnations of one name follow one another: the old one is retired or renewed
+    /// before the new one holds anything). One whose incarnation is not in `exchanges` (being
+    /// dropped) is dropped, not moved into the wheel.
+    incarnations: BTreeMap<ExchangeKey, BTreeMap<u64, u64>>,
     /// Durable exchanges whose stored definition could not be restored: their held messages
     /// stay on disk untouched (the disk mover leaves them where they are) until a restart
     /// with a build or configuration that restores the exchange.
@@ -117,13 +98,11 @@ struct Inner {
     unroutable: u64,
 }
 
-/// Buffers `release_due` reuses, so a release allocates nothing in steady state.
+/// Buffers a release round reuses, so a release allocates nothing in steady state.
 #[derive(Default)]
-struct ReleaseScratch {
-    due: Vec<Due<Entry>>,
+pub(crate) struct ReleaseScratch {
     routing: Routing,
     extra_keys: Vec<ShortStr>,
-    ticked: Vec<Arc<Queue>>,
 }
 
 /// Every message held by every delayed exchange of one broker, and every queue deadline.
@@ -139,15 +118,16 @@ pub(crate) struct DelayedMessages {
     /// and which will count every hold before it). A hold beyond the horizon wakes the mover
     /// only when it must move in sooner, without reading the index itself.
     mover_plan: std::sync::atomic::AtomicU64,
-    inner: Mutex<Inner>,
+    /// The broker's scheduler, whose lock guards the held messages' book too.
+    scheduler: Arc<Scheduler>,
     memory: Arc<MemoryMonitor>,
-    /// Taken before `inner` by the one releasing thread at a time.
-    scratch: Mutex<ReleaseScratch>,
     /// How late messages were released.
     pub(crate) lateness: lateness::Lateness,
     /// The durable store: messages held by durable exchanges are written there (set once,
     /// at start, when the broker has a data directory).
     store: std::sync::OnceLock<Arc<dwellmq_store::Store>>,
+    /// Purges stopped once begun, while the test double pauses them (`None`: not paused).
+    paused_purges: Mutex<Option<control::PausedPurges>>,
     /// Runs once, between a move-in's read ahead and its lock hold: a test's way in there.
     #[cfg(test)]
     after_read_ahead: Mutex<Option<Box<dyn FnOnce() + Send>>>,
@@ -165,23 +145,24 @@ fn id_of(id: DelayedId) -> DeadlineId {
 }
 
 impl DelayedMessages {
+    /// A holder with a scheduler of its own that wakes no thread (tests of this module).
+    #[cfg(test)]
     pub(crate) fn new(now_ms: u64, memory: Arc<MemoryMonitor>) -> Self {
+        let timer = Arc::new(TimerControl::default());
+        Self::with_scheduler(Arc::new(Scheduler::new(now_ms, timer)), memory)
+    }
+
+    /// A holder whose deadlines `scheduler` serves.
+    pub(crate) fn with_scheduler(scheduler: Arc<Scheduler>, memory: Arc<MemoryMonitor>) -> Self {
         DelayedMessages {
             disk: Arc::new(Mutex::new(None)),
             disk_mover: std::sync::atomic::AtomicBool::new(false),
             mover_plan: std::sync::atomic::AtomicU64::new(0),
-            inner: Mutex::new(Inner {
-                scheduler: Scheduler::new(now_ms),
-                stored_as: BTreeMap::new(),
-                exchanges: BTreeMap::new(),
-                purging: BTreeMap::new(),
-                kept: std::collections::BTreeSet::new(),
-                unroutable: 0,
-            }),
+            scheduler,
             memory,
-            scratch: Mutex::new(ReleaseScratch::default()),
             lateness: lateness::Lateness::default(),
             store: std::sync::OnceLock::new(),
+            paused_purges: Mutex::new(None),
             #[cfg(test)]
             after_read_ahead: Mutex::new(None),
         }
@@ -215,7 +196,7 @@ impl DelayedMessages {
         self.refill_disk_ahead();
         let mut disk = self.disk.lock();
         let disk = disk.as_mut()?;
-        let at = disk_move_at(disk, &mut self.inner.lock());
+        let at = disk_move_at(disk, &mut self.scheduler.lock());
         // Under the lock: a hold either is in this plan or sees it.
         self.mover_plan
             .store(at.unwrap_or(u64::MAX), std::sync::atomic::Ordering::Relaxed);
@@ -260,8 +241,11 @@ impl DelayedMessages {
         count: u64,
         bytes: u64,
     ) {
-        let mut inner = self.inner.lock();
-        let index = inner.index_for(vhost, exchange);
+        let mut inner = self.scheduler.lock();
+        // Every message stored under its name is this incarnation's.
+        let index = inner
+            .book
+            .index_of(vhost, exchange, exchange.incarnation(), 0);
         index.count += count as usize;
         index.bytes += bytes;
     }
@@ -295,19 +279,19 @@ impl DelayedMessages {
     /// Keeps the stored messages of an exchange whose definition could not be restored: they
     /// stay on disk untouched (a restart that restores the exchange finds them).
     pub(crate) fn keep_unrestored(&self, vhost: &str, exchange: &str) {
-        self.inner
+        self.scheduler
             .lock()
+            .book
             .kept
             .insert((ShortStr::from(vhost), ShortStr::from(exchange)));
     }
 
     /// Numbers new deadlines above every id the store holds (before anything is scheduled).
     pub(crate) fn reserve_below(&self, seq: u64) {
-        self.inner.lock().scheduler.reserve_below(seq);
+        self.scheduler.lock().core.reserve_below(seq);
     }
 
-    /// Holds `message` until `due_ms`. Returns true when the timer thread must wake sooner than
-    /// it planned.
+    /// Holds `message` until `due_ms`.
     #[cfg(test)]
     pub(crate) fn hold(
         &self,
@@ -315,7 +299,7 @@ impl DelayedMessages {
         exchange: &Arc<Exchange>,
         message: Arc<Message>,
         due_ms: u64,
-    ) -> bool {
+    ) {
         self.hold_confirmed(vhost, exchange, message, due_ms, None)
     }
 
@@ -329,6 +313,21 @@ impl DelayedMessages {
         message: Arc<Message>,
         due_ms: u64,
         ticket: Option<&Arc<PublishTicket>>,
+    ) {
+        // Woken once the locks are released.
+        if self.hold_locked(vhost, exchange, message, due_ms, ticket) {
+            self.scheduler.wake();
+        }
+    }
+
+    /// As `hold_confirmed`; true when the timer thread must wake sooner than it planned.
+    fn hold_locked(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        message: Arc<Message>,
+        due_ms: u64,
+        ticket: Option<&Arc<PublishTicket>>,
     ) -> bool {
         let store = self.store.get().filter(|_| exchange.durable);
         let original = store.is_some().then(|| Arc::clone(&message));
@@ -336,11 +335,11 @@ impl DelayedMessages {
         let message = Kept::new(message);
         let body_len = message.body_len() as u64;
         let mut disk_guard = store.map(|_| self.disk.lock());
-        let mut guard = self.inner.lock();
+        let mut guard = self.scheduler.lock();
         let inner = &mut *guard;
-        let far = inner.scheduler.horizon_ms() < due_ms;
+        let far = inner.core.horizon_ms() < due_ms;
         // The scheduler's now, for the store's bucketing of the due time.
-        let held_at_ms = inner.scheduler.horizon_ms().saturating_sub(HORIZON_MS);
+        let held_at_ms = inner.core.horizon_ms().saturating_sub(HORIZON_MS);
         let to_disk = far && disk_guard.as_ref().is_some_and(|d| d.is_some());
         let next_wake = match (to_disk, self.mover_moves_disk()) {
             (false, _) => None,
@@ -350,7 +349,10 @@ impl DelayedMessages {
             // The mover's plan (it sleeps until then), set under the disk tier's lock.
             (true, true) => Some(self.mover_plan.load(std::sync::atomic::Ordering::Relaxed)),
         };
-        let index = inner.index_for(vhost, exchange);
+        let Some(index) = inner.index_for(vhost, exchange) else {
+            // Deleted since it was routed to: the message goes with it.
+            return false;
+        };
         index.count += 1;
         index.bytes += body_len;
         let held = Held {
@@ -358,23 +360,23 @@ impl DelayedMessages {
             message,
             stored: store.is_some(),
         };
+        let incarnation = held.incarnation();
         let (id, wake) = if to_disk {
-            let id = inner.scheduler.allocate(due_ms);
+            let id = inner.core.allocate(due_ms);
             let wake = next_wake.is_none_or(|next| due_ms.saturating_sub(HORIZON_MS) < next);
             (id, wake)
         } else {
             self.memory.charge_bytes(held.message.charged_by_holder());
-            let (id, wake) = inner.scheduler.schedule(due_ms, Entry::Release(held));
+            let (id, wake) = inner.core.schedule(due_ms, Entry::Release(held));
             if store.is_some() {
                 if let Some(disk) = disk_guard.as_mut().and_then(|d| d.as_mut()) {
                     disk.held_in_wheel(id);
                 }
             }
-            if inner.scheduler.is_far(id) {
-                inner
-                    .index_for(vhost, exchange)
-                    .beyond
-                    .insert((id.due_ms, id.seq));
+            if inner.core.is_far(id) {
+                if let Some(index) = inner.book.exchanges.get_mut(&incarnation) {
+                    index.beyond.insert((id.due_ms, id.seq));
+                }
             }
             return self.submit_hold(
                 store,
@@ -442,46 +444,18 @@ impl DelayedMessages {
         wake
     }
 
-    /// Asks for `queue.tick()` at `at_ms`. Returns true when the timer thread must wake sooner
-    /// than it planned.
-    pub(crate) fn arm_queue(&self, at_ms: u64, queue: &Arc<Queue>) -> bool {
-        let mut inner = self.inner.lock();
-        let (_, wake) = inner
-            .scheduler
-            .schedule(at_ms, Entry::Tick(Arc::downgrade(queue)));
-        wake
-    }
-
-    /// Holds `message` back from `queue` until `due_ms` (a delivery-delay fault). Returns true
-    /// when the timer thread must wake sooner than it planned.
-    pub(crate) fn hold_for_queue(
-        &self,
-        queue: &Arc<Queue>,
-        message: Arc<Message>,
-        due_ms: u64,
-        pending: &Arc<std::sync::atomic::AtomicUsize>,
-    ) -> bool {
-        pending.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let entry = Entry::Deliver(DelayedDelivery {
-            queue: Arc::downgrade(queue),
-            message,
-            pending: Arc::clone(pending),
-        });
-        self.inner.lock().scheduler.schedule(due_ms, entry).1
-    }
-
     /// When the timer thread must next act.
     pub(crate) fn next_wake(&self) -> Option<u64> {
         if self.mover_moves_disk() {
-            return self.inner.lock().scheduler.next_wake();
+            return self.scheduler.next_wake();
         }
         let mut disk = self.disk.lock();
-        let mut inner = self.inner.lock();
+        let mut inner = self.scheduler.lock();
         self.next_wake_locked(disk.as_mut(), &mut inner)
     }
 
-    fn next_wake_locked(&self, disk: Option<&mut DiskTier>, inner: &mut Inner) -> Option<u64> {
-        let scheduler = inner.scheduler.next_wake();
+    fn next_wake_locked(&self, disk: Option<&mut DiskTier>, inner: &mut Locked) -> Option<u64> {
+        let scheduler = inner.core.next_wake();
         let disk = disk.and_then(|disk| disk_move_at(disk, inner));
         match (scheduler, disk) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -489,148 +463,54 @@ impl DelayedMessages {
         }
     }
 
-    /// Serves everything due at `now_ms`, in due order (schedule order within a millisecond):
-    /// held messages are routed through their exchange's current bindings, queues are ticked.
-    /// Returns how many messages were released.
+    /// Serves everything due at `now_ms` (the scheduler's round, with this holder as its
+    /// delayed-exchange client). Returns how many messages were released.
+    #[cfg(test)]
     pub(crate) fn release_due(&self, now_ms: u64) -> usize {
-        // Removed from the store after they are routed (their copies in durable queues are
-        // submitted first), in the same commit (the store group below).
-        let mut stored = Vec::new();
-        let mut scratch = self.scratch.lock();
-        let ReleaseScratch {
-            due,
-            routing,
-            extra_keys,
-            ticked,
-        } = &mut *scratch;
-        {
-            let mut guard = self.inner.lock();
-            let inner = &mut *guard;
-            inner.scheduler.take_due(now_ms, due);
-            for d in due.iter() {
-                if let Entry::Release(held) = &d.item {
-                    let beyond = d.from_far_tier.then_some((d.id.due_ms, d.id.seq));
-                    inner.forget(held, beyond);
-                    if held.stored {
-                        stored.push(inner.stored_id(d.id));
-                    }
-                }
-            }
-        }
-        // The releases and the routed copies go in one store group: one commit holds both, so
-        // a crash can neither lose a released message nor deliver it twice (nothing to group
-        // when no released message is stored).
-        let store = self.store.get().filter(|_| !stored.is_empty()).cloned();
-        let _group = store.as_ref().map(|store| store.group());
-        let mut released = 0;
-        let mut unroutable = 0;
-        let mut lateness = lateness::LatenessBatch::default();
-        for Due { id, item, .. } in due.drain(..) {
-            let held = match item {
-                Entry::Release(held) => held,
-                Entry::Tick(queue) => {
-                    // Each queue once per round: one tick serves all its deadlines due now.
-                    if let Some(queue) = queue.upgrade() {
-                        if !ticked.iter().any(|q| Arc::ptr_eq(q, &queue)) {
-                            queue.tick();
-                            ticked.push(queue);
-                        }
-                    }
-                    continue;
-                }
-                Entry::Deliver(delivery) => {
-                    if let Some(queue) = delivery.queue.upgrade() {
-                        queue.publish(Arc::clone(&delivery.message));
-                    }
-                    continue;
-                }
-            };
-            released += 1;
-            lateness.record(now_ms.saturating_sub(id.due_ms));
-            let Target {
-                vhost, exchange, ..
-            } = &*held.target;
-            if !vhost.is_current(exchange) {
-                // Its exchange was deleted while a purge of its messages was under way.
-                self.discard(held.message);
-                continue;
-            }
-            let Some(message) = self.message_to_release(held.message) else {
-                continue;
-            };
-            let message = release::release_form(message, &self.memory, extra_keys);
-            // Through the one publish pipeline, as a publish to the holder without a delay:
-            // copies in durable queues join this round's store group with the releases.
-            let outcome = crate::broker::publish::route_and_enqueue(
-                vhost.runtime(),
-                vhost,
-                crate::broker::publish::Outgoing {
-                    exchange,
-                    message: &message,
-                    routing_key: &message.routing_key,
-                    extra_keys,
-                    bcc: None,
-                    hold_until: None,
-                    mandatory: false,
-                    dead_lettered: false,
-                },
-                routing,
-                None,
-            );
-            if outcome.dropped {
-                unroutable += 1;
-            }
-        }
-        ticked.clear();
-        self.release_stored(stored);
-        if released > 0 {
-            self.lateness.add(&lateness);
-        }
-        if unroutable > 0 {
-            tracing::debug!(
-                unroutable,
-                "delayed messages found no route at release and were dropped"
-            );
-            self.inner.lock().unroutable += unroutable;
-        }
-        released
+        self.scheduler.release_due(now_ms, self)
     }
 
-    /// Moves the messages due within the horizon of `now_ms` into the wheel, in (due,
-    /// sequence) order and in batches, touching their contents so that release finds them
-    /// warm. Stops early once `budget` is spent or a moved message is already due; returns
-    /// whether it finished.
-    pub(crate) fn move_in(&self, now_ms: u64, budget: Option<Duration>) -> bool {
-        let started = Instant::now();
-        loop {
-            let mut guard = self.inner.lock();
-            let Inner {
-                scheduler,
-                exchanges,
-                ..
-            } = &mut *guard;
-            let round = scheduler.move_in(now_ms, MOVE_IN_BATCH, |id, entry| {
-                if let Entry::Release(held) = entry {
-                    held.message.warm_up();
-                    if let Some(index) = exchanges.get_mut(held.exchange_key()) {
-                        index.beyond.remove(&(id.due_ms, id.seq));
-                    }
-                }
-            });
-            if round == MoveIn::Done {
-                drop(guard);
-                if self.mover_moves_disk() {
-                    return true;
-                }
-                return self.move_in_from_disk(now_ms, budget, started, &mut 0);
-            }
-            // Moved-in messages already due (moving in fell behind) are released first.
-            let release_due = scheduler.wheel_due(now_ms);
-            drop(guard);
-            if release_due || budget.is_some_and(|b| started.elapsed() >= b) {
-                return false;
-            }
+    /// Starts a round of releases; with `any_stored` (a released message is in the store) the
+    /// round is one store group: one commit holds the releases and the routed copies, so a
+    /// crash can neither lose a released message nor deliver it twice.
+    pub(crate) fn begin_releases<'a>(
+        &'a self,
+        any_stored: bool,
+        scratch: &'a mut ReleaseScratch,
+    ) -> ReleaseRound<'a> {
+        let group = self
+            .store
+            .get()
+            .filter(|_| any_stored)
+            .map(|store| store.group());
+        ReleaseRound {
+            delayed: self,
+            _group: group,
+            scratch,
+            released: 0,
+            unroutable: 0,
+            lateness: lateness::LatenessBatch::default(),
         }
+    }
+
+    /// Moves what is due within the horizon of `now_ms` into the wheel (the scheduler's
+    /// move-in, then the disk tier's); returns whether it finished within `budget`.
+    #[cfg(test)]
+    pub(crate) fn move_in(&self, now_ms: u64, budget: Option<Duration>) -> bool {
+        self.scheduler.move_in(now_ms, budget, self)
+    }
+
+    /// The disk tier's part of a move-in, unless the disk mover thread does it.
+    pub(crate) fn move_in_from_disk_unless_mover(
+        &self,
+        now_ms: u64,
+        budget: Option<Duration>,
+        started: Instant,
+    ) -> bool {
+        if self.mover_moves_disk() {
+            return true;
+        }
+        self.move_in_from_disk(now_ms, budget, started, &mut 0)
     }
 
     /// Moves the disk-held messages due within the horizon of `now_ms` into the wheel, a batch
@@ -647,7 +527,9 @@ impl DelayedMessages {
             self.refill_disk_ahead();
             // Bodies are read before the lock is taken for the move: a store read can take
             // milliseconds, and publishers to durable delayed exchanges wait for this lock.
-            let (read_at, mut read_ahead) = self.read_upcoming(up_to);
+            // Bodies of an older snapshot are safe to use: a body of an incarnation dropped
+            // meanwhile finds no index, and is dropped.
+            let mut read_ahead = self.read_upcoming(up_to);
             #[cfg(test)]
             if let Some(hook) = self.after_read_ahead.lock().take() {
                 hook();
@@ -656,12 +538,6 @@ impl DelayedMessages {
             let Some(disk) = disk_guard.as_mut() else {
                 return true;
             };
-            if disk.purge_rounds() != read_at {
-                // Read from a snapshot that may predate a purge's listing: a message the
-                // purge could not see any more (its exchange's deletion committed) would
-                // still have its body here.
-                read_ahead.clear();
-            }
             let mut moving: Vec<Leaving> = Vec::with_capacity(MOVE_IN_BATCH);
             while moving.len() < MOVE_IN_BATCH {
                 match disk.pop_due(up_to) {
@@ -685,7 +561,7 @@ impl DelayedMessages {
                 }
             };
             *moved += moving.len();
-            let mut guard = self.inner.lock();
+            let mut guard = self.scheduler.lock();
             let inner = &mut *guard;
             let mut dropped = Vec::new();
             for (leaving, body) in moving.into_iter().zip(bodies) {
@@ -697,8 +573,9 @@ impl DelayedMessages {
                             ShortStr::from(stored.vhost.as_str()),
                             ShortStr::from(stored.exchange.as_str()),
                         );
-                        kept_on_disk = inner.kept.contains(&key);
-                        inner.exchanges.get(&key).map(|index| Held {
+                        kept_on_disk = inner.book.kept.contains(&key);
+                        let index = inner.book.stored_index(&key, leaving.stored.seq);
+                        index.map(|index| Held {
                             target: Arc::clone(&index.target),
                             message: Kept::Packed(stored.message),
                             stored: true,
@@ -711,10 +588,8 @@ impl DelayedMessages {
                     // is (still marked as leaving, so the window does not take it out again).
                     continue;
                 }
-                // Taken out just before a purge of its exchange began: it goes with the rest.
-                let held = held.filter(|h| !inner.is_purged(h.exchange_key(), leaving.stored));
                 let Some(held) = held else {
-                    // Its exchange is gone (its purge is under way), or it was removed.
+                    // Its incarnation is being dropped or gone, or the message was removed.
                     dropped.push(leaving.stored);
                     continue;
                 };
@@ -725,13 +600,13 @@ impl DelayedMessages {
                 } else {
                     // Caught up with: numbered anew, so that those due in the same millisecond
                     // come out oldest first, and its stored id kept aside for its release.
-                    let id = inner.scheduler.allocate(leaving.scheduled.due_ms);
-                    inner.stored_as.insert(id.seq, leaving.stored);
+                    let id = inner.core.allocate(leaving.scheduled.due_ms);
+                    inner.book.stored_as.insert(id.seq, leaving.stored);
                     id
                 };
-                inner.scheduler.restore(scheduled, Entry::Release(held));
+                inner.core.restore(scheduled, Entry::Release(held));
             }
-            let release_due = inner.scheduler.wheel_due(now_ms);
+            let release_due = inner.core.wheel_due(now_ms);
             drop(guard);
             drop(disk_guard);
             self.release_stored(dropped);
@@ -770,16 +645,90 @@ impl DelayedMessages {
     }
 }
 
+/// One round of releases ([`DelayedMessages::begin_releases`]).
+pub(crate) struct ReleaseRound<'a> {
+    delayed: &'a DelayedMessages,
+    _group: Option<dwellmq_store::Group<'a>>,
+    scratch: &'a mut ReleaseScratch,
+    released: usize,
+    unroutable: u64,
+    lateness: lateness::LatenessBatch,
+}
+
+impl ReleaseRound<'_> {
+    /// Routes one due message through its exchange's bindings as they are now.
+    pub(crate) fn release(&mut self, now_ms: u64, id: DeadlineId, held: Held) {
+        let delayed = self.delayed;
+        self.released += 1;
+        self.lateness.record(now_ms.saturating_sub(id.due_ms));
+        let Target {
+            vhost, exchange, ..
+        } = &*held.target;
+        if !held.target.is_current() {
+            // Its exchange was purged or deleted, and the drop has not reached it yet.
+            delayed.discard(held.message);
+            return;
+        }
+        let Some(message) = delayed.message_to_release(held.message) else {
+            return;
+        };
+        let ReleaseScratch {
+            routing,
+            extra_keys,
+        } = &mut *self.scratch;
+        let message = release::release_form(message, &delayed.memory, extra_keys);
+        // Through the one publish pipeline, as a publish to the holder without a delay:
+        // copies in durable queues join this round's store group with the releases.
+        let outcome = crate::broker::publish::route_and_enqueue(
+            vhost.runtime(),
+            vhost,
+            crate::broker::publish::Outgoing {
+                exchange,
+                message: &message,
+                routing_key: &message.routing_key,
+                extra_keys,
+                bcc: None,
+                hold_until: None,
+                mandatory: false,
+                dead_lettered: false,
+            },
+            routing,
+            None,
+        );
+        if outcome.dropped {
+            self.unroutable += 1;
+        }
+    }
+
+    /// Ends the round: the store removes the released messages it holds (`stored`: after
+    /// their routed copies, in the same group); returns how many were released.
+    pub(crate) fn finish(self, stored: Vec<DeadlineId>) -> usize {
+        let delayed = self.delayed;
+        delayed.release_stored(stored);
+        if self.released > 0 {
+            delayed.lateness.add(&self.lateness);
+        }
+        if self.unroutable > 0 {
+            tracing::debug!(
+                unroutable = self.unroutable,
+                "delayed messages found no route at release and were dropped"
+            );
+            delayed.scheduler.lock().book.unroutable += self.unroutable;
+        }
+        self.released
+    }
+}
+
 /// When `disk`'s first message must move into the wheel (a horizon before it is due), after
 /// correcting the counts of holds whose commit failed.
-fn disk_move_at(disk: &mut DiskTier, inner: &mut Inner) -> Option<u64> {
-    inner.correct_failed(disk);
+fn disk_move_at(disk: &mut DiskTier, inner: &mut Locked) -> Option<u64> {
+    inner.book.correct_failed(disk);
     match disk.next() {
         Ok(next) => next.map(|id| id.due_ms.saturating_sub(HORIZON_MS)),
         Err(e) => {
             // Looked at again within a horizon.
             tracing::error!(error = %e, "reading the delayed index failed");
-            Some(inner.scheduler.horizon_ms())
+            Some(inner.core.horizon_ms())
         }
     }
 }
@@ -789,28 +738,25 @@ type ReadAhead = BTreeMap<DeadlineId, dwellmq_store::DelayedMessage>;
 
 impl DelayedMessages {
     /// Reads the bodies of the disk-held messages the next move-in up to `up_to_ms` takes out
-    /// (the disk lock is held only to find their ids), with the disk tier's purge round they
-    /// were read in. A failed read leaves them to the move-in itself, which reports it.
-    fn read_upcoming(&self, up_to_ms: u64) -> (u64, ReadAhead) {
-        let (ids, store, round) = {
+    /// (the disk lock is held only to find their ids). A failed read leaves them to the
+    /// move-in itself, which reports it.
+    fn read_upcoming(&self, up_to_ms: u64) -> ReadAhead {
+        let (ids, store) = {
             let mut disk = self.disk.lock();
             let Some(disk) = disk.as_mut() else {
-                return (0, ReadAhead::new());
+                return ReadAhead::new();
             };
-            let round = disk.purge_rounds();
             match disk.upcoming_stored(up_to_ms, MOVE_IN_BATCH) {
-                Ok(ids) if !ids.is_empty() => (ids, Arc::clone(disk.store()), round),
-                _ => return (round, ReadAhead::new()),
+                Ok(ids) if !ids.is_empty() => (ids, Arc::clone(disk.store())),
+                _ => return ReadAhead::new(),
             }
         };
         let Ok(snapshot) = store.snapshot() else {
-            return (round, ReadAhead::new());
+            return ReadAhead::new();
         };
-        let bodies = ids
-            .into_iter()
+        ids.into_iter()
             .filter_map(|id| Some((id, snapshot.delayed_message(id).ok()??)))
-            .collect();
-        (round, bodies)
+            .collect()
     }
 }
 
@@ -842,42 +788,129 @@ fn read_bodies(
     Ok(bodies)
 }
 
-/// The index of an exchange, created if it holds nothing yet; `next_seq` is the number its
-/// next message gets.
-fn index_of<'a>(
-    exchanges: &'a mut BTreeMap<ExchangeKey, ExchangeIndex>,
-    vhost: &Arc<VHost>,
-    exchange: &Arc<Exchange>,
-    next_seq: u64,
-) -> &'a mut ExchangeIndex {
-    let index = exchanges
-        .entry(key_of(&vhost.name, &exchange.name))
-        .or_insert_with(|| ExchangeIndex {
-            target: Target::new(vhost, exchange),
-            beyond: BTreeSet::new(),
-            count: 0,
-            bytes: 0,
-            since_seq: next_seq,
-        });
-    if !index.target.is(vhost, exchange) {
-        // A publish that raced with the exchange's deletion left an index for the old
-        // exchange; its messages are dropped at release, and new ones point here.
-        index.target = Target::new(vhost, exchange);
-        index.since_seq = next_seq;
+impl Locked {
+    /// The index of the exchange's current incarnation, made if it holds nothing yet; `None`
+    /// once the exchange is deleted.
+    fn index_for(
+        &mut self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+    ) -> Option<&mut ExchangeIndex> {
+        let incarnation = exchange.incarnation();
+        if incarnation == RETIRED {
+            return None;
+        }
+        let first_seq = self.core.next_seq();
+        Some(self.book.index_of(vhost, exchange, incarnation, first_seq))
     }
-    index
+
+    /// Cancels `id` for a purge (its index is gone already): notes its store id in `stored`
+    /// if the store holds it.
+    fn cancel_dropped(&mut self, id: DeadlineId, stored: &mut Vec<DeadlineId>) -> Option<Entry> {
+        let entry = self.core.cancel(id)?;
+        if let Entry::Release(held) = &entry {
+            if held.stored {
+                stored.push(self.book.stored_id(id));
+            }
+        }
+        Some(entry)
+    }
 }
 
-impl Inner {
-    fn index_for(&mut self, vhost: &Arc<VHost>, exchange: &Arc<Exchange>) -> &mut ExchangeIndex {
-        let next_seq = self.scheduler.next_seq();
-        index_of(&mut self.exchanges, vhost, exchange, next_seq)
+impl Book {
+    /// A due message left the scheduler for release: out of its exchange's counts (and
+    /// order, if it came from the far tier), its store id noted in `stored` if it is stored.
+    pub(crate) fn taken(
+        &mut self,
+        held: &Held,
+        id: DeadlineId,
+        from_far_tier: bool,
+        stored: &mut Vec<DeadlineId>,
+    ) {
+        self.forget(held, from_far_tier.then_some((id.due_ms, id.seq)));
+        if held.stored {
+            stored.push(self.stored_id(id));
+        }
     }
 
-    /// Whether the stored message `stored` of exchange `key` belongs to one whose messages
-    /// are being dropped ([`Inner::purging`]).
-    fn is_purged(&self, key: &ExchangeKey, stored: DeadlineId) -> bool {
-        self.purging.get(key).is_some_and(|&mark| stored.seq < mark)
+    /// A message moved from the far tier into the wheel: touched, so that its release a
+    /// horizon later finds it warm, and out of its exchange's far-tier order.
+    pub(crate) fn moved_in(&mut self, id: DeadlineId, held: &Held) {
+        held.message.warm_up();
+        if let Some(index) = self.exchanges.get_mut(&held.incarnation()) {
+            index.beyond.remove(&(id.due_ms, id.seq));
+        }
+    }
+
+    /// The index of incarnation `incarnation` of the exchange, made (its stored messages
+    /// numbered from `first_seq` on) if it holds nothing yet.
+    fn index_of(
+        &mut self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        incarnation: u64,
+        first_seq: u64,
+    ) -> &mut ExchangeIndex {
+        let Book {
+            exchanges,
+            incarnations,
+            ..
+        } = self;
+        exchanges.entry(incarnation).or_insert_with(|| {
+            let target = Target::new(vhost, exchange, incarnation);
+            incarnations
+                .entry(target.key.clone())
+                .or_default()
+                .insert(first_seq, incarnation);
+            ExchangeIndex {
+                target,
+                beyond: BTreeSet::new(),
+                count: 0,
+                bytes: 0,
+                first_seq,
+            }
+        })
+    }
+
+    /// The incarnation a message the store holds for exchange `key` under sequence number
+    /// `seq` belongs to, if it is known (holding messages, or being dropped).
+    fn stored_incarnation(&self, key: &ExchangeKey, seq: u64) -> Option<u64> {
+        let by_first_seq = self.incarnations.get(key)?;
+        by_first_seq.range(..=seq).next_back().map(|(_, &inc)| inc)
+    }
+
+    /// The index of the incarnation a stored message belongs to; `None` when that one is
+    /// being dropped or gone.
+    fn stored_index(&self, key: &ExchangeKey, seq: u64) -> Option<&ExchangeIndex> {
+        self.exchanges.get(&self.stored_incarnation(key, seq)?)
+    }
+
+    /// The index of the exchange `key`'s current incarnation, if it holds anything.
+    fn current(&self, key: &ExchangeKey) -> Option<&ExchangeIndex> {
+        let by_first_seq = self.incarnations.get(key)?;
+        by_first_seq
+            .values()
+            .rev()
+            .filter_map(|inc| self.exchanges.get(inc))
+            .find(|index| index.target.is_current())
+    }
+
+    /// Forgets an incarnation's place among its name's ([`Book::incarnations`]): it holds
+    /// nothing any more.
+    fn forget_incarnation(&mut self, key: &ExchangeKey, first_seq: u64) {
+        if let Some(by_first_seq) = self.incarnations.get_mut(key) {
+            by_first_seq.remove(&first_seq);
+            if by_first_seq.is_empty() {
+                self.incarnations.remove(key);
+            }
+        }
+    }
+
+    /// Removes an incarnation's index once it counts no message.
+    fn remove_index(&mut self, incarnation: u64) {
+        if let Some(index) = self.exchanges.remove(&incarnation) {
+            self.forget_incarnation(&index.target.key, index.first_seq);
+        }
     }
 
     /// The store's id of a held message the scheduler knows as `scheduled`.
@@ -887,57 +920,34 @@ impl Inner {
 
     /// Takes holds whose commit failed out of their exchanges' counts.
     fn correct_failed(&mut self, disk: &mut DiskTier) {
-        for (key, bytes) in disk.take_failed() {
-            self.forget_counts(&key, 1, bytes);
+        for (incarnation, bytes) in disk.take_failed() {
+            self.forget_counts(incarnation, 1, bytes);
         }
     }
 
-    /// Takes `count` messages of `bytes` body octets in all out of their exchange's counts,
-    /// and the index with them once it counts none.
-    ///
-    /// Saturating: a message of a deleted exchange released while a new exchange of the same
-    /// name already holds messages is counted against the new index.
-    fn forget_counts(&mut self, key: &ExchangeKey, count: usize, bytes: u64) {
-        if let Some(index) = self.exchanges.get_mut(key) {
+    /// Takes `count` messages of `bytes` body octets in all out of their incarnation's counts,
+    /// and the index with them once it counts none (nothing if it is being dropped).
+    fn forget_counts(&mut self, incarnation: u64, count: usize, bytes: u64) {
+        if let Some(index) = self.exchanges.get_mut(&incarnation) {
             if index.uncount(count, bytes) {
-                self.exchanges.remove(key);
+                self.remove_index(incarnation);
             }
         }
-    }
-
-    /// Cancels `id` for a purge: notes its store id in `stored` if the store holds it, and
-    /// with `kept` (its index stays) takes it out of its exchange's counts.
-    fn cancel_dropped(
-        &mut self,
-        id: DeadlineId,
-        kept: bool,
-        stored: &mut Vec<DeadlineId>,
-    ) -> Option<Entry> {
-        let entry = self.scheduler.cancel(id)?;
-        if let Entry::Release(held) = &entry {
-            if held.stored {
-                stored.push(self.stored_id(id));
-            }
-            if kept {
-                self.forget(held, None);
-            }
-        }
-        Some(entry)
     }
 
     /// Takes a message leaving the holder out of its exchange's counts (and, for one still in
     /// the far tier, out of its exchange's due order).
     fn forget(&mut self, held: &Held, beyond: Option<(u64, u64)>) {
-        // One lookup per release: this runs for every message released.
-        let key = held.exchange_key();
-        let Some(index) = self.exchanges.get_mut(key) else {
+        // One lookup per release (a number, not a name): this runs for every message released.
+        let incarnation = held.incarnation();
+        let Some(index) = self.exchanges.get_mut(&incarnation) else {
             return;
         };
         if let Some(due_seq) = beyond {
             index.beyond.remove(&due_seq);
         }
         if index.uncount(1, held.message.body_len() as u64) {
-            self.exchanges.remove(key);
+            self.remove_index(incarnation);
         }
     }
 }

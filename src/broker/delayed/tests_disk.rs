@@ -17,13 +17,13 @@ use crate::broker::vhost::VHost;
 const DAY_MS: u64 = 86_400_000;
 
 /// A store in a fresh temporary directory, removed when dropped.
-struct TempStore {
+pub(super) struct TempStore {
     dir: std::path::PathBuf,
-    store: Arc<dwellmq_store::Store>,
+    pub(super) store: Arc<dwellmq_store::Store>,
 }
 
 impl TempStore {
-    fn new(name: &str) -> TempStore {
+    pub(super) fn new(name: &str) -> TempStore {
         let dir = std::env::temp_dir().join(format!("dwellmq-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = Arc::new(dwellmq_store::Store::open(&dir).expect("store opens"));
@@ -53,7 +53,7 @@ impl Drop for TempStore {
 
 /// A holder at time 0 whose durable exchanges hold on `temp`'s store, beyond the horizon on
 /// disk only.
-fn on_disk(temp: &TempStore, memory: Arc<MemoryMonitor>) -> DelayedMessages {
+pub(super) fn on_disk(temp: &TempStore, memory: Arc<MemoryMonitor>) -> DelayedMessages {
     let delayed = DelayedMessages::new(0, memory);
     delayed.set_store(Arc::clone(&temp.store));
     delayed.attach_disk(Arc::clone(&temp.store), 0, 0);
@@ -361,28 +361,31 @@ fn a_deleted_exchange_whose_namesake_already_published_loses_only_its_own_messag
 }
 
 #[test]
-fn a_move_in_does_not_use_bodies_read_ahead_before_a_purges_lock_hold() {
+fn a_move_in_does_not_release_bodies_read_ahead_before_their_exchanges_deletion() {
     let temp = TempStore::new("disk-tier-read-ahead-purge");
     let (vhost, exchange, queue) = durable_setup();
-    let delayed = on_disk(&temp, MemoryMonitor::new(u64::MAX));
+    let delayed = Arc::new(on_disk(&temp, MemoryMonitor::new(u64::MAX)));
     for due in [DAY_MS, DAY_MS + 1] {
         delayed.hold(&vhost, &exchange, message(due.to_be_bytes().to_vec()), due);
     }
     temp.store.write(Vec::new()).expect("commit");
     let gone = delayed.list("/", "d", 1)[0].id;
-    // After the bodies are read ahead: the first one's record leaves the store (as its
-    // exchange's deletion commits), and a purge's page, which no longer shows it, is read
-    // under the lock. The second one is left alone.
-    let (store, disk) = (Arc::clone(&temp.store), Arc::clone(&delayed.disk));
+    // After the bodies are read ahead: the exchange is deleted, the first one's record
+    // leaves the store (as the deletion commits), and the drop, whose page no longer shows
+    // it, runs to its end. The older snapshot's body must not bring it back.
+    let (store, holder) = (Arc::clone(&temp.store), Arc::clone(&delayed));
     let id = super::id_of(gone);
     *delayed.after_read_ahead.lock() = Some(Box::new(move || {
+        vhost.delete_exchange("d", false).expect("deleted");
         store
             .write(vec![dwellmq_store::Op::Release { id }])
             .expect("commit");
-        disk.lock().as_mut().expect("a disk tier").purge_round();
+        assert_eq!(holder.forget_exchange(&"/".into(), &"d".into()), 1);
     }));
     delayed.move_in(DAY_MS - 100, None);
     assert!(delayed.after_read_ahead.lock().is_none(), "the hook ran");
-    assert_eq!(delayed.release_due(DAY_MS + 1), 1);
-    assert_eq!(queue.message_count(), 1);
+    assert_eq!(delayed.release_due(DAY_MS + 1), 0);
+    assert_eq!(queue.message_count(), 0);
+    assert_eq!(delayed.len(), 0);
+    drop(exchange);
 }

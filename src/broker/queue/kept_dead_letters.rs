@@ -118,9 +118,8 @@ impl Queue {
             vhost.note_keeping_dead_letters(self);
         }
         if let Some(at) = arm {
-            if self.runtime.delayed.arm_queue(at, self) {
-                self.runtime.timer.wake();
-            }
+            // The scheduler wakes its timer itself when this is its earliest deadline.
+            self.runtime.scheduler.arm_queue(at, self);
         }
     }
 
