@@ -393,8 +393,12 @@ impl<'t> Tables<'t> {
                 };
                 for entry in range {
                     let (key, _) = entry?;
-                    if let Some(seq) = key.value().get(13..21) {
-                        seqs.push(u64::from_be_bytes(seq.try_into().expect("8 octets")));
+                    let seq = key
+                        .value()
+                        .get(13..21)
+                        .and_then(|s| <[u8; 8]>::try_from(s).ok());
+                    if let Some(seq) = seq {
+                        seqs.push(u64::from_be_bytes(seq));
                     }
                 }
             }
