@@ -16,18 +16,21 @@ use super::publish::{self, Outgoing};
 use super::runtime::Runtime;
 use super::vhost::{Routing, VHost};
 
-/// Dead-letters `message`, which died in `queue` for `reason` at `now_ms`. A dead-letter
-/// exchange that does not exist drops it, as in RabbitMQ.
-pub(crate) fn route(
-    vhost: &Arc<VHost>,
-    runtime: &Runtime,
-    queue: &ShortStr,
-    target: &DeadLetterTarget,
-    message: &Message,
-    reason: DeathReason,
-    now_ms: u64,
-) {
-    attempt(vhost, runtime, queue, target, message, reason, now_ms, None);
+/// A message that died in `queue` for `reason` at `at_ms`, and where it goes.
+pub(crate) struct Death<'a> {
+    pub(crate) vhost: &'a Arc<VHost>,
+    pub(crate) runtime: &'a Runtime,
+    pub(crate) queue: &'a ShortStr,
+    pub(crate) target: &'a DeadLetterTarget,
+    pub(crate) message: &'a Message,
+    pub(crate) reason: DeathReason,
+    pub(crate) at_ms: u64,
+}
+
+/// Dead-letters a message. A dead-letter exchange that does not exist drops it, as in
+/// RabbitMQ.
+pub(crate) fn route(death: Death<'_>) {
+    attempt(death, None);
 }
 
 /// An at-least-once dead-lettering's attempt: as [`route`], skipping the queues in `taken` (which
@@ -35,45 +38,25 @@ pub(crate) fn route(
 /// through: no target refused it and a queue (or a delayed exchange) has it, or every queue it
 /// would reach closes a cycle (dropped, as RabbitMQ's dead-letter worker drops it). A missing
 /// dead-letter exchange, or one that routes it nowhere, means a retry.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn attempt_once_each(
-    vhost: &Arc<VHost>,
-    runtime: &Runtime,
-    queue: &ShortStr,
-    target: &DeadLetterTarget,
-    message: &Message,
-    reason: DeathReason,
-    died_at_ms: u64,
-    taken: &mut Vec<ShortStr>,
-) -> bool {
+pub(crate) fn attempt_once_each(death: Death<'_>, taken: &mut Vec<ShortStr>) -> bool {
     let taken_before = taken.len();
-    let Some(outcome) = attempt(
+    let Some(outcome) = attempt(death, Some(taken)) else {
+        return false;
+    };
+    !outcome.rejected && (outcome.routed || outcome.cycled || taken_before > 0)
+}
+
+/// Routes the dead copy of the message; `None` when the dead-letter exchange is missing.
+fn attempt(death: Death<'_>, taken: Option<&mut Vec<ShortStr>>) -> Option<publish::Outcome> {
+    let Death {
         vhost,
         runtime,
         queue,
         target,
         message,
         reason,
-        died_at_ms,
-        Some(taken),
-    ) else {
-        return false;
-    };
-    !outcome.rejected && (outcome.routed || outcome.cycled || taken_before > 0)
-}
-
-/// Routes the dead copy of `message`; `None` when the dead-letter exchange is missing.
-#[allow(clippy::too_many_arguments)]
-fn attempt(
-    vhost: &Arc<VHost>,
-    runtime: &Runtime,
-    queue: &ShortStr,
-    target: &DeadLetterTarget,
-    message: &Message,
-    reason: DeathReason,
-    now_ms: u64,
-    taken: Option<&mut Vec<ShortStr>>,
-) -> Option<publish::Outcome> {
+        at_ms: now_ms,
+    } = death;
     let Ok(exchange) = vhost.exchange(&target.exchange) else {
         tracing::debug!(%queue, exchange = %target.exchange, "dead-letter exchange missing");
         return None;

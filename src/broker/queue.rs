@@ -414,15 +414,15 @@ impl Queue {
         } in dead
         {
             self.runtime.deaths.dead_lettered(reason);
-            super::dead_letter::route(
-                &vhost,
-                &self.runtime,
-                &self.name,
+            super::dead_letter::route(super::dead_letter::Death {
+                vhost: &vhost,
+                runtime: &self.runtime,
+                queue: &self.name,
                 target,
-                &message,
+                message: &message,
                 reason,
-                now_ms,
-            );
+                at_ms: now_ms,
+            });
         }
     }
 

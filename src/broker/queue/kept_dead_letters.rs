@@ -79,16 +79,16 @@ impl Queue {
         let mut marks = Vec::new();
         let mut arm = None;
         for mut p in pending {
-            let through = crate::broker::dead_letter::attempt_once_each(
-                &vhost,
-                &self.runtime,
-                &self.name,
+            let death = crate::broker::dead_letter::Death {
+                vhost: &vhost,
+                runtime: &self.runtime,
+                queue: &self.name,
                 target,
-                &p.message,
-                p.reason,
-                p.died_at_ms,
-                &mut p.taken_by,
-            );
+                message: &p.message,
+                reason: p.reason,
+                at_ms: p.died_at_ms,
+            };
+            let through = crate::broker::dead_letter::attempt_once_each(death, &mut p.taken_by);
             if through {
                 done.extend(p.seq);
                 continue;
