@@ -2,20 +2,8 @@
 //! (held long before due) overlapping narrow ones (held shortly before), read a page at a time.
 
 use crate::common::{packed, Scratch};
+use crate::sim::Rng;
 use dwellmq_store::{DeadlineId, Op, Store};
-
-/// A small deterministic generator (no dependency for one test).
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
 
 fn hold(exchange: &str, held_at_ms: u64, id: DeadlineId) -> Op {
     Op::Hold {
@@ -77,7 +65,7 @@ fn assert_same(got: &[DeadlineId], want: &[DeadlineId], what: &str) {
 fn ids_come_back_in_due_order_across_overlapping_buckets_page_by_page() {
     let dir = Scratch::new("held-order");
     let store = Store::open(dir.path()).expect("open");
-    let mut rng = Lcg(7);
+    let mut rng = Rng::new(7);
     let mut model: Vec<(String, DeadlineId)> = Vec::new();
     let mut ops = Vec::new();
     for seq in 0..2_000u64 {
