@@ -1,8 +1,9 @@
 //! Measures candidate layouts for messages held by delayed exchanges with redb directly: holds
 //! due at random times over a week, committed in groups as the writer does, then the file's
-//! size and each table's leaf pages. `BucketIndexAndLog` is the shape format 3 chose (DESIGN.md,
-//! "Messages held by delayed exchanges"; the store sizes its buckets per hold, here they are
-//! fixed); the others are what it was chosen against.
+//! size and each table's leaf pages. `BucketRecordsAndLog` is the shape format 4 chose
+//! (DESIGN.md, "Messages held by delayed exchanges"; the store sizes its buckets per hold, here
+//! they are fixed); `BucketIndexAndLog` was format 3's; the others are what they were chosen
+//! against, and `LogOnly` what the bodies cost alone.
 //!
 //! ```text
 //! cargo run --release -p dwellmq-store --example held_layouts -- DIR MESSAGES PER_COMMIT
@@ -32,6 +33,11 @@ enum Layout {
     BucketIndexAndLog(u32),
     /// The same, with each commit's index entries inserted in key order.
     SortedBucketIndexAndLog(u32),
+    /// `seq` → value and, per commit, one index record per bucket it touched:
+    /// `exchange ‖ due bucket ‖ first seq` → `(seq, due)` of each of its holds in that bucket.
+    BucketRecordsAndLog(u32),
+    /// Only `seq` → value: what appending the bodies costs alone.
+    LogOnly,
 }
 
 fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
@@ -49,6 +55,7 @@ fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
             let mut held = tx.open_table(HELD).unwrap();
             let mut bodies = tx.open_table(BODIES).unwrap();
             let mut index: Vec<(Vec<u8>, u64)> = Vec::new();
+            let mut records: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
             for _ in 0..per_commit.min(count - seq) {
                 let due = NOW + (seq.wrapping_mul(2_654_435_761) % WEEK);
                 let mut key = Vec::with_capacity(20);
@@ -82,6 +89,20 @@ fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
                             .insert(seq.to_be_bytes().as_slice(), value.as_slice())
                             .unwrap();
                     }
+                    Layout::BucketRecordsAndLog(shift) => {
+                        let entries = records.entry((due >> shift) as u32).or_default();
+                        entries.extend_from_slice(&seq.to_be_bytes());
+                        entries
+                            .extend_from_slice(&((due & ((1 << shift) - 1)) as u32).to_be_bytes());
+                        bodies
+                            .insert(seq.to_be_bytes().as_slice(), value.as_slice())
+                            .unwrap();
+                    }
+                    Layout::LogOnly => {
+                        bodies
+                            .insert(seq.to_be_bytes().as_slice(), value.as_slice())
+                            .unwrap();
+                    }
                     Layout::BucketIndexAndLog(shift) => {
                         key.extend_from_slice(&((due >> shift) as u32).to_be_bytes());
                         key.extend_from_slice(&seq.to_be_bytes());
@@ -93,6 +114,12 @@ fn run(dir: &std::path::Path, layout: Layout, count: u64, per_commit: u64) {
                     }
                 }
                 seq += 1;
+            }
+            for (bucket, entries) in records {
+                let mut key = 1u32.to_be_bytes().to_vec();
+                key.extend_from_slice(&bucket.to_be_bytes());
+                key.extend_from_slice(&entries[..8]);
+                held.insert(key.as_slice(), entries.as_slice()).unwrap();
             }
             index.sort_unstable();
             for (key, due) in index {
@@ -137,6 +164,8 @@ fn main() {
         Layout::BucketIndexAndLog(22),
         Layout::SortedBucketIndexAndLog(22),
         Layout::Bucketed(26),
+        Layout::BucketRecordsAndLog(22),
+        Layout::LogOnly,
     ] {
         if only
             .as_deref()

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::layout::{
-    bucket_shift, held_due_end, held_due_from, held_due_key, held_due_value, message_key, name_key,
-    pair, BINDINGS, DELAYED_EXCHANGES, EXCHANGES, HELD_DUE, HELD_MESSAGES, MESSAGES, MESSAGE_STATE,
-    META, META_NEXT_DELAYED_EXCHANGE, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS,
-    POLICIES, QUEUES, USERS, VHOSTS,
+    bucket_shift, bucket_start, held_due_end, held_due_from, held_due_key, message_key, name_key,
+    pair, push_held_due_entry, HeldDueRecord, BINDINGS, DELAYED_EXCHANGES, EXCHANGES, HELD_DUE,
+    HELD_MESSAGES, MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_EXCHANGE,
+    META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES, USERS, VHOSTS,
 };
 use crate::ops::Op;
 use crate::records::{
@@ -34,12 +34,22 @@ pub(crate) struct Tables<'t> {
     held_messages: T<'t>,
     /// The `delayed_exchanges` rows (by `str16 vhost ‖ str16 exchange`), read at the batch's
     /// first delayed op; holds and releases change them here, and the changed ones are written
-    /// once per batch (`write_delayed_counts`), not once per op.
+    /// once per batch ([`Tables::finish_delayed`]), not once per op.
     held_by: Option<HeldByRows>,
     /// The `delayed_exchanges` key of the last hold (vhost, exchange, key): holds come in runs
     /// of one exchange, and the writer is their bottleneck.
     last_hold_name: Option<(String, String, Vec<u8>)>,
+    /// This batch's holds by `held_due` bucket, (seq, due ms) each: written as one record per
+    /// bucket when the batch ends ([`Tables::finish_delayed`]), so that a hold costs one
+    /// B-tree insert (its body) and a commit one more per bucket it touches.
+    held_buckets: BTreeMap<BucketOf, Vec<(u64, u64)>>,
+    /// This batch's releases, each the bucket and seq of an index entry to take out of its
+    /// record once the batch's records are written (so a record is rewritten once per batch).
+    released: Vec<(BucketOf, u64)>,
 }
+
+/// A `held_due` bucket: (exchange number, bucket start ms, shift).
+type BucketOf = (u32, u64, u8);
 
 /// This batch's view of `delayed_exchanges`.
 #[derive(Default)]
@@ -84,6 +94,8 @@ impl<'t> Tables<'t> {
             held_messages: tx.open_table(HELD_MESSAGES)?,
             held_by: None,
             last_hold_name: None,
+            held_buckets: BTreeMap::new(),
+            released: Vec::new(),
         })
     }
 
@@ -253,8 +265,12 @@ impl<'t> Tables<'t> {
                 header.write(&mut out[..HELD_HEADER]);
                 message.write_packed(&mut out[HELD_HEADER..]);
                 drop(slot);
-                let key = held_due_key(number, id.due_ms, shift, id.seq);
-                put(&mut self.held_due, &key, &held_due_value(id.due_ms, shift))
+                let bucket = (number, bucket_start(id.due_ms, shift), shift);
+                self.held_buckets
+                    .entry(bucket)
+                    .or_default()
+                    .push((id.seq, id.due_ms));
+                Ok(())
             }
             Op::Release { id } => self.release_held(id.due_ms, id.seq),
         }
@@ -360,17 +376,100 @@ impl<'t> Tables<'t> {
             Ok(header) => header,
             Err(value) => return put(&mut self.held_messages, &seq_key, &value),
         };
-        remove(
-            &mut self.held_due,
-            &held_due_key(header.exchange, due_ms, header.shift, seq),
-        )?;
+        let bucket = (
+            header.exchange,
+            bucket_start(due_ms, header.shift),
+            header.shift,
+        );
+        self.released.push((bucket, seq));
         self.held_by()?.uncount(header.exchange, header.body_octets);
         Ok(())
+    }
+
+    /// Writes the batch's `held_due` records: one per bucket its holds fell into, then takes
+    /// its releases out of theirs. Runs before anything reads `held_due` in this batch.
+    fn write_held_index(&mut self) -> Result<(), redb::StorageError> {
+        for ((number, start, shift), mut holds) in std::mem::take(&mut self.held_buckets) {
+            holds.sort_unstable();
+            // A record's entries count seqs from its first in a u32: holds of one commit are
+            // never 2^32 seqs apart, but a record is cut where they would be.
+            let mut rest = &holds[..];
+            while let Some(&(first, _)) = rest.first() {
+                let fits = rest
+                    .iter()
+                    .take_while(|(seq, _)| seq - first <= u64::from(u32::MAX))
+                    .count();
+                let key = held_due_key(number, start, shift, first);
+                let mut record = match self.held_due.get(&key[..])? {
+                    Some(existing) => existing.value().to_vec(),
+                    None => Vec::with_capacity(fits * crate::layout::HELD_DUE_ENTRY),
+                };
+                for &(seq, due) in &rest[..fits] {
+                    push_held_due_entry(&mut record, first, start, seq, due);
+                }
+                put(&mut self.held_due, &key, &record)?;
+                rest = &rest[fits..];
+            }
+        }
+        let mut released = std::mem::take(&mut self.released);
+        released.sort_unstable();
+        let mut rest = &released[..];
+        while let Some(&(bucket, seq)) = rest.first() {
+            let Some((key, record)) = self.held_due_record_naming(bucket, seq)? else {
+                // Not indexed (a damaged record, which reads report): nothing to take out.
+                rest = &rest[1..];
+                continue;
+            };
+            let (number, start, shift) = bucket;
+            let Some(named) = HeldDueRecord::split(number, &key, &record) else {
+                rest = &rest[1..];
+                continue;
+            };
+            // The releases of this batch that the same record names come next in order.
+            let run = rest
+                .iter()
+                .take_while(|(b, s)| *b == bucket && named.names(*s))
+                .count();
+            let gone = &rest[..run];
+            let left = named.without(|s| gone.binary_search_by_key(&s, |(_, g)| *g).is_ok());
+            if left.is_empty() {
+                remove(&mut self.held_due, &key)?;
+            } else {
+                put(&mut self.held_due, &key, &left)?;
+            }
+            debug_assert_eq!(named.shift, shift);
+            debug_assert_eq!(named.start_ms, start);
+            rest = &rest[run.max(1)..];
+        }
+        Ok(())
+    }
+
+    /// The `held_due` record of `bucket` that names the hold `seq`: the one with the greatest
+    /// first seq not above it, unless commits interleaved their seqs (then an earlier one).
+    fn held_due_record_naming(
+        &self,
+        (number, start, shift): BucketOf,
+        seq: u64,
+    ) -> Result<Option<([u8; 21], Vec<u8>)>, redb::StorageError> {
+        let from = held_due_key(number, start, shift, 0);
+        let to = held_due_key(number, start, shift, seq);
+        for entry in self.held_due.range(&from[..]..=&to[..])?.rev() {
+            let (key, value) = entry?;
+            let found = HeldDueRecord::split(number, key.value(), value.value())
+                .is_some_and(|record| record.names(seq));
+            if found {
+                let mut out = [0u8; 21];
+                out.copy_from_slice(key.value());
+                return Ok(Some((out, value.value().to_vec())));
+            }
+        }
+        Ok(None)
     }
 
     /// Removes the held messages and the `delayed_exchanges` rows of every exchange whose key
     /// starts with `prefix` (an exchange or a vhost was deleted).
     fn drop_held_under(&mut self, prefix: &[u8]) -> Result<(), redb::StorageError> {
+        self.write_held_index()?;
         let rows = self.held_by()?;
         let gone: Vec<(Vec<u8>, u32)> = rows
             .rows
@@ -392,13 +491,10 @@ impl<'t> Tables<'t> {
                     None => self.held_due.range(&start[..]..)?,
                 };
                 for entry in range {
-                    let (key, _) = entry?;
-                    let seq = key
-                        .value()
-                        .get(13..21)
-                        .and_then(|s| <[u8; 8]>::try_from(s).ok());
-                    if let Some(seq) = seq {
-                        seqs.push(u64::from_be_bytes(seq));
+                    let (key, value) = entry?;
+                    // A malformed record is skipped here (its bodies stay; reads report it).
+                    if let Some(record) = HeldDueRecord::split(number, key.value(), value.value()) {
+                        seqs.extend(record.holds().map(|(seq, _)| seq));
                     }
                 }
             }
@@ -417,10 +513,11 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Writes the `delayed_exchanges` rows this batch changed and the next exchange number
-    /// (once per commit, before it). A row stays when its count reaches 0: its exchange keeps
+    /// Writes the batch's `held_due` records, then the `delayed_exchanges` rows it changed
+    /// and the next exchange number (once per commit, before it). A row stays when its count reaches 0: its exchange keeps
     /// its number until it is deleted.
-    pub(crate) fn write_delayed_counts(&mut self) -> Result<(), redb::StorageError> {
+    pub(crate) fn finish_delayed(&mut self) -> Result<(), redb::StorageError> {
+        self.write_held_index()?;
         let Some(rows) = self.held_by.take() else {
             return Ok(());
         };

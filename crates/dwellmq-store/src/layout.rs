@@ -5,7 +5,7 @@ use redb::TableDefinition;
 use crate::codec::Enc;
 
 /// The format this build writes and reads (`meta["format"]`).
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// What `meta["app"]` holds in every dwellmq store.
 pub(crate) const APP: &[u8] = b"dwellmq";
 
@@ -70,17 +70,23 @@ pub(crate) fn bucket_shift(held_at_ms: u64, due_ms: u64) -> u8 {
     (distance.ilog2().saturating_sub(4) as u8).min(MAX_BUCKET_SHIFT)
 }
 
-/// A `held_due` key: `u32 exchange number ‖ u64 bucket start ms ‖ u8 shift ‖ u64 seq`
-/// (21 octets). The bucket is `due_ms` with its low `shift` bits cleared. Within a bucket keys
-/// run in seq order, which is arrival order: a hold appends to its bucket.
-pub(crate) fn held_due_key(exchange: u32, due_ms: u64, shift: u8, seq: u64) -> [u8; 21] {
-    let start = due_ms >> shift << shift;
+/// A `held_due` key: `u32 exchange number ‖ u64 bucket start ms ‖ u8 shift ‖ u64 first seq`
+/// (21 octets). The bucket is a due time with its low `shift` bits cleared. One key is one
+/// record: the holds of one commit that fell into that bucket, named by the lowest seq among
+/// them. Within a bucket records run in first-seq order, which is commit order: a commit
+/// appends one record to each bucket it touches.
+pub(crate) fn held_due_key(exchange: u32, start_ms: u64, shift: u8, first_seq: u64) -> [u8; 21] {
     let mut key = [0u8; 21];
     key[..4].copy_from_slice(&exchange.to_be_bytes());
-    key[4..12].copy_from_slice(&start.to_be_bytes());
+    key[4..12].copy_from_slice(&start_ms.to_be_bytes());
     key[12] = shift;
-    key[13..].copy_from_slice(&seq.to_be_bytes());
+    key[13..].copy_from_slice(&first_seq.to_be_bytes());
     key
+}
+
+/// The start of the bucket of width `2^shift` that `due_ms` falls into.
+pub(crate) fn bucket_start(due_ms: u64, shift: u8) -> u64 {
+    due_ms >> shift << shift
 }
 
 /// The first `held_due` key of exchange `exchange` whose bucket starts at `start_ms` or later.
@@ -97,27 +103,89 @@ pub(crate) fn held_due_end(exchange: u32) -> Option<[u8; 21]> {
     exchange.checked_add(1).map(|next| held_due_from(next, 0))
 }
 
-/// A `held_due` entry of exchange `exchange`: (bucket start, seq) from its key and its due
-/// time from the value (`u32` offset in the bucket); `None` for another exchange's key or a
-/// malformed entry.
-pub(crate) fn split_held_due(exchange: u32, key: &[u8], value: &[u8]) -> Option<(u64, u64, u64)> {
-    let rest = key.strip_prefix(&exchange.to_be_bytes()[..])?;
-    if rest.len() != 17 || rest[8] > MAX_BUCKET_SHIFT {
-        return None;
-    }
-    let start = u64::from_be_bytes(rest[..8].try_into().ok()?);
-    let seq = u64::from_be_bytes(rest[9..].try_into().ok()?);
-    let offset = u32::from_be_bytes(value.try_into().ok()?);
-    if u64::from(offset) >> rest[8] != 0 {
-        return None;
-    }
-    Some((start, seq, start + u64::from(offset)))
+/// Octets of one entry of a `held_due` record: `u32 seq − first seq ‖ u32 due − bucket start`.
+pub(crate) const HELD_DUE_ENTRY: usize = 8;
+
+/// One `held_due` record, checked: every entry's due offset lies inside its bucket.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeldDueRecord<'a> {
+    pub(crate) start_ms: u64,
+    pub(crate) shift: u8,
+    pub(crate) first_seq: u64,
+    entries: &'a [u8],
 }
 
-/// A `held_due` value: the due time's offset in its bucket.
-pub(crate) fn held_due_value(due_ms: u64, shift: u8) -> [u8; 4] {
-    let offset = due_ms - (due_ms >> shift << shift);
-    (offset as u32).to_be_bytes()
+impl<'a> HeldDueRecord<'a> {
+    /// The record of exchange `exchange` under `key`; `None` for another exchange's key or a
+    /// malformed record.
+    pub(crate) fn split(exchange: u32, key: &[u8], value: &'a [u8]) -> Option<Self> {
+        let rest = key.strip_prefix(&exchange.to_be_bytes()[..])?;
+        if rest.len() != 17 || rest[8] > MAX_BUCKET_SHIFT || value.len() % HELD_DUE_ENTRY != 0 {
+            return None;
+        }
+        let record = HeldDueRecord {
+            start_ms: u64::from_be_bytes(rest[..8].try_into().ok()?),
+            shift: rest[8],
+            first_seq: u64::from_be_bytes(rest[9..].try_into().ok()?),
+            entries: value,
+        };
+        let inside = record.raw().all(|(delta, offset)| {
+            u64::from(offset) >> record.shift == 0
+                && record.first_seq.checked_add(u64::from(delta)).is_some()
+        });
+        inside.then_some(record)
+    }
+
+    fn raw(&self) -> impl Iterator<Item = (u32, u32)> + 'a {
+        self.entries.chunks_exact(HELD_DUE_ENTRY).map(|entry| {
+            let mut delta = [0u8; 4];
+            let mut offset = [0u8; 4];
+            delta.copy_from_slice(&entry[..4]);
+            offset.copy_from_slice(&entry[4..]);
+            (u32::from_be_bytes(delta), u32::from_be_bytes(offset))
+        })
+    }
+
+    /// Its holds as (seq, due ms), in the order they were written.
+    pub(crate) fn holds(&self) -> impl Iterator<Item = (u64, u64)> + 'a {
+        let (first, start) = (self.first_seq, self.start_ms);
+        self.raw()
+            .map(move |(delta, offset)| (first + u64::from(delta), start + u64::from(offset)))
+    }
+
+    /// Whether it names the hold `seq`.
+    pub(crate) fn names(&self, seq: u64) -> bool {
+        let first = self.first_seq;
+        seq.checked_sub(first)
+            .and_then(|delta| u32::try_from(delta).ok())
+            .is_some_and(|delta| self.raw().any(|(d, _)| d == delta))
+    }
+
+    /// Its entries without those whose seq `gone` picks (an empty record is deleted).
+    pub(crate) fn without(&self, mut gone: impl FnMut(u64) -> bool) -> Vec<u8> {
+        let first = self.first_seq;
+        self.entries
+            .chunks_exact(HELD_DUE_ENTRY)
+            .zip(self.raw())
+            .filter(|(_, (delta, _))| !gone(first + u64::from(*delta)))
+            .flat_map(|(entry, _)| entry.iter().copied())
+            .collect()
+    }
+}
+
+/// Appends the entry of the hold `seq` due at `due_ms` to a record of bucket `start_ms` whose
+/// first seq is `first_seq` (`seq − first_seq` must fit in `u32`).
+pub(crate) fn push_held_due_entry(
+    record: &mut Vec<u8>,
+    first_seq: u64,
+    start_ms: u64,
+    seq: u64,
+    due_ms: u64,
+) {
+    let delta = (seq - first_seq) as u32;
+    let offset = (due_ms - start_ms) as u32;
+    record.extend_from_slice(&delta.to_be_bytes());
+    record.extend_from_slice(&offset.to_be_bytes());
 }
 
 pub(crate) fn pair(a: u64, b: u64) -> [u8; 16] {

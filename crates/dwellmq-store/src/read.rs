@@ -12,7 +12,7 @@ use crate::codec::hex;
 use crate::codec::Dec;
 use crate::error::{Result, StoreError};
 use crate::layout::{
-    held_due_end, held_due_from, name_key, pair, split_held_due, split_pair, Bin, BINDINGS,
+    held_due_end, held_due_from, name_key, pair, split_pair, Bin, HeldDueRecord, BINDINGS,
     DELAYED_EXCHANGES, EXCHANGES, HELD_DUE, HELD_MESSAGES, MAX_BUCKET_SHIFT, MESSAGES,
     MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES,
     USERS, VHOSTS,
@@ -349,8 +349,9 @@ impl Snapshot {
         let mut bucket_start = None;
         for entry in range {
             let (key, value) = entry.map_err(|e| self.damaged(e))?;
-            let (start, seq, due_ms) = split_held_due(number, key.value(), value.value())
+            let record = HeldDueRecord::split(number, key.value(), value.value())
                 .ok_or_else(|| self.corrupt("held_due", key.value()))?;
+            let start = record.start_ms;
             if bucket_start != Some(start) {
                 bucket_start = Some(start);
                 while let Some(Reverse(id)) = open.peek() {
@@ -364,9 +365,11 @@ impl Snapshot {
                     break;
                 }
             }
-            let id = DeadlineId { due_ms, seq };
-            if after(id) {
-                open.push(Reverse(id));
+            for (seq, due_ms) in record.holds() {
+                let id = DeadlineId { due_ms, seq };
+                if after(id) {
+                    open.push(Reverse(id));
+                }
             }
         }
         if settled.len() < limit {

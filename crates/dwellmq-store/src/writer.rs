@@ -289,7 +289,7 @@ impl Writer {
                 .max()
                 .unwrap_or(0);
             tables
-                .write_delayed_counts()
+                .finish_delayed()
                 .map_err(|e| storage_error(path, e))?;
             tables
                 .raise_counters(

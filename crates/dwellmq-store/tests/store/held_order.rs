@@ -131,3 +131,65 @@ fn ids_come_back_in_due_order_across_overlapping_buckets_page_by_page() {
         assert!(snap.delayed_message(other).unwrap().is_none());
     }
 }
+
+/// A commit writes one index record per bucket; a release takes its entry out of the record
+/// that names it: released in the same commit as its hold, in a later one, a whole record at
+/// once, and from records of two commits whose seqs interleave in one bucket.
+#[test]
+fn releases_leave_the_index_records_that_named_them() {
+    let dir = Scratch::new("held-records");
+    let store = Store::open(dir.path()).expect("open");
+    let held_at_ms = 1_000_000;
+    // All due within one narrow bucket: held 10 s before, so the bucket is 2^9 ms wide.
+    let id = |seq: u64| DeadlineId {
+        due_ms: 1_010_000 + seq % 7,
+        seq,
+    };
+    let mut held: std::collections::BTreeSet<u64> = Default::default();
+    // Commit 1: even seqs, with 0 and 2 released in the same commit.
+    let mut ops: Vec<Op> = (0..40)
+        .step_by(2)
+        .map(|s| hold("a", held_at_ms, id(s)))
+        .collect();
+    ops.push(Op::Release { id: id(0) });
+    ops.push(Op::Release { id: id(2) });
+    store.write(ops).expect("commit 1");
+    held.extend((4..40).step_by(2));
+    // Commit 2: odd seqs, interleaved with commit 1's in the same bucket.
+    store
+        .write(
+            (1..40)
+                .step_by(2)
+                .map(|s| hold("a", held_at_ms, id(s)))
+                .collect(),
+        )
+        .expect("commit 2");
+    held.extend((1..40).step_by(2));
+    // Commit 3: releases from both records, the earlier one named by seqs above the later
+    // record's first.
+    let gone = [5, 6, 9, 14, 15, 38, 39];
+    store
+        .write(gone.iter().map(|&s| Op::Release { id: id(s) }).collect())
+        .expect("commit 3");
+    for s in gone {
+        held.remove(&s);
+    }
+    // Commit 4: every hold left of commit 2 (a whole record emptied).
+    let odd: Vec<u64> = held.iter().copied().filter(|s| s % 2 == 1).collect();
+    store
+        .write(odd.iter().map(|&s| Op::Release { id: id(s) }).collect())
+        .expect("commit 4");
+    for s in odd {
+        held.remove(&s);
+    }
+    let mut want: Vec<DeadlineId> = held.iter().map(|&s| id(s)).collect();
+    want.sort_unstable();
+    assert_same(&paged(&store, 3), &want, "after the releases");
+    drop(store);
+    let store = Store::open(dir.path()).expect("reopen");
+    assert_same(&paged(&store, 100), &want, "after a reopen");
+    assert_eq!(
+        store.snapshot().unwrap().delayed_count().unwrap(),
+        want.len() as u64
+    );
+}
