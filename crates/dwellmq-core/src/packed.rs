@@ -73,6 +73,10 @@ fn layout(bytes: &[u8]) -> Option<Layout> {
 }
 
 impl PackedMessage {
+    /// The top bit of the layout's exchange length: the properties' `x-death` is the broker's
+    /// dead-letter history (see the module documentation).
+    pub const HISTORY_FLAG: u16 = HISTORY_FLAG;
+
     /// Copies `message` into one buffer of exactly its size.
     pub fn pack(message: &Message) -> PackedMessage {
         let exchange = clamp_name(message.exchange.as_bytes());

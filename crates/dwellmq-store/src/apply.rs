@@ -12,7 +12,7 @@ use crate::layout::{
 };
 use crate::ops::Op;
 use crate::records::{
-    expiry_word, DeliveryState, HeldBy, HeldHeader, QueueDef, HELD_HEADER, MESSAGE_HEADER,
+    expiry_word, DeliveryState, HeldBody, HeldBy, HeldHeader, QueueDef, HELD_HEADER, MESSAGE_HEADER,
 };
 
 type T<'t> = Table<'t, &'static [u8], &'static [u8]>;
@@ -46,6 +46,9 @@ pub(crate) struct Tables<'t> {
     /// This batch's releases, each the bucket and seq of an index entry to take out of its
     /// record once the batch's records are written (so a record is rewritten once per batch).
     released: Vec<(BucketOf, u64)>,
+    /// A hold's packed message, before its exchange name is left out (reused: no allocation
+    /// per hold).
+    packed: Vec<u8>,
 }
 
 /// A `held_due` bucket: (exchange number, bucket start ms, shift).
@@ -96,6 +99,7 @@ impl<'t> Tables<'t> {
             last_hold_name: None,
             held_buckets: BTreeMap::new(),
             released: Vec::new(),
+            packed: Vec::new(),
         })
     }
 
@@ -251,19 +255,29 @@ impl<'t> Tables<'t> {
                 }
                 let number = counted?;
                 let shift = bucket_shift(*held_at_ms, id.due_ms);
+                self.packed.clear();
+                self.packed.resize(message.packed_len(), 0);
+                message.write_packed(&mut self.packed);
+                let Some(body) = HeldBody::of(&self.packed, exchange.as_bytes()) else {
+                    // Never: `write_packed` writes a whole layout.
+                    return Err(redb::StorageError::Io(std::io::Error::other(
+                        "a held message did not pack",
+                    )));
+                };
                 let header = HeldHeader {
                     exchange: number,
                     shift,
+                    exchange_elided: body.exchange_elided,
                     due_ms: id.due_ms,
                     body_octets,
                 };
-                let len = HELD_HEADER + message.packed_len();
+                let len = HELD_HEADER + body.len();
                 let mut slot = self
                     .held_messages
                     .insert_reserve(&id.seq.to_be_bytes()[..], len)?;
                 let out = slot.as_mut();
                 header.write(&mut out[..HELD_HEADER]);
-                message.write_packed(&mut out[HELD_HEADER..]);
+                body.write(&mut out[HELD_HEADER..]);
                 drop(slot);
                 let bucket = (number, bucket_start(id.due_ms, shift), shift);
                 self.held_buckets

@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dwellmq_core::schedule::DeadlineId;
-use dwellmq_core::PackedMessage;
 use redb::ReadableTableMetadata;
 use redb::{Database, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable};
 
@@ -436,14 +435,28 @@ impl Snapshot {
 
     /// Whether some exchange holds `id` (committed).
     pub fn delayed_contains(&self, id: DeadlineId) -> Result<bool> {
-        Ok(self.held_record(id)?.is_some())
+        let table = self.table(HELD_MESSAGES)?;
+        let key = id.seq.to_be_bytes();
+        let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? else {
+            return Ok(false);
+        };
+        let header =
+            HeldHeader::read(value.value()).ok_or_else(|| self.corrupt("held_messages", &key))?;
+        Ok(header.due_ms == id.due_ms)
     }
 
     /// A held message (its body), if it is still held: one lookup by its seq.
     pub fn delayed_message(&self, id: DeadlineId) -> Result<Option<DelayedMessage>> {
-        let Some((header, message)) = self.held_record(id)? else {
+        let table = self.table(HELD_MESSAGES)?;
+        let key = id.seq.to_be_bytes();
+        let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? else {
             return Ok(None);
         };
+        let value = value.value();
+        let header = HeldHeader::read(value).ok_or_else(|| self.corrupt("held_messages", &key))?;
+        if header.due_ms != id.due_ms {
+            return Ok(None);
+        }
         let Some((vhost, exchange, _)) = self
             .held_by()?
             .iter()
@@ -452,23 +465,13 @@ impl Snapshot {
             // A message whose exchange has no row: its exchange is gone.
             return Ok(None);
         };
+        let (_, message) = decode_held_value(value, exchange)
+            .ok_or_else(|| self.corrupt("held_messages", &key))?;
         Ok(Some(DelayedMessage {
             id,
             vhost: vhost.clone(),
             exchange: exchange.clone(),
             message,
         }))
-    }
-
-    /// The `held_messages` record of `id`, if it holds that id (same seq and due time).
-    fn held_record(&self, id: DeadlineId) -> Result<Option<(HeldHeader, PackedMessage)>> {
-        let table = self.table(HELD_MESSAGES)?;
-        let key = id.seq.to_be_bytes();
-        let Some(value) = table.get(&key[..]).map_err(|e| self.damaged(e))? else {
-            return Ok(None);
-        };
-        let (header, message) =
-            decode_held_value(value.value()).ok_or_else(|| self.corrupt("held_messages", &key))?;
-        Ok((header.due_ms == id.due_ms).then_some((header, message)))
     }
 }
