@@ -54,6 +54,9 @@ pub(crate) struct Tables<'t> {
 /// A `held_due` bucket: (exchange number, bucket start ms, shift).
 type BucketOf = (u32, u64, u8);
 
+/// A `held_due` record as read for an edit: its key and its entries.
+type HeldDueRow = ([u8; 21], Vec<u8>);
+
 /// This batch's view of `delayed_exchanges`.
 #[derive(Default)]
 struct HeldByRows {
@@ -464,7 +467,7 @@ impl<'t> Tables<'t> {
         &self,
         (number, start, shift): BucketOf,
         seq: u64,
-    ) -> Result<Option<([u8; 21], Vec<u8>)>, redb::StorageError> {
+    ) -> Result<Option<HeldDueRow>, redb::StorageError> {
         let from = held_due_key(number, start, shift, 0);
         let to = held_due_key(number, start, shift, seq);
         for entry in self.held_due.range(&from[..]..=&to[..])?.rev() {

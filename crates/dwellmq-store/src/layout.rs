@@ -120,7 +120,10 @@ impl<'a> HeldDueRecord<'a> {
     /// malformed record.
     pub(crate) fn split(exchange: u32, key: &[u8], value: &'a [u8]) -> Option<Self> {
         let rest = key.strip_prefix(&exchange.to_be_bytes()[..])?;
-        if rest.len() != 17 || rest[8] > MAX_BUCKET_SHIFT || value.len() % HELD_DUE_ENTRY != 0 {
+        if rest.len() != 17
+            || rest[8] > MAX_BUCKET_SHIFT
+            || !value.len().is_multiple_of(HELD_DUE_ENTRY)
+        {
             return None;
         }
         let record = HeldDueRecord {
