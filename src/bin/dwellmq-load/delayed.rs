@@ -184,10 +184,14 @@ pub(crate) async fn run(options: &Options) -> Result<(), Error> {
         } else {
             (started.elapsed().as_secs_f64() * rate as f64) as u64 + 1
         };
-        while published < messages.min(allowed)
-            && published - confirmed < window
-            && out.len() < 64 * 1024
-        {
+        // Fill the whole window before reading a confirm, in writes of about 64 KiB: one
+        // write per confirm read would cap what is in flight at one write's worth, whatever
+        // the window.
+        while published < messages.min(allowed) && published - confirmed < window {
+            if out.len() >= 64 * 1024 {
+                publisher.writer.write_all(&out).await?;
+                out.clear();
+            }
             let delay = min_delay + rng.next() % (max_delay - min_delay + 1);
             let stamp_us = wall_us();
             unconfirmed_since.push_back(stamp_us);
