@@ -235,6 +235,12 @@ pub struct Limits {
     /// With a data directory: below this much free space on its file system, publishing
     /// connections are blocked (`connection.blocked`, `low on disk`) before the disk fills up.
     pub disk_free_limit: DiskFreeLimit,
+    /// With a data directory: a durable classic queue keeps at most this many ready messages
+    /// in memory in front of its consumers, and leaves those further back in the store only
+    /// (read back a page at a time as consumers come to them).
+    pub queue_window_messages: usize,
+    /// The same window in body octets (whichever limit is reached first).
+    pub queue_window_bytes: u64,
 }
 
 impl Default for Limits {
@@ -249,6 +255,8 @@ impl Default for Limits {
             memory_high_watermark: MemoryWatermark::DEFAULT,
             store_backlog_bytes: 64 << 20,
             disk_free_limit: DiskFreeLimit::DEFAULT,
+            queue_window_messages: dwellmq_core::paging::Paging::DEFAULT.window_messages,
+            queue_window_bytes: dwellmq_core::paging::Paging::DEFAULT.window_bytes,
         }
     }
 }

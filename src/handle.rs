@@ -324,6 +324,9 @@ pub struct QueueInfo {
     /// Dead-lettered and kept until every target queue takes it (`x-dead-letter-strategy:
     /// at-least-once`): never delivered from this queue again.
     pub dead_lettered: usize,
+    /// Ready messages left in the store only (counted in `messages`): a durable classic
+    /// queue longer than its window (`Limits::queue_window_messages`).
+    pub paged_out: u64,
 }
 
 /// A message of a quorum queue waiting for its delayed retry.
@@ -669,6 +672,7 @@ impl BrokerHandle {
 pub(crate) fn queue_info(state: &BrokerState, vhost: &str, queue: &str) -> Option<QueueInfo> {
     let queue = state.vhost(vhost)?.queue(queue).ok()?;
     let retrying = queue.retrying();
+    let figures = queue.figures();
     Some(QueueInfo {
         name: queue.name.to_string(),
         messages: queue.message_count(),
@@ -676,7 +680,8 @@ pub(crate) fn queue_info(state: &BrokerState, vhost: &str, queue: &str) -> Optio
         unacked: queue.unacked_count(),
         retrying: retrying.len(),
         next_retry_at: retrying.first().map(|(at, _)| *at),
-        dead_lettered: queue.figures().dead_lettered,
+        dead_lettered: figures.dead_lettered,
+        paged_out: figures.paged_out,
     })
 }
 

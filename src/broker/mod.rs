@@ -128,6 +128,10 @@ impl BrokerState {
             config.expiry_mode,
             config.name_seed,
             store,
+            dwellmq_core::paging::Paging {
+                window_messages: config.limits.queue_window_messages.max(1),
+                window_bytes: config.limits.queue_window_bytes.max(1),
+            },
         );
         let mut vhosts: HashMap<String, Arc<VHost>> = HashMap::new();
         for name in std::iter::once("/").chain(config.vhosts.iter().map(String::as_str)) {

@@ -26,6 +26,7 @@ use super::runtime::Runtime;
 use super::vhost::VHost;
 
 pub(crate) mod kept;
+pub(crate) mod kept_exchanges;
 pub(crate) mod recover;
 
 /// How the broker opens its store.
@@ -193,36 +194,69 @@ pub(crate) fn vhost_deleted(runtime: &Runtime, name: &str, writes: DefinitionWri
 }
 
 /// A durable exchange was created in `vhost` (`home`): if writing it fails, it is deleted
-/// again.
+/// again, as if never declared. If the restore kept an exchange of that vhost and name on disk,
+/// the declare takes it back: returns the kept bindings from and to it (the caller binds them
+/// again once the exchange is in its vhost), and once its definition is committed it takes
+/// the messages the kept exchange holds on disk. If that write fails, the exchange leaves
+/// memory only, and what is stored stays kept.
 pub(crate) fn exchange_declared(
     runtime: &Runtime,
     vhost: &str,
     home: &Weak<VHost>,
     exchange: &Arc<Exchange>,
     writes: DefinitionWrites<'_>,
-) {
-    let Some(store) = store(runtime) else { return };
+) -> Option<Vec<(BindingDef, String)>> {
+    let store = store(runtime)?;
     if !exchange.durable {
-        return;
+        return None;
     }
-    let (undo_in, undo_exchange) = (Weak::clone(home), Arc::clone(exchange));
-    write_or_undo(
-        store,
-        vec![Op::PutExchange(ExchangeDef {
-            vhost: vhost.into(),
-            name: exchange.name.to_string(),
-            kind: exchange.kind.type_name().into(),
-            auto_delete: exchange.auto_delete,
-            internal: exchange.internal,
-            arguments: exchange.arguments.to_encoded(),
-        })],
-        writes,
-        move || {
-            if let Some(vhost) = undo_in.upgrade() {
-                vhost.undo_exchange_declare(&undo_exchange);
+    let retaken = runtime.kept_exchanges.take(vhost, &exchange.name);
+    let bindings = retaken.as_ref().map(|kept| kept.bindings.clone());
+    if let Some(kept) = &retaken {
+        tracing::info!(
+            vhost, exchange = %exchange.name, held = kept.held.0,
+            "a declare takes back an exchange the restore kept"
+        );
+    }
+    let (home, exchange) = (Weak::clone(home), Arc::clone(exchange));
+    let ops = vec![Op::PutExchange(ExchangeDef {
+        vhost: vhost.into(),
+        name: exchange.name.to_string(),
+        kind: exchange.kind.type_name().into(),
+        auto_delete: exchange.auto_delete,
+        internal: exchange.internal,
+        arguments: exchange.arguments.to_encoded(),
+    })];
+    submit_counted(store, ops, writes.0, move |outcome| {
+        let Some(vhost) = home.upgrade() else { return };
+        match (outcome, retaken) {
+            (Ok(_), None) => {}
+            (Ok(_), Some(kept)) => {
+                // Only now: had the write failed, the exchange's deletion would have dropped
+                // them with its own.
+                if vhost.is_current(&exchange) {
+                    let (count, bytes) = kept.held;
+                    vhost
+                        .runtime()
+                        .delayed
+                        .reattach_kept(&vhost, &exchange, count, bytes);
+                }
             }
-        },
-    );
+            (Err(e), None) => {
+                tracing::error!(error = %e, "writing a durable definition failed; it is taken back");
+                vhost.undo_exchange_declare(&exchange);
+            }
+            (Err(e), Some(kept)) => {
+                tracing::error!(error = %e, "writing a durable definition failed; it is taken back");
+                vhost.undo_exchange_reattach(&exchange);
+                vhost
+                    .runtime()
+                    .kept_exchanges
+                    .put_back(&vhost.name, &exchange.name, kept);
+            }
+        }
+    });
+    bindings
 }
 
 /// Exchanges were deleted (with the bindings whose source they were).

@@ -8,7 +8,8 @@
 use std::sync::{Arc, OnceLock, Weak};
 
 use dwellmq_codec::{FieldTable, ShortStr};
-use dwellmq_core::arguments::{Overflow, QueueArguments, QueueType};
+use dwellmq_core::arguments::{QueueArguments, QueueType};
+use dwellmq_core::paging::{Page, PageRequest, PagedRun};
 use dwellmq_core::policy::PolicyDefinition;
 use dwellmq_core::queue::{
     Cancelled, ConsumeRefused, ConsumerSlot, DeadLetterTarget, DeathReason, Effect, Effects,
@@ -27,6 +28,14 @@ use super::stats::DeliveryTotals;
 use super::vhost::VHost;
 
 mod kept_dead_letters;
+pub(crate) mod page_reader;
+mod store_progress;
+
+use store_progress::StoreProgress;
+
+/// Pages a `basic.get` reads at most before it answers: a run whose first pages hold only
+/// expired messages answers get-empty rather than hold the channel for long.
+const PAGES_PER_GET: usize = 16;
 
 /// Who owns an exclusive queue: the id of the connection that declared it.
 pub(crate) type ConnectionId = u64;
@@ -89,11 +98,10 @@ pub(crate) struct Queue {
     pub(crate) counters: QueueCounters,
     /// Counters for the broker's global message totals (added to the runtime's at deletion).
     totals: DeliveryTotals,
-    /// Declared with `x-dead-letter-strategy: at-least-once` (a quorum queue): in effect while
-    /// its overflow is `reject-publish`, as in RabbitMQ.
-    dead_letters_at_least_once: bool,
     /// Dead-lettered messages not every target took yet (at-least-once dead-lettering).
     pending_dead_letters: PendingDeadLetters,
+    /// Which of its persists are committed, for a queue that pages (`None` otherwise).
+    progress: Option<Arc<StoreProgress>>,
 }
 
 impl Queue {
@@ -111,13 +119,19 @@ impl Queue {
     ) -> Self {
         let settings = settings_for(&config, &arguments, durable, &runtime, policy);
         let now = runtime.clock.now_ms();
-        let dead_letters_at_least_once = config.queue_type == QueueType::Quorum
-            && arguments
-                .get("x-dead-letter-strategy")
-                .and_then(|v| v.as_str())
-                .is_some_and(|v| v == "at-least-once");
+        let mut state = QueueState::new(settings, auto_delete, now);
+        // A durable classic queue leaves what lies beyond its window in the store; a priority
+        // queue does not (its levels would each need a run), nor does a quorum queue (its
+        // retries and kept dead letters live beside its ready list).
+        let pages = durable
+            && exclusive_owner.is_none()
+            && runtime.store.is_some()
+            && config.queue_type == QueueType::Classic;
+        let progress = pages.then(|| {
+            state.enable_paging(runtime.paging);
+            Arc::new(StoreProgress::default())
+        });
         Queue {
-            dead_letters_at_least_once,
             pending_dead_letters: PendingDeadLetters::default(),
             name,
             vhost,
@@ -126,8 +140,9 @@ impl Queue {
             auto_delete,
             arguments,
             config,
+            progress,
             inner: Mutex::new(Inner {
-                state: QueueState::new(settings, auto_delete, now),
+                state,
                 effects: Effects::new(),
                 packed: BulkCharge::new(Arc::clone(&runtime.memory)),
             }),
@@ -174,7 +189,17 @@ impl Queue {
             &self.runtime,
             policy,
         );
+        let (was_at_least_once, old_target) = {
+            let inner = self.inner.lock();
+            let old = inner.state.settings();
+            (old.dead_letter_at_least_once, old.dead_letter.clone())
+        };
+        let (at_least_once, target) = (
+            settings.dead_letter_at_least_once,
+            settings.dead_letter.clone(),
+        );
         self.run(|state, now, fx| state.set_settings(settings, now, fx));
+        self.dead_letter_strategy_changed(was_at_least_once, at_least_once, old_target != target);
     }
 
     /// `RESOURCE_LOCKED` unless `connection` may use this queue.
@@ -241,9 +266,22 @@ impl Queue {
             }
             // After the deliveries: a message handed back by one of them settles too.
             state.settle();
+            let page = self
+                .progress
+                .as_ref()
+                .and_then(|progress| state.page(|seq| progress.is_stored(seq)));
             packed.set(state.packed_footprint());
-            result
+            (result, page)
         };
+        let (result, page) = result;
+        if let Some(request) = page {
+            if !self.runtime.page_reader.request(self, request) {
+                // The next command asks again (not this one: no thread may start at all).
+                let mut inner = self.inner.lock();
+                let Inner { state, effects, .. } = &mut *inner;
+                state.page_in(request, None, 0, effects);
+            }
+        }
         if let Some(target) = &after.dead_letter_target {
             let now = now.unwrap_or_else(|| self.runtime.clock.now_ms());
             if after.at_least_once {
@@ -272,8 +310,7 @@ impl Queue {
         // deliveries, not per message.
         let mut delivered = 0;
         let mut delivered_auto_ack = 0;
-        let at_least_once =
-            self.dead_letters_at_least_once && state.settings().overflow == Overflow::RejectPublish;
+        let at_least_once = state.settings().dead_letter_at_least_once;
         // A dead-lettered message's forget comes just before its dead-letter effect.
         let mut just_forgot = None;
         for effect in effects.drain() {
@@ -359,6 +396,15 @@ impl Queue {
                     }
                     just_forgot = Some(seq);
                 }
+                Effect::ForgetRun { from_seq, end_seq } => {
+                    if let Some(&queue) = self.store_id.get() {
+                        detached.push(dwellmq_store::Op::ForgetRange {
+                            queue,
+                            from_seq,
+                            end_seq,
+                        });
+                    }
+                }
             }
         }
         if delivered > 0 {
@@ -397,11 +443,90 @@ impl Queue {
             delivered,
             message: dwellmq_store::Payload::Message(message),
         };
-        super::persist::submit_counted(store, vec![op], ticket, |outcome| {
+        let progress = self.progress.clone();
+        super::persist::submit_counted(store, vec![op], ticket, move |outcome| {
             if let Err(e) = outcome {
                 tracing::warn!(error = %e, "persisting a message failed");
             }
+            if let Some(progress) = progress {
+                progress.completed(seq, outcome.is_ok());
+            }
         });
+    }
+
+    /// Reads a page of this queue's run from the store, trying again after each of `pauses`
+    /// while the store cannot be read; `None` if it still cannot.
+    pub(crate) fn read_page(
+        &self,
+        request: PageRequest,
+        pauses: &[std::time::Duration],
+    ) -> Option<Page> {
+        let (Some(&id), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
+            return None;
+        };
+        let max_bytes = self.runtime.paging.window_bytes / 2;
+        let mut pauses = pauses.iter();
+        loop {
+            match page_reader::read_page(store, id, request, max_bytes) {
+                Ok(page) => return Some(page),
+                Err(e) => {
+                    let Some(pause) = pauses.next() else {
+                        tracing::warn!(queue = %self.name, error = %e, "reading a page of a queue failed");
+                        return None;
+                    };
+                    std::thread::sleep(*pause);
+                }
+            }
+        }
+    }
+
+    /// A page read for `request` (`None`: the read failed) joins the queue.
+    pub(crate) fn page_in(self: &Arc<Self>, request: PageRequest, page: Option<Page>) {
+        self.run(|state, now, fx| state.page_in(request, page, now, fx));
+    }
+
+    /// Brings the queue back from the store without reading its messages: the store holds
+    /// `count` of them (`bytes` of bodies) from position `first_seq` on, and the next
+    /// message takes `next_seq`.
+    pub(crate) fn restore_paged(
+        self: &Arc<Self>,
+        first_seq: u64,
+        count: u64,
+        bytes: u64,
+        next_seq: u64,
+    ) {
+        if let Some(progress) = &self.progress {
+            progress.stored_below(next_seq);
+        }
+        let run = PagedRun {
+            first_seq,
+            end_seq: next_seq,
+            count,
+            bytes,
+        };
+        self.run(|state, now, fx| {
+            state.restore_paged(run, now, fx);
+            state.restore(Vec::new(), next_seq, now, fx);
+        });
+        // One page at once (bounded, whatever the backlog): a short queue is then in memory
+        // as before, and what expired at its head while the broker was down expires at start.
+        self.read_for(self.runtime.paging.page_len());
+    }
+
+    /// Reads a page on the spot if fewer than `wanted` messages are in memory in front of a
+    /// run; false if there was nothing to read.
+    fn read_for(self: &Arc<Self>, wanted: usize) -> bool {
+        let Some(request) = self.run(|state, _, _| state.page_for(wanted)) else {
+            return false;
+        };
+        let page = self.read_page(request, &[]);
+        self.page_in(request, page);
+        true
+    }
+
+    /// Whether the queue leaves messages beyond its window in the store.
+    pub(crate) fn pages(&self) -> bool {
+        self.progress.is_some()
     }
 
     /// Routes dead messages to the dead-letter exchange.
@@ -465,6 +590,10 @@ impl Queue {
         entries: Vec<(QueueEntry, Option<u64>)>,
         next_seq: u64,
     ) {
+        // What was stored before is committed: it may be left in the store again.
+        if let Some(progress) = &self.progress {
+            progress.stored_below(next_seq);
+        }
         self.run(|state, now, fx| state.restore(entries, next_seq, now, fx));
     }
 
@@ -547,7 +676,25 @@ impl Queue {
 
     /// `basic.get`: the head message and how many remain, or `None` when none is ready.
     pub(crate) fn get(self: &Arc<Self>, no_ack: bool) -> Option<(QueueEntry, usize)> {
-        let got = self.run(|state, now, fx| state.get(no_ack, now, fx));
+        let mut got = None;
+        // Nothing in memory while a run waits in the store: its first page is read here (a
+        // short read), then the get is tried again; a page that brings no live message (all
+        // expired) leads to the next one.
+        for _ in 0..PAGES_PER_GET {
+            let (taken, request) = self.run(|state, now, fx| {
+                let taken = state.get(no_ack, now, fx);
+                let request = if taken.is_none() {
+                    state.page_for(1)
+                } else {
+                    None
+                };
+                (taken, request)
+            });
+            got = taken;
+            let Some(request) = request else { break };
+            let page = self.read_page(request, &[]);
+            self.page_in(request, page);
+        }
         if let Some((entry, _)) = &got {
             self.charge_unpacked(&entry.message);
         }
@@ -590,7 +737,10 @@ impl Queue {
             state.tick(now, fx);
             let (expiring, next_expiry_at) = state.expiring();
             let (dead_lettered, dead_lettered_bytes) = self.pending_dead_letters.figures();
+            let (paged_out, paged_out_bytes) = state.paged_out();
             QueueFigures {
+                paged_out,
+                paged_out_bytes,
                 dead_lettered,
                 dead_lettered_bytes,
                 expiring,
@@ -614,11 +764,14 @@ impl Queue {
             return (0, 0);
         }
         let inner = self.inner.lock();
+        let (paged, paged_bytes) = inner.state.paged_out();
         inner
             .state
             .ready_entries()
             .filter(|e| e.is_persistent())
-            .fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.body_len() as u64))
+            .fold((paged as usize, paged_bytes), |(n, bytes), e| {
+                (n + 1, bytes + e.body_len() as u64)
+            })
     }
 
     /// Messages waiting for a delayed retry: (ready again at, the entry), in that order.
@@ -666,6 +819,12 @@ impl Queue {
         count: usize,
         requeue: bool,
     ) -> Vec<(QueueEntry, usize)> {
+        // What it takes is read from the store first if it is not in memory.
+        for _ in 0..PAGES_PER_GET {
+            if !self.read_for(count) {
+                break;
+            }
+        }
         self.run(|state, now, fx| {
             let mut taken = Vec::new();
             while taken.len() < count {
@@ -684,13 +843,53 @@ impl Queue {
         })
     }
 
-    /// Up to `limit` ready messages from the head, left in place (the test endpoints' peek).
+    /// Up to `limit` ready messages from the head, left in place (the test endpoints' peek),
+    /// those left in the store read from it.
     pub(crate) fn peek(&self, limit: usize) -> Vec<QueueEntry> {
         let inner = self.inner.lock();
-        let mut ready: Vec<_> = inner.state.ready_entries().collect();
+        let mut ready: Vec<QueueEntry> =
+            inner.state.ready_entries().map(|e| e.to_entry()).collect();
+        if let Some(run) = inner.state.paged_run() {
+            ready.extend(
+                self.read_run(run, limit)
+                    .into_iter()
+                    .filter(|e| inner.state.in_paged_run(e.seq)),
+            );
+        }
         // By position (queue order, except that a priority queue serves higher levels first).
-        ready.sort_by_key(|e| e.seq());
-        ready.iter().take(limit).map(|e| e.to_entry()).collect()
+        ready.sort_by_key(|e| e.seq);
+        ready.truncate(limit);
+        ready
+    }
+
+    /// Up to `limit` messages of the run, read from the store (inspection; none if it cannot
+    /// be read).
+    fn read_run(&self, run: PagedRun, limit: usize) -> Vec<QueueEntry> {
+        let (Some(&id), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
+            return Vec::new();
+        };
+        let stored = store
+            .snapshot()
+            .and_then(|snapshot| snapshot.queue_messages(id, run.first_seq, limit));
+        let stored = match stored {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::warn!(queue = %self.name, error = %e, "reading a queue's paged messages failed");
+                return Vec::new();
+            }
+        };
+        stored
+            .into_iter()
+            .take_while(|m| m.seq < run.end_seq)
+            .map(|m| QueueEntry {
+                seq: m.seq,
+                redelivered: m.state.redelivered,
+                delivery_count: 0,
+                acquired_count: 0,
+                expires_at: (m.expires_at_ms != 0).then_some(m.expires_at_ms),
+                message: m.message.unpack_own(),
+            })
+            .collect()
     }
 
     /// Expiry times of the ready messages that have one, soonest first (at most `limit`).
@@ -756,6 +955,9 @@ pub(crate) struct QueueFigures {
     /// Ready messages whose TTL is pending, and when the first expires.
     pub(crate) expiring: usize,
     pub(crate) next_expiry_at: Option<u64>,
+    /// Ready messages left in the store only (counted in `ready`), and their body bytes.
+    pub(crate) paged_out: u64,
+    pub(crate) paged_out_bytes: u64,
 }
 
 /// A queue's settings: its arguments combined with the policy that applies.

@@ -83,6 +83,12 @@ pub(crate) struct Runtime {
     pub(crate) reply_consumers: Arc<super::reply_to::ReplyConsumers>,
     /// Stored queues the restore kept on disk, for a declare to take back.
     pub(crate) kept_queues: super::persist::kept::KeptQueues,
+    /// Exchanges the last restore kept on disk, until a declare takes them back.
+    pub(crate) kept_exchanges: super::persist::kept_exchanges::KeptExchanges,
+    /// How much of a paging queue stays in memory (`Limits::queue_window_*`).
+    pub(crate) paging: dwellmq_core::paging::Paging,
+    /// Reads paging queues' pages off their locks.
+    pub(crate) page_reader: super::queue::page_reader::PageReader,
 }
 
 impl Runtime {
@@ -92,6 +98,7 @@ impl Runtime {
         expiry_mode: ExpiryMode,
         name_seed: Option<u64>,
         store: Option<Arc<Store>>,
+        paging: dwellmq_core::paging::Paging,
     ) -> Arc<Self> {
         let now = clock.now_ms();
         let names = Arc::new(NameGenerator::new(name_seed));
@@ -117,6 +124,9 @@ impl Runtime {
             restoring: std::sync::atomic::AtomicBool::new(false),
             hooks: Default::default(),
             kept_queues: Default::default(),
+            kept_exchanges: Default::default(),
+            paging,
+            page_reader: Default::default(),
             reply_consumers: Arc::new(super::reply_to::ReplyConsumers::new(Arc::clone(&names))),
             names,
         })
@@ -131,6 +141,7 @@ impl Runtime {
             ExpiryMode::OnTime,
             None,
             None,
+            dwellmq_core::paging::Paging::DEFAULT,
         )
     }
 

@@ -289,6 +289,7 @@ impl VHost {
             self.check_exchange_equivalence(existing, &d)?;
             return Ok(Arc::clone(existing));
         }
+        self.check_kept_exchange_equivalence(&d)?;
         // As the delayed-message plugin: `x-delayed-type` is validated when the exchange is
         // created, and never compared on a redeclare.
         let kind = match d.kind {
@@ -311,8 +312,81 @@ impl VHost {
             .for_exchange(&exchange.name)
             .and_then(|d| d.alternate_exchange);
         exchanges.insert(d.name, Arc::clone(&exchange));
-        super::persist::exchange_declared(&self.runtime, &self.name, &self.me, &exchange, writes);
+        let kept_bindings = super::persist::exchange_declared(
+            &self.runtime,
+            &self.name,
+            &self.me,
+            &exchange,
+            writes,
+        );
+        drop(exchanges);
+        // As a restore would: its kept bindings whose other end exists are back.
+        for (binding, reported) in kept_bindings.into_iter().flatten() {
+            match super::persist::recover::restore_binding_in(self, &binding) {
+                Ok(()) => self.runtime.kept_exchanges.binding_reattached(reported),
+                Err(why) => tracing::info!(%reported, %why, "a kept binding stays kept"),
+            }
+        }
         Ok(exchange)
+    }
+
+    /// A declare of an exchange the restore kept on disk takes it back only as what it was:
+    /// the same type, durable. Anything else would replace its stored definition, and the
+    /// next restart would find its held messages without their exchange.
+    fn check_kept_exchange_equivalence(&self, d: &ExchangeSpec) -> BrokerResult<()> {
+        let Some(kind) = self.runtime.kept_exchanges.kind_of(&self.name, &d.name) else {
+            return Ok(());
+        };
+        let mismatch = |field: &str, received: &str, current: &str| {
+            Err(BrokerError::PreconditionFailed(format!(
+                "inequivalent arg '{field}' for exchange '{}' in vhost '{}': received '{received}' but current is '{current}'",
+                d.name, self.name
+            )))
+        };
+        if d.kind.type_name() != kind {
+            return mismatch("type", d.kind.type_name(), &kind);
+        }
+        if !d.durable {
+            return mismatch("durable", "false", "true");
+        }
+        Ok(())
+    }
+
+    /// Takes back a declare that took over a kept exchange whose definition could not be
+    /// written: gone from memory with what it held since, while its stored definition,
+    /// bindings and held messages stay as the restore kept them.
+    pub(crate) fn undo_exchange_reattach(&self, exchange: &Arc<Exchange>) {
+        tracing::warn!(
+            vhost = %self.name,
+            exchange = %exchange.name,
+            "the exchange's definition could not be written: the declare is taken back, what is stored stays kept"
+        );
+        let mut exchanges = self.exchanges.write();
+        if !exchanges
+            .get(exchange.name.as_str())
+            .is_some_and(|current| Arc::ptr_eq(current, exchange))
+        {
+            return;
+        }
+        exchanges.remove(exchange.name.as_str());
+        exchange.retire();
+        let mut removed = vec![exchange.name.clone()];
+        remove_bindings_to(
+            &mut exchanges,
+            Destination::Exchange(exchange.name.clone()),
+            &mut removed,
+        );
+        // Auto-delete exchanges it orphaned go as a deletion would take them; its own
+        // definition and bindings stay stored.
+        super::persist::exchanges_deleted(
+            &self.runtime,
+            &self.name,
+            &removed[1..],
+            DefinitionWrites::UNAWAITED,
+        );
+        drop(exchanges);
+        // What it held since the declare goes; the kept messages were never its own.
+        self.forget_held(&removed);
     }
 
     fn check_exchange_equivalence(&self, x: &Exchange, d: &ExchangeSpec) -> BrokerResult<()> {

@@ -49,4 +49,36 @@ impl BrokerHandle {
             })
             .collect()
     }
+
+    /// Up to `limit` dead-lettered messages a queue keeps because not every dead-letter
+    /// target took them yet (at-least-once dead-lettering), oldest first, as they were in the
+    /// queue; empty if the queue does not exist.
+    pub fn peek_kept_dead_letters(
+        &self,
+        vhost: &str,
+        queue: &str,
+        limit: usize,
+    ) -> Vec<PeekedMessage> {
+        let Some(queue) = self.state.vhost(vhost).and_then(|v| v.queue(queue).ok()) else {
+            return Vec::new();
+        };
+        queue
+            .kept_dead_letters(limit)
+            .into_iter()
+            .map(|m| {
+                let mut body = Vec::with_capacity(m.body_len());
+                for chunk in m.body.chunks() {
+                    body.extend_from_slice(chunk);
+                }
+                PeekedMessage {
+                    exchange: m.exchange.to_string(),
+                    routing_key: m.routing_key.to_string(),
+                    properties: m.properties.clone(),
+                    body,
+                    redelivered: false,
+                    expires_at_ms: None,
+                }
+            })
+            .collect()
+    }
 }

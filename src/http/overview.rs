@@ -169,7 +169,8 @@ pub(crate) async fn put_vhost(
 }
 
 /// `GET /api/health/checks/definitions` (dwellmq's): 200 when every stored definition came
-/// back at start (or a kept queue was declared again since, taking its messages back), else
+/// back at start (or a kept queue or exchange was declared again since, taking its messages
+/// back), else
 /// 503 naming those kept on disk without being restored (a vhost no longer configured,
 /// arguments this build refuses), in the shape of RabbitMQ's checks.
 pub(crate) async fn unrestored_definitions(
@@ -178,7 +179,10 @@ pub(crate) async fn unrestored_definitions(
 ) -> Response {
     let mut kept = api.state.unrestored.lock().clone();
     // A queue a declare took back since is restored now.
-    kept.retain(|d| !api.state.runtime.kept_queues.was_reattached(d));
+    let runtime = &api.state.runtime;
+    kept.retain(|d| {
+        !runtime.kept_queues.was_reattached(d) && !runtime.kept_exchanges.was_reattached(d)
+    });
     if kept.is_empty() {
         return Json(json!({"status": "ok"})).into_response();
     }

@@ -66,18 +66,18 @@ pub(crate) fn queue_json(api: &Api, q: &Arc<Queue>, connections: &[Arc<Connectio
         "consumer_utilisation": capacity,
         "consumer_capacity": capacity,
         "consumer_details": consumer_details,
-        // Every message is in memory; the store keeps a copy of the persistent ones for
-        // restarts, and nothing is paged out.
+        // A durable classic queue longer than its window leaves the messages further back in
+        // the store only (paged out); every other message is in memory.
         "message_bytes": bytes,
         "message_bytes_ready": figures.ready_bytes,
         "message_bytes_unacknowledged": figures.unacked_bytes,
-        "message_bytes_ram": bytes,
-        "message_bytes_paged_out": 0,
+        "message_bytes_ram": bytes.saturating_sub(figures.paged_out_bytes),
+        "message_bytes_paged_out": figures.paged_out_bytes,
         "message_bytes_persistent": persistent_bytes,
-        "messages_ram": ready + unacked,
-        "messages_ready_ram": ready,
+        "messages_ram": (ready + unacked).saturating_sub(figures.paged_out as usize),
+        "messages_ready_ram": ready.saturating_sub(figures.paged_out as usize),
         "messages_unacknowledged_ram": unacked,
-        "messages_paged_out": 0,
+        "messages_paged_out": figures.paged_out,
         "messages_persistent": persistent,
         "message_stats": rates.message_stats(
             &RateKey::Queue(q.vhost.to_string(), q.name.to_string()),

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod at_least_once_by_policy;
 mod at_least_once_dead_lettering;
 mod basic_flow;
 mod classic_queue_arguments;

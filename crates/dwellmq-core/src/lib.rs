@@ -7,6 +7,7 @@ pub mod dead_letter;
 mod error;
 mod message;
 mod packed;
+pub mod paging;
 pub mod policy;
 pub mod queue;
 mod queue_messages;

@@ -137,6 +137,12 @@ impl PackedMessage {
         self.bytes.is_empty()
     }
 
+    /// Body size in octets of a packed buffer seen in place (a store record); `None` if it
+    /// is malformed.
+    pub fn body_len_of(bytes: &[u8]) -> Option<usize> {
+        Some(bytes.len() - layout(bytes)?.properties.end)
+    }
+
     /// Body size in octets.
     pub fn body_len(&self) -> usize {
         self.bytes.len() - self.layout().properties.end

@@ -8,7 +8,7 @@
 
 use dwellmq_codec::ShortStr;
 
-use crate::arguments::{Overflow, QueueType, RetryKind, MAX_TTL_MS};
+use crate::arguments::{DeadLetterStrategy, Overflow, QueueType, RetryKind, MAX_TTL_MS};
 
 /// What kinds of objects a policy applies to (`apply-to`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -102,6 +102,8 @@ pub struct PolicyDefinition {
     pub dead_letter_exchange: Option<ShortStr>,
     /// `dead-letter-routing-key`.
     pub dead_letter_routing_key: Option<ShortStr>,
+    /// `dead-letter-strategy` (quorum queues).
+    pub dead_letter_strategy: Option<DeadLetterStrategy>,
     /// `delivery-limit` (negative: no limit).
     pub delivery_limit: Option<i64>,
     /// `delayed-retry-type`.
@@ -177,6 +179,17 @@ impl PolicyDefinition {
                 }
                 "dead-letter-exchange" => d.dead_letter_exchange = Some(short(key, v)?),
                 "dead-letter-routing-key" => d.dead_letter_routing_key = Some(short(key, v)?),
+                "dead-letter-strategy" => {
+                    let name = text(key, v)?;
+                    d.dead_letter_strategy = Some(
+                        DeadLetterStrategy::from_name(name.as_bytes()).ok_or_else(|| {
+                            PolicyError(format!(
+                                "\"{name}\" is not a valid dead-letter-strategy (at-most-once, \
+                                 at-least-once)"
+                            ))
+                        })?,
+                    );
+                }
                 "delivery-limit" => d.delivery_limit = Some(integer(key, v)?),
                 "delayed-retry-type" => {
                     let name = text(key, v)?;
@@ -238,6 +251,9 @@ impl PolicyDefinition {
         if let Some(s) = &self.dead_letter_routing_key {
             out.push(("dead-letter-routing-key", txt(s)));
         }
+        if let Some(s) = self.dead_letter_strategy {
+            out.push(("dead-letter-strategy", PolicyValue::Text(s.name().into())));
+        }
         if let Some(n) = self.delivery_limit {
             out.push(("delivery-limit", PolicyValue::Integer(n)));
         }
@@ -294,6 +310,23 @@ mod tests {
     }
 
     #[test]
+    fn the_dead_letter_strategy_parses_and_round_trips() {
+        let d = parse(&[
+            (
+                "dead-letter-strategy",
+                PolicyValue::Text("at-least-once".into()),
+            ),
+            ("overflow", PolicyValue::Text("reject-publish".into())),
+        ])
+        .unwrap();
+        assert_eq!(
+            d.dead_letter_strategy,
+            Some(DeadLetterStrategy::AtLeastOnce)
+        );
+        assert_eq!(PolicyDefinition::from_entries(d.entries()).unwrap(), d);
+    }
+
+    #[test]
     fn invalid_definitions_are_refused_with_a_reason() {
         for (entries, reason) in [
             (
@@ -315,6 +348,13 @@ mod tests {
                     ("delayed-retry-max", PolicyValue::Integer(5)),
                 ],
                 "delayed-retry-max (5) is below delayed-retry-min (10)",
+            ),
+            (
+                vec![(
+                    "dead-letter-strategy",
+                    PolicyValue::Text("sometimes".into()),
+                )],
+                "\"sometimes\" is not a valid dead-letter-strategy (at-most-once, at-least-once)",
             ),
             (
                 vec![("colour", PolicyValue::Text("blue".into()))],

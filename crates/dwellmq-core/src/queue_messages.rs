@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::message::Message;
 use crate::packed::PackedMessage;
+use crate::paging::{Page, PagedRun, Paging, StoredEntry};
 
 /// One message's place in one queue.
 #[derive(Debug, Clone)]
@@ -71,6 +72,20 @@ impl Waiting {
             delivery_count: entry.delivery_count,
             acquired_count: entry.acquired_count,
             redelivered: entry.redelivered,
+        }
+    }
+
+    /// A message of a paged-out run, read back from the store: packed as stored.
+    fn stored(entry: StoredEntry) -> Waiting {
+        Waiting {
+            kept: Kept::Packed(entry.message),
+            seq: entry.seq,
+            expires_at: entry.expires_at.unwrap_or(0),
+            expires: entry.expires_at.is_some(),
+            delivery_count: 0,
+            acquired_count: 0,
+            redelivered: entry.redelivered,
+            persistent: true,
         }
     }
 
@@ -209,6 +224,32 @@ pub struct QueueMessages {
     packed_footprint: u64,
     /// (level, seq) of the messages that came in since the last `settle`.
     unsettled: Vec<(usize, u64)>,
+    /// The messages left in the store only, and those behind them (see [`Paged`]).
+    paged: Option<Paged>,
+    /// The highest position ever taken out (delivered, got, expired): a run starts above it,
+    /// so that no message taken out (unacknowledged, still stored) lies inside a run.
+    taken_high: Option<u64>,
+}
+
+/// A paging queue's ready list beyond its in-memory head: the run of messages only the store
+/// holds, then the messages that came in since it began, in memory until their store write
+/// is committed and they join the run. `len` and `ready_bytes` count all of it.
+#[derive(Debug)]
+struct Paged {
+    run: PagedRun,
+    /// Behind the run, in queue order. A transient message, or one whose write failed, never
+    /// joins the run: it stays here, and so does what came after it, until the run is read.
+    tail: VecDeque<Waiting>,
+    tail_bytes: u64,
+    /// Positions of messages that left the tail (expired): the run may grow past them while
+    /// their forget is not committed yet, so a page that still finds them skips them.
+    left_tail: Vec<u64>,
+}
+
+impl Paged {
+    fn is_stored(&self, seq: u64) -> bool {
+        (self.run.first_seq..self.run.end_seq).contains(&seq) && !self.left_tail.contains(&seq)
+    }
 }
 
 impl Default for QueueMessages {
@@ -232,6 +273,8 @@ impl QueueMessages {
             ready_bytes: 0,
             packed_footprint: 0,
             unsettled: Vec::new(),
+            paged: None,
+            taken_high: None,
         }
     }
 
@@ -253,14 +296,21 @@ impl QueueMessages {
         self.ready_bytes += message.body_len() as u64;
         self.len += 1;
         let level = self.level_of(&message);
-        self.levels[level].push_back(Waiting::new(QueueEntry {
+        let waiting = Waiting::new(QueueEntry {
             message,
             seq,
             redelivered: false,
             delivery_count: 0,
             acquired_count: 0,
             expires_at,
-        }));
+        });
+        match &mut self.paged {
+            Some(paged) => {
+                paged.tail_bytes += waiting.body_len() as u64;
+                paged.tail.push_back(waiting);
+            }
+            None => self.levels[level].push_back(waiting),
+        }
         self.unsettled.push((level, seq));
         seq
     }
@@ -283,41 +333,50 @@ impl QueueMessages {
         self.len += 1;
         let index = self.level_of(&entry.message);
         let seq = entry.seq;
-        let level = &mut self.levels[index];
-        let at = match level.back() {
-            Some(last) if last.seq < seq => level.len(),
-            None => 0,
-            _ => level
-                .binary_search_by_key(&seq, |e| e.seq)
-                .unwrap_or_else(|at| at),
+        let level = match &mut self.paged {
+            // Never the case: a run starts above every position taken out.
+            Some(paged) if seq >= paged.run.end_seq => {
+                paged.tail_bytes += entry.message.body_len() as u64;
+                &mut paged.tail
+            }
+            _ => &mut self.levels[index],
         };
-        level.insert(at, Waiting::new(entry));
+        insert_in_order(level, Waiting::new(entry));
         self.unsettled.push((index, seq));
     }
 
     /// Packs the messages that came in since the last call and are still here: those no
     /// consumer took at once.
     pub fn settle(&mut self) {
-        for (index, seq) in self.unsettled.drain(..) {
-            let level = &mut self.levels[index];
-            let at = match level.back() {
-                Some(last) if last.seq == seq => level.len() - 1,
-                _ => match level.binary_search_by_key(&seq, |e| e.seq) {
-                    Ok(at) => at,
-                    Err(_) => continue,
-                },
+        for (index, seq) in std::mem::take(&mut self.unsettled) {
+            let Some(waiting) = self.find_mut(index, seq) else {
+                continue;
             };
-            let waiting = &mut level[at];
             if let Kept::Shared(message) = &waiting.kept {
                 if packable(message) {
                     waiting.kept = Kept::Packed(PackedMessage::pack(message));
-                    self.packed_footprint += waiting.packed_footprint();
+                    let footprint = waiting.packed_footprint();
+                    self.packed_footprint += footprint;
                 }
             }
         }
     }
 
+    /// The message at position `seq` of level `level`, in the head or behind a run.
+    fn find_mut(&mut self, level: usize, seq: u64) -> Option<&mut Waiting> {
+        let in_head = find_in(self.levels.get(level)?, seq);
+        match in_head {
+            Some(at) => self.levels[level].get_mut(at),
+            None => {
+                let tail = &mut self.paged.as_mut()?.tail;
+                let at = find_in(tail, seq)?;
+                tail.get_mut(at)
+            }
+        }
+    }
+
     fn take(&mut self, waiting: Waiting) -> QueueEntry {
+        self.taken_high = Some(self.taken_high.map_or(waiting.seq, |t| t.max(waiting.seq)));
         self.packed_footprint -= waiting.packed_footprint();
         let entry = waiting.into_entry();
         self.ready_bytes -= entry.message.body_len() as u64;
@@ -339,10 +398,18 @@ impl QueueMessages {
 
     /// Takes the message at position `seq` of priority level `level`, wherever it is.
     pub fn remove(&mut self, level: usize, seq: u64) -> Option<QueueEntry> {
-        let level = self.levels.get_mut(level)?;
-        let at = level.binary_search_by_key(&seq, |e| e.seq).ok()?;
-        let waiting = level.remove(at)?;
-        give_back_slots(level);
+        let head = self.levels.get_mut(level)?;
+        if let Ok(at) = head.binary_search_by_key(&seq, |e| e.seq) {
+            let waiting = head.remove(at)?;
+            give_back_slots(head);
+            return Some(self.take(waiting));
+        }
+        let paged = self.paged.as_mut()?;
+        let at = find_in(&paged.tail, seq)?;
+        let waiting = paged.tail.remove(at)?;
+        paged.tail_bytes -= waiting.body_len() as u64;
+        paged.left_tail.push(seq);
+        give_back_slots(&mut paged.tail);
         Some(self.take(waiting))
     }
 
@@ -366,18 +433,21 @@ impl QueueMessages {
         self.ready_bytes = 0;
         self.packed_footprint = 0;
         self.unsettled.clear();
+        self.paged = None;
         n
     }
 
     /// Every ready message, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = ReadyMessage<'_>> {
+        let tail = self.paged.iter().flat_map(|paged| paged.tail.iter());
         self.levels
             .iter()
             .flat_map(|level| level.iter())
+            .chain(tail)
             .map(ReadyMessage)
     }
 
-    /// Number of ready messages.
+    /// Number of ready messages (those left in the store included).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -387,7 +457,7 @@ impl QueueMessages {
         self.len == 0
     }
 
-    /// Total body bytes of ready messages.
+    /// Total body bytes of ready messages (those left in the store included).
     pub fn bytes(&self) -> u64 {
         self.ready_bytes
     }
@@ -397,6 +467,180 @@ impl QueueMessages {
     pub fn packed_footprint(&self) -> u64 {
         self.packed_footprint
     }
+
+    /// The messages left in the store only, if any.
+    pub fn paged_run(&self) -> Option<PagedRun> {
+        self.paged.as_ref().map(|paged| paged.run)
+    }
+
+    /// Whether the stored message at `seq` is one of the run's (inspection reads them from
+    /// the store: a record of one that left the tail may still be there).
+    pub fn in_run(&self, seq: u64) -> bool {
+        self.paged
+            .as_ref()
+            .is_some_and(|paged| paged.is_stored(seq))
+    }
+
+    /// Ready messages in memory in front of the run (all of them without one).
+    pub fn head_len(&self) -> usize {
+        self.levels.iter().map(VecDeque::len).sum()
+    }
+
+    /// Body octets of those.
+    pub fn head_bytes(&self) -> u64 {
+        match &self.paged {
+            Some(paged) => self.ready_bytes - paged.run.bytes - paged.tail_bytes,
+            None => self.ready_bytes,
+        }
+    }
+
+    /// A queue that comes back from the store with `run` not read (a restart): counted,
+    /// not in memory. Only for a queue without priorities and without a run.
+    pub fn restore_run(&mut self, run: PagedRun) {
+        if run.count == 0 || self.levels.len() != 1 || self.paged.is_some() {
+            return;
+        }
+        self.len += run.count as usize;
+        self.ready_bytes += run.bytes;
+        self.next_seq = self.next_seq.max(run.end_seq);
+        self.paged = Some(Paged {
+            run,
+            tail: VecDeque::new(),
+            tail_bytes: 0,
+            left_tail: Vec::new(),
+        });
+    }
+
+    /// Leaves messages beyond the window in the store only: with no run yet, those behind
+    /// the window's first messages from the first one `stored` says is committed (never a
+    /// transient one); with a run, the committed ones behind it, in order. Each message
+    /// with an expiry that leaves memory is reported to `unindexed` (seq, expires_at). Only
+    /// for a queue without priorities (one level).
+    pub fn page_out(
+        &mut self,
+        window: Paging,
+        stored: impl Fn(u64) -> bool,
+        mut unindexed: impl FnMut(u64, u64),
+    ) {
+        if self.levels.len() != 1 {
+            return;
+        }
+        let pageable = |w: &Waiting| w.persistent && stored(w.seq);
+        if self.paged.is_none() {
+            let head = &mut self.levels[0];
+            let bytes = self.ready_bytes;
+            if head.len() <= window.window_messages && bytes <= window.window_bytes {
+                return;
+            }
+            let mut keep = window.window_messages.min(head.len());
+            if bytes > window.window_bytes {
+                // In proportion: exact enough, and no walk over the window at every command.
+                let share =
+                    head.len() as u128 * u128::from(window.window_bytes) / u128::from(bytes);
+                keep = keep.min(share as usize);
+            }
+            let Some(first) = head.get(keep) else {
+                return;
+            };
+            let above_taken = self.taken_high.is_none_or(|taken| first.seq > taken);
+            if !above_taken || !pageable(first) {
+                return;
+            }
+            let first_seq = first.seq;
+            let tail = head.split_off(keep);
+            let tail_bytes = tail.iter().map(|w| w.body_len() as u64).sum();
+            self.paged = Some(Paged {
+                run: PagedRun {
+                    first_seq,
+                    end_seq: first_seq,
+                    count: 0,
+                    bytes: 0,
+                },
+                tail,
+                tail_bytes,
+                left_tail: Vec::new(),
+            });
+        }
+        let Some(paged) = self.paged.as_mut() else {
+            return;
+        };
+        while paged.tail.front().is_some_and(&pageable) {
+            let Some(waiting) = paged.tail.pop_front() else {
+                break;
+            };
+            let body = waiting.body_len() as u64;
+            paged.tail_bytes -= body;
+            paged.run.end_seq = waiting.seq + 1;
+            paged.run.count += 1;
+            paged.run.bytes += body;
+            self.packed_footprint -= waiting.packed_footprint();
+            if let Some(at) = waiting.expires_at() {
+                unindexed(waiting.seq, at);
+            }
+        }
+        give_back_slots(&mut paged.tail);
+    }
+
+    /// Takes a page of the run back into memory, behind the head, each message with an
+    /// expiry reported to `indexed` (seq, expires_at). A page that does not start where the
+    /// run does now (another read got there first) is dropped. Once the run is read whole,
+    /// what came in behind it joins the head; a run the store held fewer messages of than it
+    /// counted (malformed records skipped) leaves the counts.
+    pub fn page_in(&mut self, page: Page, from_seq: u64, mut indexed: impl FnMut(u64, u64)) {
+        let Some(paged) = self.paged.as_mut() else {
+            return;
+        };
+        if from_seq != paged.run.first_seq {
+            return;
+        }
+        for entry in page.entries {
+            if !paged.is_stored(entry.seq) {
+                continue;
+            }
+            let waiting = Waiting::stored(entry);
+            paged.run.count = paged.run.count.saturating_sub(1);
+            paged.run.bytes = paged.run.bytes.saturating_sub(waiting.body_len() as u64);
+            self.packed_footprint += waiting.packed_footprint();
+            if let Some(at) = waiting.expires_at() {
+                indexed(waiting.seq, at);
+            }
+            self.levels[0].push_back(waiting);
+        }
+        paged.run.count = paged.run.count.saturating_sub(page.skipped);
+        paged.run.first_seq = paged.run.first_seq.max(page.next_seq);
+        let first = paged.run.first_seq;
+        paged.left_tail.retain(|&seq| seq >= first);
+        let read_whole = paged.run.count == 0 || page.exhausted || first >= paged.run.end_seq;
+        if !read_whole {
+            return;
+        }
+        if let Some(paged) = self.paged.take() {
+            // Counted but not found: gone from the totals.
+            self.len -= paged.run.count as usize;
+            self.ready_bytes -= paged.run.bytes;
+            self.levels[0].extend(paged.tail);
+        }
+    }
+}
+
+/// Where message `seq` sits in `level` (in position order), if it is there.
+fn find_in(level: &VecDeque<Waiting>, seq: u64) -> Option<usize> {
+    match level.back() {
+        Some(last) if last.seq == seq => Some(level.len() - 1),
+        _ => level.binary_search_by_key(&seq, |e| e.seq).ok(),
+    }
+}
+
+/// Inserts `waiting` at its position in `level`.
+fn insert_in_order(level: &mut VecDeque<Waiting>, waiting: Waiting) {
+    let at = match level.back() {
+        Some(last) if last.seq < waiting.seq => level.len(),
+        None => 0,
+        _ => level
+            .binary_search_by_key(&waiting.seq, |e| e.seq)
+            .unwrap_or_else(|at| at),
+    };
+    level.insert(at, waiting);
 }
 
 #[cfg(test)]

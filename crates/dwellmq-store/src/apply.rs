@@ -8,9 +8,11 @@ use crate::layout::{
     bucket_shift, bucket_start, held_due_end, held_due_from, held_due_key, message_key, name_key,
     pair, push_held_due_entry, HeldDueRecord, BINDINGS, DELAYED_EXCHANGES, EXCHANGES, HELD_DUE,
     HELD_MESSAGES, MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_EXCHANGE,
-    META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES, USERS, VHOSTS,
+    META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES, QUEUE_COUNTS, USERS,
+    VHOSTS,
 };
 use crate::ops::Op;
+use crate::queue_counts::CountChanges;
 use crate::records::{
     expiry_word, DeliveryState, HeldBody, HeldBy, HeldHeader, QueueDef, HELD_HEADER, MESSAGE_HEADER,
 };
@@ -32,6 +34,9 @@ pub(crate) struct Tables<'t> {
     delayed_exchanges: T<'t>,
     held_due: T<'t>,
     held_messages: T<'t>,
+    queue_counts: T<'t>,
+    /// What this batch changes in `queue_counts`, written once before the commit.
+    count_changes: CountChanges,
     /// The `delayed_exchanges` rows (by `str16 vhost ‖ str16 exchange`), read at the batch's
     /// first delayed op; holds and releases change them here, and the changed ones are written
     /// once per batch ([`Tables::finish_delayed`]), not once per op.
@@ -98,6 +103,8 @@ impl<'t> Tables<'t> {
             delayed_exchanges: tx.open_table(DELAYED_EXCHANGES)?,
             held_due: tx.open_table(HELD_DUE)?,
             held_messages: tx.open_table(HELD_MESSAGES)?,
+            queue_counts: tx.open_table(QUEUE_COUNTS)?,
+            count_changes: CountChanges::default(),
             held_by: None,
             last_hold_name: None,
             held_buckets: BTreeMap::new(),
@@ -126,20 +133,35 @@ impl<'t> Tables<'t> {
                 .count();
             let last = rest[run - 1].1;
             if run == 1 {
-                let key = message_key(queue, first);
-                remove(&mut self.messages, &key)?;
-                remove(&mut self.state, &key)?;
+                self.forget(queue, first)?;
             } else {
                 // Every key between the two is one of the run's (sequence numbers are
                 // consecutive within the queue's prefix).
                 let (from, to) = (message_key(queue, first), message_key(queue, last));
-                for table in [&mut self.messages, &mut self.state] {
-                    table.retain_in(&from[..]..=&to[..], |_, _| false)?;
-                }
+                let counts = &mut self.count_changes;
+                self.messages.retain_in(&from[..]..=&to[..], |_, value| {
+                    counts.removed(queue, value);
+                    false
+                })?;
+                self.state.retain_in(&from[..]..=&to[..], |_, _| false)?;
             }
             rest = &rest[run..];
         }
         Ok(())
+    }
+
+    /// Removes one stored message and its state record.
+    fn forget(&mut self, queue: u64, seq: u64) -> Result<(), redb::StorageError> {
+        let key = message_key(queue, seq);
+        if let Some(old) = self.messages.remove(&key[..])? {
+            self.count_changes.removed(queue, old.value());
+        }
+        remove(&mut self.state, &key)
+    }
+
+    /// Writes this batch's `queue_counts` changes (once per commit, before it).
+    pub(crate) fn write_queue_counts(&mut self) -> Result<(), redb::StorageError> {
+        self.count_changes.write(&mut self.queue_counts)
     }
 
     /// Raises the stored sequence counters to cover what this batch wrote.
@@ -217,6 +239,11 @@ impl<'t> Tables<'t> {
                 message,
             } => {
                 let key = message_key(*queue, *seq);
+                if let Some(old) = self.messages.get(&key[..])? {
+                    // Written again (never the case today): counted once.
+                    self.count_changes.removed(*queue, old.value());
+                }
+                self.count_changes.added(*queue, message.body_len() as u64);
                 let len = MESSAGE_HEADER + message.packed_len();
                 let mut slot = self.messages.insert_reserve(&key[..], len)?;
                 let out = slot.as_mut();
@@ -237,10 +264,22 @@ impl<'t> Tables<'t> {
                     put(&mut self.state, &key, &state.value())
                 }
             }
-            Op::Forget { queue, seq } => {
-                let key = message_key(*queue, *seq);
-                remove(&mut self.messages, &key)?;
-                remove(&mut self.state, &key)
+            Op::Forget { queue, seq } => self.forget(*queue, *seq),
+            Op::ForgetRange {
+                queue,
+                from_seq,
+                end_seq,
+            } => {
+                let (from, to) = (
+                    message_key(*queue, *from_seq),
+                    message_key(*queue, *end_seq),
+                );
+                let (counts, queue) = (&mut self.count_changes, *queue);
+                self.messages.retain_in(&from[..]..&to[..], |_, value| {
+                    counts.removed(queue, value);
+                    false
+                })?;
+                self.state.retain_in(&from[..]..&to[..], |_, _| false)
             }
             Op::Purge { queue } => self.purge(*queue),
             Op::Hold {
@@ -557,6 +596,7 @@ impl<'t> Tables<'t> {
     }
 
     fn purge(&mut self, queue: u64) -> Result<(), redb::StorageError> {
+        self.count_changes.reset(queue);
         let (start, end) = (pair(queue, 0), queue_end(queue));
         for table in [&mut self.messages, &mut self.state] {
             match &end {

@@ -29,9 +29,10 @@ pub(crate) const MESSAGE_STATE: Bin = TableDefinition::new("message_state");
 pub(crate) const DELAYED_EXCHANGES: Bin = TableDefinition::new("delayed_exchanges");
 pub(crate) const HELD_DUE: Bin = TableDefinition::new("held_due");
 pub(crate) const HELD_MESSAGES: Bin = TableDefinition::new("held_messages");
+pub(crate) const QUEUE_COUNTS: Bin = TableDefinition::new("queue_counts");
 
 /// Every table, so that a fresh store has all of them and a read never meets a missing one.
-pub(crate) const ALL_TABLES: [Bin; 13] = [
+pub(crate) const ALL_TABLES: [Bin; 14] = [
     META,
     VHOSTS,
     USERS,
@@ -45,6 +46,7 @@ pub(crate) const ALL_TABLES: [Bin; 13] = [
     DELAYED_EXCHANGES,
     HELD_DUE,
     HELD_MESSAGES,
+    QUEUE_COUNTS,
 ];
 
 pub(crate) const META_APP: &[u8] = b"app";

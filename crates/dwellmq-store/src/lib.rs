@@ -16,9 +16,11 @@ mod codec;
 mod error;
 pub mod faults;
 mod id_hash;
+mod lag;
 mod layout;
 mod open;
 mod ops;
+mod queue_counts;
 mod read;
 mod records;
 mod store;
@@ -28,10 +30,11 @@ pub use alarm::{AlarmHook, StoreAlarm};
 pub use backend::BackendFactory;
 pub use dwellmq_core::schedule::DeadlineId;
 pub use error::{Result, StoreError};
+pub use lag::HeldView;
 pub use layout::{DB_FILE, FORMAT_VERSION, LOCK_FILE};
 pub use open::{ForgetCache, StoreOptions};
 pub use ops::{Completion, Done, Op, Receipt};
-pub use read::{Recovery, Snapshot};
+pub use read::{QueueStored, Recovery, Snapshot};
 pub use records::{
     BindingDef, Definitions, DelayedMessage, DeliveryState, DestinationKind, ExchangeDef, Payload,
     PermissionDef, PermissionPatterns, PolicyDef, QueueDef, StoredMessage, UserDef, VhostDef,

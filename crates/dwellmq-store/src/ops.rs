@@ -101,6 +101,16 @@ pub enum Op {
         /// The message's position.
         seq: u64,
     },
+    /// The stored messages of a queue at positions `from_seq..end_seq` left it (the purge of
+    /// a paged-out run: none of them is unacknowledged).
+    ForgetRange {
+        /// The queue's id.
+        queue: u64,
+        /// The first position.
+        from_seq: u64,
+        /// The first position after the range.
+        end_seq: u64,
+    },
     /// Every message of a queue left it (purge).
     Purge {
         /// The queue's id.
@@ -149,6 +159,7 @@ impl Op {
                 | Op::DeleteBinding(_)
                 | Op::DeletePolicy { .. }
                 | Op::Forget { .. }
+                | Op::ForgetRange { .. }
                 | Op::Purge { .. }
                 | Op::Release { .. }
                 | Op::SetState { .. }

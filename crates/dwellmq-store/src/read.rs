@@ -14,9 +14,10 @@ use crate::layout::{
     held_due_end, held_due_from, name_key, pair, split_pair, Bin, HeldDueRecord, BINDINGS,
     DELAYED_EXCHANGES, EXCHANGES, HELD_DUE, HELD_MESSAGES, MAX_BUCKET_SHIFT, MESSAGES,
     MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES,
-    USERS, VHOSTS,
+    QUEUE_COUNTS, USERS, VHOSTS,
 };
 use crate::open::DbSlot;
+use crate::queue_counts::decode_count;
 use crate::records::{
     decode_held_value, decode_message_value, BindingDef, Definitions, DelayedMessage,
     DeliveryState, ExchangeDef, HeldBy, HeldHeader, PermissionDef, PolicyDef, QueueDef,
@@ -41,6 +42,17 @@ impl std::fmt::Debug for Snapshot {
             .field("path", &self.path)
             .finish()
     }
+}
+
+/// What the store holds of one durable queue, read without its messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStored {
+    /// Its first stored position (0 when it holds none).
+    pub first_seq: u64,
+    /// How many messages (`messages` records) it holds.
+    pub count: u64,
+    /// Their body octets.
+    pub bytes: u64,
 }
 
 /// What a broker needs at start, apart from message contents.
@@ -201,6 +213,45 @@ impl Snapshot {
                 Ok(seq.saturating_add(1))
             }
         }
+    }
+
+    /// How many messages a queue holds, their body octets and its first position: one
+    /// `queue_counts` row and one key, whatever the queue's length.
+    pub fn queue_stored(&self, queue: u64) -> Result<QueueStored> {
+        let key = queue.to_be_bytes();
+        let (count, bytes) = match self
+            .table(QUEUE_COUNTS)?
+            .get(&key[..])
+            .map_err(|e| self.damaged(e))?
+        {
+            None => (0, 0),
+            Some(v) => decode_count(v.value()).ok_or_else(|| self.corrupt("queue_counts", &key))?,
+        };
+        if count == 0 {
+            return Ok(QueueStored::default());
+        }
+        let table = self.table(MESSAGES)?;
+        let start = pair(queue, 0);
+        let first = match queue.checked_add(1) {
+            Some(next) => table.range(&start[..]..&pair(next, 0)[..]),
+            None => table.range(&start[..]..),
+        }
+        .map_err(|e| self.damaged(e))?
+        .next();
+        let first_seq = match first {
+            None => return Ok(QueueStored::default()),
+            Some(entry) => {
+                let (key, _) = entry.map_err(|e| self.damaged(e))?;
+                split_pair(key.value())
+                    .ok_or_else(|| self.corrupt("messages", key.value()))?
+                    .1
+            }
+        };
+        Ok(QueueStored {
+            first_seq,
+            count,
+            bytes,
+        })
     }
 
     /// Up to `limit` messages of a queue in queue order, from sequence number `from_seq` on

@@ -9,10 +9,12 @@ use std::thread::JoinHandle;
 
 use crate::alarm::{weight, Alarms};
 use crate::error::{Result, StoreError};
+use crate::lag::{HeldView, Lag, LagKeys};
 use crate::open::{lock_dir, DbSlot, Opener, StoreOptions};
 use crate::ops::{Completion, Op};
 use crate::read::Snapshot;
 use crate::writer::{Counters, Submission, Writer};
+use dwellmq_core::schedule::DeadlineId;
 
 /// What the writer has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,6 +42,8 @@ pub struct Store {
     /// Held (shared) by [`Store::group`]s, taken (exclusively) by the writer while it
     /// gathers a batch: what a group submits goes into one commit.
     gate: Arc<parking_lot::RwLock<()>>,
+    /// Holds and releases submitted and not committed yet (see [`Store::held_view`]).
+    lag: Arc<Lag>,
     // Behind locks so that a shared store can be shut down (`Store::shutdown`) by whoever
     // holds it last in mind, while other `Arc`s to it may linger.
     sender: parking_lot::RwLock<Option<Sender<Submission>>>,
@@ -82,6 +86,7 @@ impl Store {
             opener.options.backlog_low,
         ));
         let gate = Arc::new(parking_lot::RwLock::new(()));
+        let lag = Arc::new(Lag::default());
         let (sender, receiver) = mpsc::channel();
         let writer = Writer::new(
             opener,
@@ -89,6 +94,7 @@ impl Store {
             counters.clone(),
             alarms.clone(),
             gate.clone(),
+            lag.clone(),
         );
         let handle = std::thread::Builder::new()
             .name("dwellmq-store".into())
@@ -102,6 +108,7 @@ impl Store {
             counters,
             alarms,
             gate,
+            lag,
             sender: parking_lot::RwLock::new(Some(sender)),
             writer_id: handle.thread().id(),
             writer: parking_lot::Mutex::new(Some(handle)),
@@ -162,6 +169,8 @@ impl Store {
             fail(submission);
             return;
         };
+        // Listed before the writer can see it, so that its commit finds it to forget.
+        self.lag.submitted(&submission.ops);
         let group = GROUP.with(|g| {
             let (key, depth, id) = g.get();
             (key == self.group_key() && depth > 0).then_some(id)
@@ -172,6 +181,7 @@ impl Store {
         self.alarms.queued(weight);
         if let Err(mpsc::SendError(submission)) = sender.send(submission) {
             self.alarms.drained(weight);
+            self.lag.settled(&LagKeys::of(&submission.ops));
             fail(submission);
         } else if grouped {
             // After the send: the writer takes every submission counted here.
@@ -240,6 +250,34 @@ impl Store {
     /// writer, whose completions may need the caller's locks.
     pub fn snapshot(&self) -> Result<Snapshot> {
         Snapshot::new(&self.db, &self.path)
+    }
+
+    /// The held-message index as submitted: [`Store::snapshot`] with the holds submitted and
+    /// not committed yet shown, and the releases submitted and not committed yet hidden (a
+    /// far tier reads this, so it need not track its own writes until they commit). A failed
+    /// hold leaves it (its submitter heard of the failure); a failed release stays hidden, as
+    /// the writer retries it until it commits. Never waits for the writer, as `snapshot`.
+    pub fn held_view(&self) -> Result<HeldView> {
+        self.lag.view(|| Snapshot::new(&self.db, &self.path))
+    }
+
+    /// Whether a hold of `id` is submitted and not settled: not committed yet, or carried into
+    /// the next commit by a failed one (a hold in a group the writer retries). A completion of
+    /// a failed hold asks this to know whether the writer still writes it.
+    pub fn hold_submitted(&self, id: DeadlineId) -> bool {
+        self.lag.holds(id)
+    }
+
+    /// Whether a release of `id` is submitted and not committed yet (a failed batch's
+    /// releases that the writer does not retry, a hold and its release that met in it, count
+    /// until its completions ran). Needs no snapshot, so it answers while the file is closed.
+    pub fn release_submitted(&self, id: DeadlineId) -> bool {
+        self.lag.releases(id)
+    }
+
+    /// How many (holds, releases) are submitted and not settled yet: for tests.
+    pub fn lag_len(&self) -> (usize, usize) {
+        self.lag.len()
     }
 
     fn on_writer_thread(&self) -> bool {

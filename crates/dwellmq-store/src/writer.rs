@@ -17,6 +17,7 @@ use crate::alarm::{Alarms, StoreAlarm};
 use crate::apply::Tables;
 use crate::error::StoreError;
 use crate::id_hash::IdHashMap;
+use crate::lag::{Lag, LagKeys};
 use crate::open::{panic_message, DbSlot, Opener};
 use crate::ops::{Completion, Done, Op, Receipt};
 
@@ -69,6 +70,12 @@ pub(crate) struct Writer {
     /// cached pages and then verifies the file, so that the writer never goes on from pages
     /// the disk may not hold (after a failed fsync the kernel may keep them, marked clean).
     verify_on_open: std::cell::Cell<bool>,
+    /// The commit lag list of the held index ([`crate::Store::held_view`]).
+    lag: Arc<Lag>,
+    /// Releases of a failed batch that are not retried (a hold and its release that met in
+    /// the batch), forgotten once its completions ran: until then a view still hides them,
+    /// so a completion can tell that its failed hold had been released.
+    releases_after_completions: LagKeys,
 }
 
 impl Writer {
@@ -78,6 +85,7 @@ impl Writer {
         counters: Arc<Counters>,
         alarms: Arc<Alarms>,
         gate: Arc<parking_lot::RwLock<()>>,
+        lag: Arc<Lag>,
     ) -> Self {
         Writer {
             opener,
@@ -87,6 +95,8 @@ impl Writer {
             gate,
             carry: Vec::new(),
             verify_on_open: std::cell::Cell::new(false),
+            lag,
+            releases_after_completions: LagKeys::default(),
         }
     }
 
@@ -160,6 +170,8 @@ impl Writer {
                     }
                 }
             }
+            self.lag
+                .settled(&std::mem::take(&mut self.releases_after_completions));
             self.after_batch();
             // After the completions: a publisher unblocked by this sees its confirms first.
             self.alarms.drained(weight);
@@ -175,6 +187,8 @@ impl Writer {
     fn probe(&mut self) {
         tracing::debug!("probing the store after a failed commit");
         let _ = self.commit(&mut [], true);
+        self.lag
+            .settled(&std::mem::take(&mut self.releases_after_completions));
         self.after_batch();
     }
 
@@ -189,9 +203,34 @@ impl Writer {
         }
     }
 
+    /// Commits `batch` (see [`Writer::commit_batch`]), then settles its holds and releases in
+    /// the commit lag list before the completions run: once committed, all of them and what
+    /// was carried; once failed, what is not carried into the next commit (its holds now, so
+    /// that no read shows a hold that failed; its releases after the completions).
+    fn commit(&mut self, batch: &mut [Submission], probe: bool) -> Completion {
+        // Before the batch is elided: a hold and its release that meet in it are settled too.
+        let in_batch = LagKeys::of(batch.iter().flat_map(|s| &s.ops));
+        let in_carry = LagKeys::of(&self.carry);
+        let carried = self.carry.len();
+        let result = self.commit_batch(batch, probe);
+        match &result {
+            Ok(_) => {
+                self.lag.settled(&in_batch);
+                self.lag.settled(&in_carry);
+            }
+            Err(_) => {
+                let kept = LagKeys::of(&self.carry[carried.min(self.carry.len())..]);
+                let mut failed = in_batch.without(&kept);
+                self.releases_after_completions = failed.take_releases();
+                self.lag.settled(&failed);
+            }
+        }
+        result
+    }
+
     /// Commits `batch`; a `probe` commits even with nothing to write (redb writes its header
     /// and syncs all the same), so that its outcome says whether the disk works.
-    fn commit(&mut self, batch: &mut [Submission], probe: bool) -> Completion {
+    fn commit_batch(&mut self, batch: &mut [Submission], probe: bool) -> Completion {
         let elided = elide(batch);
         self.counters
             .ops_elided
@@ -278,6 +317,9 @@ impl Writer {
             }
             tables
                 .forget_all(&mut forgets)
+                .map_err(|e| storage_error(path, e))?;
+            tables
+                .write_queue_counts()
                 .map_err(|e| storage_error(path, e))?;
             let next_delayed_seq = batch
                 .iter()

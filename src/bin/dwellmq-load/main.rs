@@ -20,6 +20,7 @@
 //! publish, it prints lateness counted from the confirm: a lower bound of the broker's own.
 
 mod delayed;
+mod drain;
 mod durable;
 mod raw_client;
 mod restart;
@@ -66,7 +67,7 @@ impl Options {
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let Some(mode) = args.next() else {
-        eprintln!("usage: dwellmq-load throughput|latency|delayed|durable|fill|first-delivery [--option value]...");
+        eprintln!("usage: dwellmq-load throughput|latency|delayed|durable|fill|first-delivery|drain [--option value]...");
         return ExitCode::from(2);
     };
     let options = match Options::parse(args) {
@@ -89,6 +90,7 @@ fn main() -> ExitCode {
             "durable" => durable::run(&options).await,
             "fill" => restart::fill(&options).await,
             "first-delivery" => restart::first_delivery(&options).await,
+            "drain" => drain::run(&options).await,
             other => Err(format!("unknown mode '{other}'").into()),
         }
     });

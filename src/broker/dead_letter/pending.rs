@@ -78,6 +78,16 @@ impl PendingDeadLetters {
         (kept.messages.len(), kept.bytes)
     }
 
+    /// Up to `limit` kept messages, oldest first (the test double's inspection).
+    pub(crate) fn messages(&self, limit: usize) -> Vec<Arc<Message>> {
+        let kept = self.kept.lock();
+        kept.messages
+            .iter()
+            .take(limit)
+            .map(|p| Arc::clone(&p.message))
+            .collect()
+    }
+
     /// The queue is gone: what it kept goes with it (the store drops its records with it).
     pub(crate) fn clear(&self) {
         *self.kept.lock() = Kept::default();

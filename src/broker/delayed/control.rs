@@ -8,7 +8,6 @@ use dwellmq_codec::ShortStr;
 use dwellmq_core::schedule::DeadlineId;
 use dwellmq_core::PackedMessage;
 
-use super::disk::Taken;
 use super::held::{ExchangeKey, Held};
 use super::{id_of, key_of, DelayedId, DelayedMessageInfo, DelayedMessages, Entry, PURGE_CHUNK};
 
@@ -187,41 +186,26 @@ impl DelayedMessages {
         (!dropping.incarnations.is_empty()).then_some(dropping)
     }
 
-    /// Drops the messages held on disk of the incarnations `dropped` picks: the pending ones
-    /// (every hold of them is submitted by now), then the stored ones, [`PURGE_CHUNK`] per
-    /// lock hold and per submitted removal (the exchange name's range of the store is read a
-    /// chunk at a time; each id is told apart by its incarnation); returns how many.
+    /// Drops the messages held on disk of the incarnations `dropped` picks (every hold of them
+    /// is submitted by now, so the store's index shows them), [`PURGE_CHUNK`] per lock hold
+    /// and per submitted removal (the exchange name's range of the index is read a chunk at a
+    /// time; each id is told apart by its incarnation); returns how many.
     fn drop_disk_held_by(&self, key: &ExchangeKey, dropped: &dyn Fn(u64) -> bool) -> usize {
         let mut count = 0;
         let mut from = DeadlineId { due_ms: 0, seq: 0 };
-        let mut pending_done = false;
         loop {
             let mut disk_guard = self.disk.lock();
             let Some(disk) = disk_guard.as_mut() else {
                 return count;
             };
-            // One snapshot per lock hold, for the pending ones and the page alike.
-            let snapshot = match disk.store().snapshot() {
-                Ok(snapshot) => snapshot,
+            let view = match disk.view() {
+                Ok(view) => view,
                 Err(e) => {
                     tracing::error!(error = %e, "dropping a delayed exchange's stored messages failed");
                     return count;
                 }
             };
-            let mut taken = Vec::new();
-            if !pending_done {
-                pending_done = true;
-                let pending: Vec<DeadlineId> = disk
-                    .pending_where(|held| dropped(held.incarnation()))
-                    .map(|(id, _)| id)
-                    .collect();
-                for id in pending {
-                    if let Ok(Taken::Pending(_)) = disk.take(id, &snapshot) {
-                        taken.push(id);
-                    }
-                }
-            }
-            let page = snapshot
+            let page = view
                 .delayed_ids_of(&key.0, &key.1, from, PURGE_CHUNK)
                 .and_then(|ids| {
                     let theirs: Vec<DeadlineId> = {
@@ -234,28 +218,26 @@ impl DelayedMessages {
                             })
                             .collect()
                     };
-                    let mut stored = Vec::with_capacity(theirs.len());
+                    let mut taken = Vec::with_capacity(theirs.len());
                     for id in theirs {
-                        if !matches!(disk.take(id, &snapshot)?, Taken::No) {
-                            stored.push(id);
+                        if disk.take(id, &view)? {
+                            taken.push(id);
                         }
                     }
-                    Ok((ids.last().copied(), stored))
+                    Ok((ids.last().copied(), taken))
                 });
-            let last = match page {
-                Ok((last, stored)) => {
-                    taken.extend(stored);
-                    last
-                }
+            drop(view);
+            let (last, taken) = match page {
+                Ok(page) => page,
                 Err(e) => {
                     tracing::error!(error = %e, "dropping a delayed exchange's stored messages failed");
-                    None
+                    (None, Vec::new())
                 }
             };
-            drop(disk_guard);
             count += taken.len();
-            // A pending one's Hold was submitted first: its Release follows it.
+            // Under the disk tier's lock: no refill may find them before the index hides them.
             self.release_stored(taken);
+            drop(disk_guard);
             match last {
                 Some(last) => from = successor(last),
                 None => return count,
@@ -309,12 +291,9 @@ impl DelayedMessages {
         let Some(disk) = disk_guard.as_mut() else {
             return false;
         };
-        if disk.pending(deadline).is_some_and(|held| !wanted(held)) {
-            return false;
-        }
-        let found = disk.store().snapshot().and_then(|snapshot| {
-            // (its exchange, its body octets), if committed.
-            let stored = snapshot.delayed_message(deadline)?.map(|stored| {
+        let found = disk.view().and_then(|view| {
+            // (its exchange, its body octets), if held.
+            let stored = view.delayed_message(deadline)?.map(|stored| {
                 let key: ExchangeKey = (
                     ShortStr::from(stored.vhost.as_str()),
                     ShortStr::from(stored.exchange.as_str()),
@@ -327,14 +306,16 @@ impl DelayedMessages {
                 }
             }
             // (its incarnation if known, its body octets).
-            Ok(match disk.take(deadline, &snapshot)? {
-                Taken::No => None,
-                Taken::Pending(held) => {
-                    Some((Some(held.incarnation()), held.message.body_len() as u64))
-                }
-                Taken::Stored => stored
-                    .map(|(key, bytes)| (inner.book.stored_incarnation(&key, deadline.seq), bytes)),
-            })
+            let Some((key, bytes)) = stored else {
+                return Ok(None);
+            };
+            if !disk.take(deadline, &view)? {
+                return Ok(None);
+            }
+            Ok(Some((
+                inner.book.stored_incarnation(&key, deadline.seq),
+                bytes,
+            )))
         });
         match found {
             Ok(Some((incarnation, bytes))) => {
@@ -342,8 +323,9 @@ impl DelayedMessages {
                     inner.book.forget_counts(incarnation, 1, bytes);
                 }
                 drop(guard);
-                drop(disk_guard);
+                // Under the disk tier's lock: no refill may find it before the index hides it.
                 self.release_stored(vec![deadline]);
+                drop(disk_guard);
                 true
             }
             Ok(None) => false,
@@ -384,14 +366,14 @@ impl DelayedMessages {
     }
 
     /// Up to `limit` ids of the exchange's disk-held messages from `from` (inclusive) and due
-    /// before `until_ms`, in due order, with their contents if they are still in RAM (pending).
+    /// before `until_ms`, in due order.
     fn disk_ids_of(
         &self,
         key: &ExchangeKey,
         from: DeadlineId,
         until_ms: u64,
         limit: usize,
-    ) -> Vec<(DeadlineId, Option<DelayedMessageInfo>)> {
+    ) -> Vec<DeadlineId> {
         self.try_disk_ids_of(key, from, until_ms, limit)
             .unwrap_or_else(|e| {
                 tracing::error!(error = %e, "reading a delayed exchange's stored messages failed");
@@ -406,22 +388,21 @@ impl DelayedMessages {
         from: DeadlineId,
         until_ms: u64,
         limit: usize,
-    ) -> Result<Vec<(DeadlineId, Option<DelayedMessageInfo>)>, dwellmq_store::StoreError> {
+    ) -> Result<Vec<DeadlineId>, dwellmq_store::StoreError> {
         let disk_guard = self.disk.lock();
         let Some(disk) = disk_guard.as_ref() else {
             return Ok(Vec::new());
         };
         // The store keeps the exchange's messages by name: those of an incarnation being
-        // dropped (a purge under way) are not its own, and skipped along with those leaving;
-        // pages are read until the listing is full.
-        let mut out: Vec<(DeadlineId, Option<DelayedMessageInfo>)> = Vec::new();
-        let wanted = limit.saturating_add(disk.leaving_len()).max(1);
+        // dropped (a purge under way) are not its own, and skipped along with those moved
+        // into the wheel (listed from there); pages are read until the listing is full.
+        let mut out: Vec<DeadlineId> = Vec::new();
+        let wanted = limit.saturating_add(disk.moved_out_len()).max(1);
         let mut page_from = from;
         while out.len() < limit {
             let ids = disk
-                .store()
-                .snapshot()
-                .and_then(|snapshot| snapshot.delayed_ids_of(&key.0, &key.1, page_from, wanted))?;
+                .view()
+                .and_then(|view| view.delayed_ids_of(&key.0, &key.1, page_from, wanted))?;
             let inner = self.scheduler.lock();
             let current = inner
                 .book
@@ -433,8 +414,7 @@ impl DelayedMessages {
             };
             out.extend(
                 ids.iter()
-                    .filter(|&&id| id.due_ms < until_ms && !disk.is_leaving(id) && theirs(&id))
-                    .map(|&id| (id, None)),
+                    .filter(|&&id| id.due_ms < until_ms && !disk.is_moved_out(id) && theirs(&id)),
             );
             drop(inner);
             match ids.last() {
@@ -444,27 +424,14 @@ impl DelayedMessages {
                 _ => break,
             }
         }
-        out.extend(
-            disk.pending_where(|held| held.belongs_to(key) && held.target.is_current())
-                .filter(|&(id, _)| id >= from && id.due_ms < until_ms)
-                .map(|(id, held)| {
-                    let id = DelayedId {
-                        due_ms: id.due_ms,
-                        seq: id.seq,
-                    };
-                    (id_of(id), Some(info(id, held)))
-                }),
-        );
-        out.sort_by_key(|(id, _)| *id);
-        out.dedup_by_key(|(id, _)| *id);
         out.truncate(limit);
         Ok(out)
     }
 
-    /// Listing entries of disk-held messages, their contents read from the store.
+    /// Listing entries of disk-held messages, their contents read from the store's index.
     fn disk_infos(
         &self,
-        ids: Vec<(DeadlineId, Option<DelayedMessageInfo>)>,
+        ids: Vec<DeadlineId>,
     ) -> Result<Vec<DelayedMessageInfo>, dwellmq_store::StoreError> {
         let Some(store) = self
             .disk
@@ -474,14 +441,11 @@ impl DelayedMessages {
         else {
             return Ok(Vec::new());
         };
-        let snapshot = store.snapshot()?;
+        let view = store.held_view()?;
         Ok(ids
             .into_iter()
-            .filter_map(|(id, info)| {
-                if info.is_some() {
-                    return info;
-                }
-                let stored = snapshot.delayed_message(id).ok()??;
+            .filter_map(|id| {
+                let stored = view.delayed_message(id).ok()??;
                 Some(packed_info(
                     DelayedId {
                         due_ms: id.due_ms,
@@ -555,7 +519,7 @@ impl DelayedMessages {
         }
         drop(inner);
         for key in keys {
-            if let Some((id, _)) = self
+            if let Some(id) = self
                 .disk_ids_of(&key, DeadlineId { due_ms: 0, seq: 0 }, u64::MAX, 1)
                 .first()
             {
@@ -583,7 +547,7 @@ impl DelayedMessages {
         let on_disk = self
             .disk_ids_of(&key, DeadlineId { due_ms: 0, seq: 0 }, u64::MAX, 1)
             .first()
-            .map(|(id, _)| id.due_ms);
+            .map(|id| id.due_ms);
         [next, beyond, on_disk].into_iter().flatten().min()
     }
 
@@ -699,10 +663,10 @@ impl DelayedMessages {
         };
         loop {
             let ids = self.disk_ids_of(&key, from, until_ms, SCAN_CHUNK);
-            let Some(&(last, _)) = ids.last() else {
+            let Some(&last) = ids.last() else {
                 break;
             };
-            for (id, _) in &ids {
+            for id in &ids {
                 count(id.due_ms);
             }
             if ids.len() < SCAN_CHUNK {

@@ -4,39 +4,58 @@
 //! moves into the scheduler's wheel (its body read from the store) a horizon before it is due,
 //! exactly as the in-memory far tier's messages do.
 //!
-//! Three sets make the window agree with the store, which commits later than the broker acts:
-//! - `pending`: holds submitted but not committed yet. A snapshot does not show them, so they
-//!   stay in RAM, body included (a publisher's confirm window of them at most), until their
-//!   commit's completion puts their id in the window (or leaves it to a later refill);
-//! - `leaving`: ids taken out (moved into the wheel, cancelled, purged) whose `Release` is not
-//!   committed yet, so that a refill does not bring them back;
+//! The index is read through the store's [`HeldView`], which shows a hold from its submission
+//! on and hides an id from its release's submission on: the store, whose writer alone knows
+//! what is committed, keeps the commit lag. What the tier keeps beside the window is what only
+//! the scheduler knows:
+//! - `moved_out`: ids it took out of the index into the wheel (moved in, or a durable
+//!   exchange's message held there from the start) whose `Release` it has not submitted: the
+//!   index still shows them, and a refill must not take them out again;
+//! - `vanished`: ids taken out whose message the index no longer showed (a hold whose commit
+//!   failed, before its completion corrected the counts);
 //! - the catch-up window: after a restart, the messages that fell due while the broker was
 //!   down, released oldest first at [`CATCH_UP_PER_SECOND`] from the start on.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use dwellmq_core::schedule::DeadlineId;
-use dwellmq_store::{Snapshot, Store, StoreError};
+use dwellmq_store::{HeldView, Store, StoreError};
+use parking_lot::Mutex;
 
-use super::held::Held;
 use crate::broker::persist::recover::CATCH_UP_PER_SECOND;
 
 /// Ids read from the index per refill.
 pub(super) const WINDOW_BATCH: usize = 4096;
 
-/// The window is cut back to [`WINDOW_BATCH`] ids once it holds more than this (commits of
-/// messages due before its end add to it); what is cut is committed and read again later.
+/// The window is cut back to [`WINDOW_BATCH`] ids once it holds more than this (holds due
+/// before its end add to it); what is cut is read again later.
 const WINDOW_MAX: usize = 4 * WINDOW_BATCH;
 
 /// A window holding fewer ids than this is refilled ahead, outside the lock
 /// ([`DiskTier::begin_refill`]).
 const REFILL_AHEAD_BELOW: usize = WINDOW_BATCH / 4;
 
+/// Stored ids whose `Release` was submitted: the wheel releases them without the disk tier's
+/// lock (the timer thread never waits for it), and the tier forgets them as moved out the next
+/// time it is used. Submitted first, noted here after: once noted, the index hides them.
+#[derive(Default)]
+pub(super) struct ReleasedIds(Mutex<Vec<DeadlineId>>);
+
+impl ReleasedIds {
+    pub(super) fn note(&self, ids: &[DeadlineId]) {
+        self.0.lock().extend_from_slice(ids);
+    }
+
+    fn take(&self) -> Vec<DeadlineId> {
+        std::mem::take(&mut *self.0.lock())
+    }
+}
+
 /// Ids of one range of the index, in (due, seq) order.
 #[derive(Debug)]
 struct Window {
-    /// Every id held on disk at or before `loaded_to`, except those leaving.
+    /// Every id the index shows at or before `loaded_to`, except those moved out.
     ids: BTreeSet<DeadlineId>,
     /// The last index id read (or the start of the range).
     loaded_to: Option<DeadlineId>,
@@ -68,26 +87,19 @@ impl Window {
     fn first(
         &mut self,
         store: &Store,
-        leaving: &BTreeSet<DeadlineId>,
+        moved_out: &BTreeSet<DeadlineId>,
     ) -> Result<Option<DeadlineId>, StoreError> {
         if self.ids.is_empty() && !self.exhausted {
-            self.refill(&store.snapshot()?, leaving)?;
+            let ids = store
+                .held_view()?
+                .delayed_ids(self.loaded_to, WINDOW_BATCH)?;
+            self.merge(ids, moved_out);
         }
         Ok(self.ids.first().copied())
     }
 
-    fn refill(
-        &mut self,
-        snapshot: &Snapshot,
-        leaving: &BTreeSet<DeadlineId>,
-    ) -> Result<(), StoreError> {
-        let ids = snapshot.delayed_ids(self.loaded_to, WINDOW_BATCH)?;
-        self.merge(ids, leaving);
-        Ok(())
-    }
-
-    /// Adds a page of the index read after `loaded_to` (all of it in one snapshot).
-    fn merge(&mut self, ids: Vec<DeadlineId>, leaving: &BTreeSet<DeadlineId>) {
+    /// Adds a page of the index read after `loaded_to` (all of it from one view).
+    fn merge(&mut self, ids: Vec<DeadlineId>, moved_out: &BTreeSet<DeadlineId>) {
         self.exhausted = ids.len() < WINDOW_BATCH;
         for id in ids {
             if !self.in_range(id) {
@@ -95,9 +107,20 @@ impl Window {
                 break;
             }
             self.loaded_to = Some(id);
-            if !leaving.contains(&id) {
+            if !moved_out.contains(&id) {
                 self.ids.insert(id);
             }
+        }
+    }
+
+    /// A hold submitted: in the window if the window has read past it, otherwise left to a
+    /// refill (which the window must then read again).
+    fn held(&mut self, id: DeadlineId) {
+        if self.loaded(id) {
+            self.ids.insert(id);
+            self.bound();
+        } else {
+            self.exhausted = false;
         }
     }
 
@@ -142,9 +165,6 @@ pub(super) struct Leaving {
     pub(super) scheduled: DeadlineId,
     /// Its id in the store.
     pub(super) stored: DeadlineId,
-    /// Its contents, if they were still in RAM (not committed yet); otherwise read them from
-    /// the store.
-    pub(super) held: Option<Held>,
 }
 
 /// Messages held on disk, beyond the scheduler's horizon.
@@ -152,21 +172,18 @@ pub(super) struct DiskTier {
     store: Arc<Store>,
     main: Window,
     catch_up: Option<CatchUp>,
-    pending: BTreeMap<DeadlineId, Held>,
-    leaving: BTreeSet<DeadlineId>,
-    /// Leaving ids whose `Release` commit failed: the writer carries a failed removal into
-    /// its next commit, so the next release commit that succeeds removed them too.
-    release_carried: Vec<DeadlineId>,
-    /// Holds whose commit failed (their publishers were nacked), by incarnation and body
-    /// octets: their exchanges' counts are corrected by the next caller that holds the
-    /// scheduler's lock.
-    failed: Vec<(u64, u64)>,
+    /// Taken out into the wheel (or kept on disk for an exchange that did not restore), their
+    /// `Release` not submitted: at most a horizon's worth of messages, and the kept ones.
+    moved_out: BTreeSet<DeadlineId>,
+    /// Taken out at a move-in though the index no longer showed them: failed holds whose
+    /// completion has not corrected their exchange's counts yet ([`DiskTier::hold_failed`]).
+    vanished: BTreeSet<DeadlineId>,
+    released: Arc<ReleasedIds>,
     /// A page of the index being read outside the lock ([`DiskTier::begin_refill`]).
     refilling: Option<Refilling>,
-    len: u64,
 }
 
-/// What happened while a page of the index was being read outside the lock, from a snapshot
+/// What happened while a page of the index was being read outside the lock, from a view
 /// that may predate it.
 #[derive(Debug)]
 struct Refilling {
@@ -175,12 +192,12 @@ struct Refilling {
     /// The page starts after this id (the window's `loaded_to` when the read began; the page
     /// is dropped if that changed meanwhile).
     after: Option<DeadlineId>,
-    /// Holds committed meanwhile beyond the window: the snapshot may not show them, and the
-    /// page may reach past them.
-    committed: Vec<DeadlineId>,
-    /// Ids whose `Release` committed meanwhile: still leaving until the page is merged, as
-    /// the snapshot may still show them.
-    released: Vec<DeadlineId>,
+    /// Holds submitted meanwhile beyond the window: the view may not show them, and the page
+    /// may reach past them.
+    held: Vec<DeadlineId>,
+    /// Ids taken out meanwhile (or no longer moved out because their `Release` was
+    /// submitted): the view may still show them.
+    taken: Vec<DeadlineId>,
 }
 
 /// A page of the index to read outside the lock, then hand to [`DiskTier::end_refill`].
@@ -190,9 +207,10 @@ pub(super) struct RefillRead {
 }
 
 impl DiskTier {
-    /// The tier over `store` at `now_ms`, holding `len` messages: those due at or before
-    /// `now_ms` are caught up with, the others wait for their time.
-    pub(super) fn new(store: Arc<Store>, now_ms: u64, len: u64) -> DiskTier {
+    /// The tier over `store` at `now_ms`: those held due at or before `now_ms` are caught up
+    /// with, the others wait for their time. `released` is where releases of its ids are
+    /// noted.
+    pub(super) fn new(store: Arc<Store>, now_ms: u64, released: Arc<ReleasedIds>) -> DiskTier {
         let start = DeadlineId {
             due_ms: now_ms,
             seq: u64::MAX,
@@ -205,12 +223,10 @@ impl DiskTier {
                 start_ms: now_ms,
                 taken: 0,
             }),
-            pending: BTreeMap::new(),
-            leaving: BTreeSet::new(),
-            release_carried: Vec::new(),
-            failed: Vec::new(),
+            moved_out: BTreeSet::new(),
+            vanished: BTreeSet::new(),
+            released,
             refilling: None,
-            len,
         }
     }
 
@@ -218,79 +234,88 @@ impl DiskTier {
         &self.store
     }
 
-    /// Messages held on disk (and pending).
-    #[cfg(test)]
-    pub(super) fn len(&self) -> u64 {
-        self.len
+    /// A view of the index (holds and releases count from their submission).
+    pub(super) fn view(&self) -> Result<HeldView, StoreError> {
+        self.store.held_view()
     }
 
     #[cfg(test)]
-    /// Ids kept in RAM: the windows, the pending holds and the releases not yet committed.
-    pub(super) fn resident(&self) -> usize {
-        self.main.ids.len()
+    /// Ids kept in RAM (the windows, those moved out and those vanished), and how many
+    /// messages the index holds beyond what is moved out.
+    pub(super) fn resident(&mut self) -> (usize, u64) {
+        self.forget_released();
+        let resident = self.main.ids.len()
             + self.catch_up.as_ref().map_or(0, |c| c.window.ids.len())
-            + self.pending.len()
-            + self.leaving.len()
+            + self.moved_out.len()
+            + self.vanished.len();
+        let held = self.view().and_then(|view| view.delayed_count());
+        // Unreadable (writes failing and the file not reopened yet): no count to compare.
+        let held = held.unwrap_or(u64::MAX);
+        (resident, held.saturating_sub(self.moved_out.len() as u64))
     }
 
-    /// A message was held (its `Hold` submitted).
-    pub(super) fn hold(&mut self, id: DeadlineId, held: Held) {
-        self.len += 1;
-        self.pending.insert(id, held);
-    }
-
-    /// The commit of `id`'s `Hold` ended.
-    pub(super) fn committed(&mut self, id: DeadlineId, ok: bool) {
-        let Some(held) = self.pending.remove(&id) else {
-            // Taken out meanwhile (moved in, cancelled, purged).
-            return;
-        };
-        if !ok {
-            self.len = self.len.saturating_sub(1);
-            self.failed
-                .push((held.incarnation(), held.message.body_len() as u64));
-        } else if self.main.loaded(id) {
-            self.main.ids.insert(id);
-            self.main.bound();
-        } else {
-            // Beyond the window: the index brings it back when the window gets there.
-            self.main.exhausted = false;
-            if let Some(refilling) = self.refilling.as_mut().filter(|r| !r.catch_up) {
-                refilling.committed.push(id);
+    /// Forgets as moved out the ids whose `Release` was submitted since the last call.
+    pub(super) fn forget_released(&mut self) {
+        let released = self.released.take();
+        for id in released {
+            if self.moved_out.remove(&id) {
+                self.note_taken(id);
             }
         }
     }
 
-    /// Counts to correct for holds whose commit failed.
-    pub(super) fn take_failed(&mut self) -> Vec<(u64, u64)> {
-        std::mem::take(&mut self.failed)
+    /// An id left the tier, or stopped being moved out: a page being read may still show it.
+    fn note_taken(&mut self, id: DeadlineId) {
+        if let Some(refilling) = self.refilling.as_mut() {
+            refilling.taken.push(id);
+        }
+    }
+
+    /// A message was held on disk (its `Hold` submitted).
+    pub(super) fn hold(&mut self, id: DeadlineId) {
+        self.forget_released();
+        self.main.held(id);
+        if let Some(refilling) = self.refilling.as_mut().filter(|r| !r.catch_up) {
+            refilling.held.push(id);
+        }
+    }
+
+    /// The commit of `id`'s `Hold` failed (its publisher was nacked): whether the message was
+    /// still the tier's, so its exchange's counts must lose it. Not if the writer retries the
+    /// hold (a group's), nor if it was taken out before (into the wheel, cancelled or purged:
+    /// those paths counted it out).
+    pub(super) fn hold_failed(&mut self, id: DeadlineId) -> bool {
+        self.forget_released();
+        if self.store.hold_submitted(id) {
+            return false;
+        }
+        let window = match &mut self.catch_up {
+            Some(c) if c.window.in_range(id) => &mut c.window,
+            _ => &mut self.main,
+        };
+        let ours = if window.ids.remove(&id) || self.vanished.remove(&id) {
+            self.moved_out.remove(&id);
+            true
+        } else if self.moved_out.contains(&id) || window.loaded(id) {
+            false
+        } else {
+            // Beyond the window: taken out only by a cancel or a purge, which submitted its
+            // release (the store lists a failed batch's releases until its completions ran).
+            !self.store.release_submitted(id)
+        };
+        if ours {
+            self.note_taken(id);
+        }
+        ours
     }
 
     /// A durable exchange's message due within the horizon, held in the wheel: its `Hold` is
-    /// written all the same, and a refill reading past it once it is committed must not bring
-    /// it out a second time. It is remembered as leaving until its `Release` is committed
-    /// ([`DiskTier::released`]); at most a horizon's worth of publishes.
+    /// written all the same, and a refill reading past it must not bring it out a second
+    /// time. It is moved out until its `Release` is submitted; at most a horizon's worth of
+    /// publishes.
     pub(super) fn held_in_wheel(&mut self, id: DeadlineId) {
-        self.leaving.insert(id);
-    }
-
-    /// Their `Release` commit ended: once committed, a refill may no longer find them. A
-    /// failed one is carried by the writer into its next commit; they are forgotten with the
-    /// next release that commits (so `leaving` does not grow for good while writes fail).
-    pub(super) fn released(&mut self, ids: &[DeadlineId], committed: bool) {
-        if !committed {
-            self.release_carried.extend_from_slice(ids);
-            return;
-        }
-        let carried = std::mem::take(&mut self.release_carried);
-        if let Some(refilling) = self.refilling.as_mut() {
-            refilling.released.extend_from_slice(ids);
-            refilling.released.extend(carried);
-            return;
-        }
-        for id in ids.iter().chain(&carried) {
-            self.leaving.remove(id);
-        }
+        self.forget_released();
+        self.moved_out.insert(id);
     }
 
     /// When a window runs low, marks a page of the index as being read and says where it
@@ -301,6 +326,7 @@ impl DiskTier {
         if self.refilling.is_some() {
             return None;
         }
+        self.forget_released();
         let (catch_up, window) = match &self.catch_up {
             Some(c) if c.window.running_low() => (true, &c.window),
             _ if self.main.running_low() => (false, &self.main),
@@ -310,8 +336,8 @@ impl DiskTier {
         self.refilling = Some(Refilling {
             catch_up,
             after,
-            committed: Vec::new(),
-            released: Vec::new(),
+            held: Vec::new(),
+            taken: Vec::new(),
         });
         Some(RefillRead {
             store: Arc::clone(&self.store),
@@ -320,8 +346,8 @@ impl DiskTier {
     }
 
     /// Merges a page read after [`DiskTier::begin_refill`] (dropped if its window moved on
-    /// meanwhile: a refill under the lock, or a cut), then forgets the releases that committed
-    /// during the read.
+    /// meanwhile: a refill under the lock, or a cut), without what was taken out during the
+    /// read and with what was held during it.
     pub(super) fn end_refill(&mut self, read: Result<Vec<DeadlineId>, StoreError>) {
         let Some(refilling) = self.refilling.take() else {
             return;
@@ -331,34 +357,38 @@ impl DiskTier {
             (_, false) => Some(&mut self.main),
             (None, true) => None,
         };
-        match (window, read) {
-            (Some(window), Ok(ids)) if window.loaded_to == refilling.after => {
-                window.merge(ids, &self.leaving);
-                for id in refilling.committed {
-                    if !window.loaded(id) {
-                        window.exhausted = false;
-                    } else if !self.leaving.contains(&id) {
-                        window.ids.insert(id);
-                    }
+        let Some(window) = window else {
+            return;
+        };
+        match read {
+            Ok(ids) if window.loaded_to == refilling.after => {
+                window.merge(ids, &self.moved_out);
+                for id in &refilling.taken {
+                    window.ids.remove(id);
                 }
-                window.bound();
             }
-            (_, Err(e)) => {
+            Ok(_) => {}
+            Err(e) => {
                 // Read again under the lock when the window runs dry, which reports it.
                 tracing::warn!(error = %e, "reading the delayed index ahead failed");
             }
-            _ => {}
         }
-        for id in refilling.released {
-            self.leaving.remove(&id);
+        for id in refilling.held {
+            if !refilling.taken.contains(&id) {
+                window.held(id);
+            }
         }
+        window.bound();
+        // Only now: a release noted during the read may be one the page still shows.
+        self.forget_released();
     }
 
     /// The scheduler's id of the next message to leave, if any; its due time is when it
     /// must be in the wheel.
     pub(super) fn next(&mut self) -> Result<Option<DeadlineId>, StoreError> {
+        self.forget_released();
         let caught_up = match &mut self.catch_up {
-            Some(c) => match c.window.first(&self.store, &self.leaving)? {
+            Some(c) => match c.window.first(&self.store, &self.moved_out)? {
                 Some(id) => Some(DeadlineId {
                     due_ms: c.next_due_ms(),
                     seq: id.seq,
@@ -370,13 +400,12 @@ impl DiskTier {
             },
             None => None,
         };
-        let on_time = self.main.first(&self.store, &self.leaving)?;
-        let pending = self.pending.keys().next().copied();
-        Ok([caught_up, on_time, pending].into_iter().flatten().min())
+        let on_time = self.main.first(&self.store, &self.moved_out)?;
+        Ok([caught_up, on_time].into_iter().flatten().min())
     }
 
-    /// Stored ids of (up to `n` of) the committed messages the next [`DiskTier::pop_due`]s
-    /// up to `up_to_ms` take out: their bodies can be read before the lock is taken again.
+    /// Stored ids of (up to `n` of) the messages the next [`DiskTier::pop_due`]s up to
+    /// `up_to_ms` take out: their bodies can be read before the lock is taken again.
     pub(super) fn upcoming_stored(
         &mut self,
         up_to_ms: u64,
@@ -425,24 +454,28 @@ impl DiskTier {
                 next
             }
         };
-        let held = self.pending.remove(&stored);
-        self.len = self.len.saturating_sub(1);
-        self.leaving.insert(stored);
+        self.moved_out.insert(stored);
         Ok(Some(Leaving {
             scheduled: next,
             stored,
-            held,
         }))
+    }
+
+    /// A message taken out by [`DiskTier::pop_due`] was no longer in the index (a hold whose
+    /// commit failed): nothing to release, and its counts are its hold's completion's to
+    /// correct.
+    pub(super) fn vanished(&mut self, id: DeadlineId) {
+        self.moved_out.remove(&id);
+        self.vanished.insert(id);
     }
 
     /// Puts back messages taken out whose contents could not be read (a store error): they
     /// are tried again at the next move-in.
     pub(super) fn put_back(&mut self, ids: impl IntoIterator<Item = DeadlineId>) {
         for id in ids {
-            if !self.leaving.remove(&id) {
+            if !self.moved_out.remove(&id) {
                 continue;
             }
-            self.len += 1;
             match &mut self.catch_up {
                 Some(c) if c.window.in_range(id) => {
                     c.taken = c.taken.saturating_sub(1);
@@ -455,20 +488,13 @@ impl DiskTier {
         }
     }
 
-    /// Takes `id` out if the disk tier holds it (cancel, purge); the caller submits its
-    /// `Release`. `snapshot` answers for ids beyond the windows.
-    pub(super) fn take(
-        &mut self,
-        id: DeadlineId,
-        snapshot: &Snapshot,
-    ) -> Result<Taken, StoreError> {
-        if let Some(held) = self.pending.remove(&id) {
-            self.main.ids.remove(&id);
-            self.taken(id);
-            return Ok(Taken::Pending(held));
-        }
-        if self.leaving.contains(&id) {
-            return Ok(Taken::No);
+    /// Takes `id` out if the disk tier holds it (cancel, purge): the caller submits its
+    /// `Release` before it lets the lock go (so that no refill can find it meanwhile).
+    /// `view` answers for ids beyond the windows.
+    pub(super) fn take(&mut self, id: DeadlineId, view: &HeldView) -> Result<bool, StoreError> {
+        self.forget_released();
+        if self.moved_out.contains(&id) {
+            return Ok(false);
         }
         let in_window = match &mut self.catch_up {
             Some(c) if c.window.in_range(id) => {
@@ -488,53 +514,21 @@ impl DiskTier {
         };
         let found = match in_window {
             Some(found) => found,
-            None => snapshot.delayed_contains(id)?,
+            None => view.delayed_contains(id)?,
         };
-        if !found {
-            return Ok(Taken::No);
+        if found {
+            self.note_taken(id);
         }
-        self.taken(id);
-        Ok(Taken::Stored)
+        Ok(found)
     }
 
-    fn taken(&mut self, id: DeadlineId) {
-        self.len = self.len.saturating_sub(1);
-        self.leaving.insert(id);
+    /// How many ids are moved out (a listing of the index reads that many more).
+    pub(super) fn moved_out_len(&self) -> usize {
+        self.moved_out.len()
     }
 
-    /// How many ids are being taken out (a listing reads that many more).
-    pub(super) fn leaving_len(&self) -> usize {
-        self.leaving.len()
+    /// Whether `id` is moved out (in the wheel): a listing of the index skips it.
+    pub(super) fn is_moved_out(&self, id: DeadlineId) -> bool {
+        self.moved_out.contains(&id)
     }
-
-    /// Whether `id` is being taken out (its release not committed): a listing skips it.
-    pub(super) fn is_leaving(&self, id: DeadlineId) -> bool {
-        self.leaving.contains(&id)
-    }
-
-    /// A pending hold (not committed yet).
-    pub(super) fn pending(&self, id: DeadlineId) -> Option<&Held> {
-        self.pending.get(&id)
-    }
-
-    /// The pending holds (not in any snapshot yet) that `of` picks, in id order.
-    pub(super) fn pending_where<'a>(
-        &'a self,
-        of: impl Fn(&Held) -> bool + 'a,
-    ) -> impl Iterator<Item = (DeadlineId, &'a Held)> + 'a {
-        self.pending
-            .iter()
-            .filter(move |(_, held)| of(held))
-            .map(|(&id, held)| (id, held))
-    }
-}
-
-/// What [`DiskTier::take`] found.
-pub(super) enum Taken {
-    /// Not held on disk.
-    No,
-    /// Held on disk.
-    Stored,
-    /// Held, not committed yet: its contents.
-    Pending(Held),
 }

@@ -41,7 +41,7 @@ use super::scheduler::{Entry, Locked, Scheduler, MOVE_IN_BATCH, RETIRED};
 use super::timer_thread::TimerControl;
 use super::vhost::{Routing, VHost};
 pub(crate) use control::{ListPage, PauseAt};
-use disk::{DiskTier, Leaving};
+use disk::{DiskTier, Leaving, ReleasedIds};
 pub(crate) use held::Held;
 use held::{ExchangeKey, Kept, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
@@ -95,6 +95,9 @@ pub(crate) struct Book {
     /// stay on disk untouched (the disk mover leaves them where they are) until a restart
     /// with a build or configuration that restores the exchange.
     kept: std::collections::BTreeSet<ExchangeKey>,
+    /// The ids of kept exchanges' messages that came due and were left on disk: a declare
+    /// that takes the exchange back puts them back into the disk tier.
+    kept_due: BTreeMap<ExchangeKey, Vec<DeadlineId>>,
     unroutable: u64,
 }
 
@@ -110,6 +113,9 @@ pub(crate) struct DelayedMessages {
     /// Messages of durable exchanges held on disk beyond the horizon (with a store). Taken
     /// before `inner` when both are needed.
     disk: Arc<Mutex<Option<DiskTier>>>,
+    /// Where stored ids are noted once their `Release` is submitted, for the disk tier to
+    /// forget them as moved out (set with the disk tier: nobody drains it without one).
+    released: std::sync::OnceLock<Arc<ReleasedIds>>,
     /// The disk mover thread moves the disk tier's messages into the wheel (system clock with
     /// a store): the timer thread then never waits on `disk` or on a store read.
     disk_mover: std::sync::atomic::AtomicBool,
@@ -156,6 +162,7 @@ impl DelayedMessages {
     pub(crate) fn with_scheduler(scheduler: Arc<Scheduler>, memory: Arc<MemoryMonitor>) -> Self {
         DelayedMessages {
             disk: Arc::new(Mutex::new(None)),
+            released: std::sync::OnceLock::new(),
             disk_mover: std::sync::atomic::AtomicBool::new(false),
             mover_plan: std::sync::atomic::AtomicU64::new(0),
             scheduler,
@@ -211,8 +218,8 @@ impl DelayedMessages {
         };
         let page = read
             .store
-            .snapshot()
-            .and_then(|snapshot| snapshot.delayed_ids(read.after, disk::WINDOW_BATCH));
+            .held_view()
+            .and_then(|view| view.delayed_ids(read.after, disk::WINDOW_BATCH));
         if let Some(disk) = self.disk.lock().as_mut() {
             disk.end_refill(page);
         }
@@ -227,10 +234,11 @@ impl DelayedMessages {
     }
 
     /// Holds messages of durable exchanges beyond the horizon on disk only, from now on;
-    /// `held` of them are in the store already (a restart), `now_ms` is the start of the
-    /// catch-up with those that fell due while the broker was down.
-    pub(crate) fn attach_disk(&self, store: Arc<dwellmq_store::Store>, now_ms: u64, held: u64) {
-        *self.disk.lock() = Some(DiskTier::new(store, now_ms, held));
+    /// `now_ms` is the start of the catch-up with those the store holds that fell due while
+    /// the broker was down.
+    pub(crate) fn attach_disk(&self, store: Arc<dwellmq_store::Store>, now_ms: u64) {
+        let released = Arc::clone(self.released.get_or_init(Default::default));
+        *self.disk.lock() = Some(DiskTier::new(store, now_ms, released));
     }
 
     /// Sets an exchange's counts to what the store holds for it (at start).
@@ -254,25 +262,22 @@ impl DelayedMessages {
     /// Ids of disk-held messages kept in RAM (bounded by the window, not by how many are
     /// held), and how many are held on disk.
     pub(crate) fn disk_resident(&self) -> Option<(usize, u64)> {
-        self.disk.lock().as_ref().map(|d| (d.resident(), d.len()))
+        self.disk.lock().as_mut().map(|d| d.resident())
     }
 
-    /// Submits the removal of stored held messages (released, cancelled, purged). Once it is
-    /// committed the disk tier forgets them (until then a refill must skip them).
+    /// Submits the removal of stored held messages (released, cancelled, purged): the store's
+    /// index hides them from now on (the writer retries a removal until it commits), so the
+    /// disk tier may forget those it moved out. Never waits for the disk tier's lock.
     fn release_stored(&self, ids: Vec<DeadlineId>) {
         if let (false, Some(store)) = (ids.is_empty(), self.store.get()) {
             let ops = ids
                 .iter()
                 .map(|&id| dwellmq_store::Op::Release { id })
                 .collect();
-            let disk = Arc::clone(&self.disk);
-            store.submit(ops, move |outcome| {
-                // A failed removal is retried by the writer in its next commit; until it is
-                // known to be gone the ids stay marked as leaving.
-                if let Some(disk) = disk.lock().as_mut() {
-                    disk.released(&ids, outcome.is_ok());
-                }
-            });
+            store.submit_detached(ops);
+            if let Some(released) = self.released.get() {
+                released.note(&ids);
+            }
         }
     }
 
@@ -284,6 +289,43 @@ impl DelayedMessages {
             .book
             .kept
             .insert((ShortStr::from(vhost), ShortStr::from(exchange)));
+    }
+
+    /// A declare took back an exchange whose stored definition could not be restored, and
+    /// its definition is committed: the `count` messages (`bytes` of bodies) stored under its
+    /// name before it are its own from now on, and those that came due meanwhile go back into
+    /// the disk tier (released as a restart's catch-up would).
+    pub(crate) fn reattach_kept(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        count: u64,
+        bytes: u64,
+    ) {
+        let key: ExchangeKey = (vhost.name.clone(), exchange.name.clone());
+        let due = {
+            let mut inner = self.scheduler.lock();
+            if !inner.book.kept.remove(&key) {
+                return;
+            }
+            let incarnation = exchange.incarnation();
+            let index = inner.book.index_of(vhost, exchange, incarnation, 0);
+            index.count += count as usize;
+            index.bytes += bytes;
+            // Stored messages of every sequence number before its own holds are its own too.
+            inner
+                .book
+                .incarnations
+                .entry(key.clone())
+                .or_default()
+                .insert(0, incarnation);
+            inner.book.kept_due.remove(&key).unwrap_or_default()
+        };
+        if let Some(disk) = self.disk.lock().as_mut() {
+            disk.put_back(due);
+        }
+        // The mover plans its next round anew.
+        self.scheduler.wake();
     }
 
     /// Numbers new deadlines above every id the store holds (before anything is scheduled).
@@ -362,6 +404,8 @@ impl DelayedMessages {
         };
         let incarnation = held.incarnation();
         let (id, wake) = if to_disk {
+            // Only the store keeps it (its index shows it from the submission on).
+            drop(held);
             let id = inner.core.allocate(due_ms);
             let wake = next_wake.is_none_or(|next| due_ms.saturating_sub(HORIZON_MS) < next);
             (id, wake)
@@ -391,11 +435,16 @@ impl DelayedMessages {
         };
         let disk = disk_guard.as_mut().and_then(|d| d.as_mut());
         if let Some(disk) = disk {
-            disk.hold(id, held);
+            disk.hold(id);
         }
-        // Under the locks: the hold reaches the writer before any release of it can, and its
-        // completion finds it pending.
-        let on_disk = Some(Arc::clone(&self.disk));
+        // Under the disk tier's lock: the hold reaches the store (and its index) before any
+        // release of it can, and before a refill can miss it.
+        let on_disk = Some(FailedHold {
+            disk: Arc::clone(&self.disk),
+            scheduler: Arc::clone(&self.scheduler),
+            incarnation,
+            bytes: body_len,
+        });
         self.submit_hold(
             store,
             original,
@@ -418,7 +467,7 @@ impl DelayedMessages {
         id: DeadlineId,
         held_at_ms: u64,
         ticket: Option<&Arc<PublishTicket>>,
-        on_disk: Option<Arc<Mutex<Option<DiskTier>>>>,
+        on_disk: Option<FailedHold>,
         wake: bool,
     ) -> bool {
         let (Some(store), Some(original)) = (store, original) else {
@@ -434,10 +483,8 @@ impl DelayedMessages {
         crate::broker::persist::submit_counted(store, vec![op], ticket, move |outcome| {
             if let Err(e) = outcome {
                 tracing::warn!(error = %e, "storing a delayed message failed");
-            }
-            if let Some(disk) = on_disk {
-                if let Some(disk) = disk.lock().as_mut() {
-                    disk.committed(id, outcome.is_ok());
+                if let Some(failed) = on_disk {
+                    failed.correct(id);
                 }
             }
         });
@@ -552,7 +599,7 @@ impl DelayedMessages {
             if moving.is_empty() {
                 return true;
             }
-            let bodies = match read_bodies(disk.store(), &mut moving, &mut read_ahead) {
+            let bodies = match read_bodies(disk.store(), &moving, &mut read_ahead) {
                 Ok(bodies) => bodies,
                 Err(e) => {
                     tracing::error!(error = %e, "reading delayed messages failed; retried");
@@ -565,31 +612,35 @@ impl DelayedMessages {
             let inner = &mut *guard;
             let mut dropped = Vec::new();
             for (leaving, body) in moving.into_iter().zip(bodies) {
-                let mut kept_on_disk = false;
-                let held = match (leaving.held, body) {
-                    (Some(held), _) => Some(held),
-                    (None, Some(stored)) => {
-                        let key: ExchangeKey = (
-                            ShortStr::from(stored.vhost.as_str()),
-                            ShortStr::from(stored.exchange.as_str()),
-                        );
-                        kept_on_disk = inner.book.kept.contains(&key);
-                        let index = inner.book.stored_index(&key, leaving.stored.seq);
-                        index.map(|index| Held {
-                            target: Arc::clone(&index.target),
-                            message: Kept::Packed(stored.message),
-                            stored: true,
-                        })
-                    }
-                    (None, None) => None,
+                let Some(stored) = body else {
+                    // Its hold failed since the window took it in.
+                    disk.vanished(leaving.stored);
+                    continue;
                 };
-                if held.is_none() && kept_on_disk {
+                let key: ExchangeKey = (
+                    ShortStr::from(stored.vhost.as_str()),
+                    ShortStr::from(stored.exchange.as_str()),
+                );
+                let index = inner.book.stored_index(&key, leaving.stored.seq);
+                let held = index.map(|index| Held {
+                    target: Arc::clone(&index.target),
+                    message: Kept::Packed(stored.message),
+                    stored: true,
+                });
+                if held.is_none() && inner.book.kept.contains(&key) {
                     // Its exchange's definition could not be restored: it stays on disk as it
-                    // is (still marked as leaving, so the window does not take it out again).
+                    // is (still moved out, so the window does not take it out again, until a
+                    // declare takes the exchange back and puts it back).
+                    inner
+                        .book
+                        .kept_due
+                        .entry(key)
+                        .or_default()
+                        .push(leaving.stored);
                     continue;
                 }
                 let Some(held) = held else {
-                    // Its incarnation is being dropped or gone, or the message was removed.
+                    // Its incarnation is being dropped or gone.
                     dropped.push(leaving.stored);
                     continue;
                 };
@@ -719,10 +770,30 @@ impl ReleaseRound<'_> {
     }
 }
 
-/// When `disk`'s first message must move into the wheel (a horizon before it is due), after
-/// correcting the counts of holds whose commit failed.
+/// A hold on disk whose commit failed: what its completion needs to take it out of its
+/// exchange's counts, if the disk tier still held it.
+struct FailedHold {
+    disk: Arc<Mutex<Option<DiskTier>>>,
+    scheduler: Arc<Scheduler>,
+    incarnation: u64,
+    bytes: u64,
+}
+
+impl FailedHold {
+    /// On the writer thread, after the failed commit (locks in the usual order).
+    fn correct(self, id: DeadlineId) {
+        let mut disk = self.disk.lock();
+        if disk.as_mut().is_some_and(|disk| disk.hold_failed(id)) {
+            self.scheduler
+                .lock()
+                .book
+                .forget_counts(self.incarnation, 1, self.bytes);
+        }
+    }
+}
+
+/// When `disk`'s first message must move into the wheel (a horizon before it is due).
 fn disk_move_at(disk: &mut DiskTier, inner: &mut Locked) -> Option<u64> {
-    inner.book.correct_failed(disk);
     match disk.next() {
         Ok(next) => next.map(|id| id.due_ms.saturating_sub(HORIZON_MS)),
         Err(e) => {
@@ -751,37 +822,30 @@ impl DelayedMessages {
                 _ => return ReadAhead::new(),
             }
         };
-        let Ok(snapshot) = store.snapshot() else {
+        let Ok(view) = store.held_view() else {
             return ReadAhead::new();
         };
         ids.into_iter()
-            .filter_map(|id| Some((id, snapshot.delayed_message(id).ok()??)))
+            .filter_map(|id| Some((id, view.delayed_message(id).ok()??)))
             .collect()
     }
 }
 
-/// Reads the bodies of the messages moving in that are not in RAM (nor read ahead), from one
-/// snapshot.
+/// Reads the bodies of the messages moving in that were not read ahead, from one view.
 fn read_bodies(
     store: &dwellmq_store::Store,
-    moving: &mut [Leaving],
+    moving: &[Leaving],
     read_ahead: &mut ReadAhead,
 ) -> Result<Vec<Option<dwellmq_store::DelayedMessage>>, dwellmq_store::StoreError> {
     let mut bodies: Vec<Option<dwellmq_store::DelayedMessage>> = moving
         .iter()
-        .map(|m| match m.held {
-            None => read_ahead.remove(&m.stored),
-            Some(_) => None,
-        })
+        .map(|m| read_ahead.remove(&m.stored))
         .collect();
-    let missing = |(m, body): (&Leaving, &Option<dwellmq_store::DelayedMessage>)| {
-        m.held.is_none() && body.is_none()
-    };
-    if moving.iter().zip(bodies.iter()).any(missing) {
-        let snapshot = store.snapshot()?;
+    if bodies.iter().any(Option::is_none) {
+        let view = store.held_view()?;
         for (m, body) in moving.iter().zip(bodies.iter_mut()) {
-            if m.held.is_none() && body.is_none() {
-                *body = snapshot.delayed_message(m.stored)?;
+            if body.is_none() {
+                *body = view.delayed_message(m.stored)?;
             }
         }
     }
@@ -916,13 +980,6 @@ impl Book {
     /// The store's id of a held message the scheduler knows as `scheduled`.
     fn stored_id(&mut self, scheduled: DeadlineId) -> DeadlineId {
         self.stored_as.remove(&scheduled.seq).unwrap_or(scheduled)
-    }
-
-    /// Takes holds whose commit failed out of their exchanges' counts.
-    fn correct_failed(&mut self, disk: &mut DiskTier) {
-        for (incarnation, bytes) in disk.take_failed() {
-            self.forget_counts(incarnation, 1, bytes);
-        }
     }
 
     /// Takes `count` messages of `bytes` body octets in all out of their incarnation's counts,

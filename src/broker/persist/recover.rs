@@ -1,5 +1,6 @@
 //! Start-up: what the store holds comes back before any client connects: policies, durable
-//! exchanges, durable queues with their persistent messages in order, bindings.
+//! exchanges, durable queues (a paging queue with its stored messages counted, not read;
+//! any other with its persistent messages in order), bindings.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -127,6 +128,11 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
                 restored
                     .kept_exchanges
                     .push((x.vhost.clone(), x.name.clone()));
+                let reported = restored.kept.last().cloned().unwrap_or_default();
+                state
+                    .runtime
+                    .kept_exchanges
+                    .keep(&x.vhost, &x.name, &x.kind, reported);
             }
         }
     }
@@ -160,8 +166,12 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
                 let name = format!("{} -> {}", b.source, b.destination);
                 skip(&mut restored, "binding", &b.vhost, &name, &why);
                 let reported = restored.kept.last().cloned().unwrap_or_default();
+                // Back with a kept exchange or queue at either end if a declare takes it back.
+                state
+                    .runtime
+                    .kept_exchanges
+                    .keep_binding(b, reported.clone());
                 if b.destination_kind == DestinationKind::Queue {
-                    // Back with its queue if a declare takes the queue back.
                     state.runtime.kept_queues.keep_binding(b, reported);
                 }
             }
@@ -183,7 +193,6 @@ fn restore_delayed(
     restored: &mut Restored,
 ) -> Result<(), RecoveryError> {
     let now = state.clock.now_ms();
-    let mut held = 0;
     for (vhost_name, exchange_name, count, bytes) in snapshot.delayed_counts()? {
         let target = state.vhost(&vhost_name).and_then(|vhost| {
             let exchange = vhost.exchange(&exchange_name).ok()?;
@@ -204,6 +213,10 @@ fn restore_delayed(
                     "stored delayed messages of an exchange not restored, kept on disk"
                 );
                 state.delayed.keep_unrestored(&vhost_name, &exchange_name);
+                state
+                    .runtime
+                    .kept_exchanges
+                    .keep_held(&vhost_name, &exchange_name, count, bytes);
                 continue;
             }
             // No definition at all: what a deletion interrupted by a crash left behind.
@@ -220,10 +233,9 @@ fn restore_delayed(
         state
             .delayed
             .restore_counts(&vhost, &exchange, count, bytes);
-        held += count;
         restored.delayed += count as usize;
     }
-    state.delayed.attach_disk(Arc::clone(store), now, held);
+    state.delayed.attach_disk(Arc::clone(store), now);
     Ok(())
 }
 
@@ -341,6 +353,12 @@ fn restore_queue(
         .map_err(|e| e.to_string())?;
     if queue.store_id.set(q.id).is_err() {
         return Err("declared twice".into());
+    }
+    if queue.pages() {
+        // Counted, not read: the first page is read when a consumer or a get wants it.
+        let stored = snapshot.queue_stored(q.id).map_err(|e| e.to_string())?;
+        queue.restore_paged(stored.first_seq, stored.count, stored.bytes, next_seq);
+        return Ok((queue, stored.count as usize));
     }
     let count = load_messages(&state.memory, snapshot, &queue, q.id, next_seq)
         .map_err(|e| e.to_string())?;

@@ -33,30 +33,76 @@ impl Queue {
         self.attempt_dead_letters(target, pending, now_ms, true);
     }
 
+    /// Up to `limit` of the dead-lettered messages it keeps, oldest first.
+    pub(crate) fn kept_dead_letters(&self, limit: usize) -> Vec<Arc<Message>> {
+        self.pending_dead_letters.messages(limit)
+    }
+
     /// Whether it keeps dead-lettered messages that not every target took yet.
     pub(crate) fn keeps_dead_letters(&self) -> bool {
-        self.dead_letters_at_least_once && self.pending_dead_letters.figures().0 > 0
+        self.pending_dead_letters.figures().0 > 0
+    }
+
+    /// The policy that applies changed. As RabbitMQ's `rabbit_fifo_dlx:update_config`: a
+    /// queue that no longer dead-letters at least once (the strategy, the overflow mode or the
+    /// dead-letter exchange changed) deletes what it kept; one that still does routes it
+    /// again at once when its target changed.
+    pub(super) fn dead_letter_strategy_changed(
+        self: &Arc<Self>,
+        was_at_least_once: bool,
+        at_least_once: bool,
+        target_changed: bool,
+    ) {
+        match (was_at_least_once, at_least_once) {
+            (true, false) => self.drop_kept_dead_letters("no longer dead-lettering at least once"),
+            (true, true) if target_changed => self.retry_dead_letters(true),
+            _ => {}
+        }
+    }
+
+    /// Deletes every kept dead-lettered message, from memory and from the store.
+    fn drop_kept_dead_letters(&self, why: &str) {
+        let kept = self.pending_dead_letters.take(0, true);
+        if kept.is_empty() {
+            return;
+        }
+        let bytes: usize = kept.iter().map(|p| p.message.body_len()).sum();
+        tracing::info!(
+            queue = %self.name,
+            vhost = %self.vhost,
+            deleted = kept.len(),
+            bytes,
+            "{why}: kept dead-lettered messages deleted"
+        );
+        self.forget_in_store(kept.iter().filter_map(|p| p.seq));
+        self.count_kept_dead_letters();
     }
 
     /// Routes kept dead-lettered messages once more (see [`pending`]): when their retry is due,
     /// or at once with `now` (a binding was added).
     pub(crate) fn retry_dead_letters(self: &Arc<Self>, now: bool) {
-        if !self.dead_letters_at_least_once {
+        if !self.keeps_dead_letters() {
             return;
         }
+        let target = {
+            let inner = self.inner.lock();
+            let settings = inner.state.settings();
+            settings
+                .dead_letter_at_least_once
+                .then(|| settings.dead_letter.clone())
+                .flatten()
+        };
+        let Some(target) = target else {
+            // Kept by an attempt that ran while the strategy changed: deleted as the change
+            // deleted the others.
+            self.drop_kept_dead_letters("no longer dead-lettering at least once");
+            return;
+        };
         let now_ms = self.runtime.clock.now_ms();
         let due = self.pending_dead_letters.take(now_ms, now);
         if due.is_empty() {
             return;
         }
-        let target = self.inner.lock().state.settings().dead_letter.clone();
-        let Some(target) = target else {
-            // No dead-letter exchange any more: nowhere to take them, as at-most-once drops.
-            tracing::debug!(queue = %self.name, dropped = due.len(), "dead-letter target removed; kept dead letters dropped");
-            self.forget_in_store(due.iter().filter_map(|p| p.seq));
-            self.count_kept_dead_letters();
-            return;
-        };
         // Their removal and their copies in the targets commit together.
         let _group = match (self.store_id.get(), &self.runtime.store) {
             (Some(_), Some(store)) => Some(store.group()),
@@ -143,6 +189,19 @@ impl Queue {
         kept: Vec<(Arc<Message>, DeathReason, u64)>,
     ) {
         if kept.is_empty() {
+            return;
+        }
+        if !self.inner.lock().state.settings().dead_letter_at_least_once {
+            // The policy that made them kept changed while the broker was down.
+            let bytes: usize = kept.iter().map(|(m, ..)| m.body_len()).sum();
+            tracing::info!(
+                queue = %self.name,
+                vhost = %self.vhost,
+                deleted = kept.len(),
+                bytes,
+                "no longer dead-lettering at least once: kept dead-lettered messages deleted"
+            );
+            self.forget_in_store(kept.iter().map(|(.., seq)| *seq));
             return;
         }
         if let Some(vhost) = self.home.get().and_then(Weak::upgrade) {

@@ -179,7 +179,7 @@ fn queue_metrics(s: &Snapshot, scope: &Scope<'_>, out: &mut Exposition) {
         (
             "queue_messages_ready_ram",
             "Ready messages stored in memory",
-            |q| q.figures.ready as f64,
+            |q| (q.figures.ready as u64).saturating_sub(q.figures.paged_out) as f64,
         ),
         (
             "queue_messages_unacked_ram",
@@ -194,12 +194,12 @@ fn queue_metrics(s: &Snapshot, scope: &Scope<'_>, out: &mut Exposition) {
         (
             "queue_messages_paged_out",
             "Messages paged out to disk",
-            |_| 0.0,
+            |q| q.figures.paged_out as f64,
         ),
         (
             "queue_messages_paged_out_bytes",
             "Size in bytes of messages paged out to disk",
-            |_| 0.0,
+            |q| q.figures.paged_out_bytes as f64,
         ),
     ];
     for (name, help, value) in families {

@@ -153,8 +153,23 @@ impl Sim {
             {
                 // Seen 4 times in about 1,000 seeds: lapin's close never completes although the
                 // broker has ended its side of the connection (it counts no open connection,
-                // its threads are idle). Not explained yet; counted, not failed on.
+                // its threads are idle). Counted, not failed on; what each side was in is
+                // printed for the record.
                 self.report.unfinished_closes += 1;
+                let status = connection.status();
+                eprintln!(
+                    "shell simulation, seed {}: close unfinished after 5 s; lapin: connected {}, \
+                     closing {}, blocked {}; broker: disk alarm {}, {} connections",
+                    self.seed,
+                    status.connected(),
+                    status.closing(),
+                    status.blocked(),
+                    self.broker().disk_alarm(),
+                    self.broker().connection_count(),
+                );
+                if status.blocked() {
+                    self.report.unfinished_closes_blocked += 1;
+                }
                 closed = "close unfinished after 5 s";
             }
         }

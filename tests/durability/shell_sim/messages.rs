@@ -11,7 +11,7 @@ use lapin::types::AMQPValue;
 use lapin::{BasicProperties, PublisherConfirm};
 
 use super::model::Place;
-use super::{bounded, held_id, id_of, persistent, Sim, LATER, QUEUES};
+use super::{bounded, held_id, id_of, persistent, Sim, LATER, QUEUES, RENEWABLE};
 use crate::common::table;
 
 impl Sim {
@@ -263,7 +263,7 @@ impl Sim {
     }
 
     pub(super) async fn delete_and_redeclare_queue(&mut self) -> String {
-        let queue = self.rng.pick(&QUEUES);
+        let queue = self.rng.pick(&RENEWABLE);
         let ids = self.ready_in(queue);
         let deleted = match self
             .ch()

@@ -7,12 +7,15 @@
 //! the store's fault backend (writes not fsynced are lost at a power cut). After every restart
 //! it declares every definition passively, looks at every queue and every held message, and
 //! checks them against a model (`model.rs`): a confirmed message not removed is there exactly
-//! once, a removal known to be committed never comes back, nothing is there twice.
+//! once, a removal known to be committed never comes back, nothing is there twice. The classic
+//! queues page with a window of 4 messages, so paged-out messages are read back, acked,
+//! purged and crashed with.
 //!
 //! CI runs a few seeds. `DWELLMQ_SHELL_SIM_SECONDS=N` runs seed after seed for N seconds
 //! (`cargo test --release --test durability shell_sim -- --nocapture`), and
 //! `DWELLMQ_SHELL_SIM_SEED=S` replays one seed's operations (thread timing is not replayed).
 
+mod at_least_once;
 mod definitions;
 mod faults;
 mod messages;
@@ -35,8 +38,17 @@ use model::{Model, Place, Seen};
 /// bound to it too; a message whose delivery failed more than 3 times, as at a crash with it
 /// unacked, is dead-lettered into `dead`), `q2`
 /// (classic, dead-letters rejected and expired messages into `dead`; messages expire 5 s after
-/// they enter it; at 30 messages it refuses publishes), `dead`.
-const QUEUES: [&str; 4] = ["q0", "q1", "q2", "dead"];
+/// they enter it; at 30 messages it refuses publishes), `dead`; `q3` (quorum, dead-letters
+/// rejected and expired messages at least once through the exchange `dlx3` into `dead3`,
+/// which is sometimes unbound and refuses publishes at 4 messages: what it does not take stays
+/// kept in `q3`; messages expire 8 s after they enter `q3`, which refuses publishes at 25,
+/// kept ones included), `dead3`.
+const QUEUES: [&str; 6] = ["q0", "q1", "q2", "dead", "q3", "dead3"];
+/// The queues a step may delete and declare again (not `q3`, whose deletion would take what
+/// it keeps with it, nor its target).
+const RENEWABLE: [&str; 4] = ["q0", "q1", "q2", "dead"];
+/// `q3`'s dead-letter exchange (direct): `dead3` is bound to it with key `q3`, or not.
+const DLX3: &str = "dlx3";
 /// The durable delayed exchange (topic inside): `q0.<id>` goes to `q0`, `q1.<id>` to `q1`.
 const LATER: &str = "later";
 /// A durable queue whose confirmed publishes tell that everything before them is committed.
@@ -79,8 +91,12 @@ pub struct Report {
     /// Expiries counted at clock advances (each since its broker's start: an upper bound).
     pub expired: u64,
     pub restarts: u64,
+    /// Dead-lettered messages `q3` kept that reached `dead3` in a run's last phase.
+    pub kept_delivered: u64,
     /// Client closes that did not complete before a clean restart (see `clean_restart`).
     pub unfinished_closes: u64,
+    /// Of those, the ones whose client was still blocked (`connection.blocked`) by then.
+    pub unfinished_closes_blocked: u64,
     pub checks: u64,
 }
 
@@ -102,13 +118,20 @@ struct Sim {
 }
 
 fn config(dir: &DataDir, faults: &Arc<StoreFaults>, now_ms: u64) -> BrokerConfig {
-    BrokerConfig {
+    let mut config = BrokerConfig {
         data_dir: Some(dir.path().to_path_buf()),
         store_faults: Some(Arc::clone(faults)),
         http: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
         ..BrokerConfig::ephemeral().with_manual_clock(now_ms)
-    }
+    };
+    // A window of 4: the classic queues leave most of what they hold in the store only, and
+    // read it back (and restart without reading it) while every failure happens.
+    config.limits.queue_window_messages = PAGING_WINDOW;
+    config
 }
+
+/// Ready messages a classic queue keeps in memory in the simulation.
+const PAGING_WINDOW: usize = 4;
 
 fn persistent() -> BasicProperties {
     BasicProperties::default().with_delivery_mode(2)
@@ -205,9 +228,33 @@ impl Sim {
             self.declare_queue(queue, passive).await;
         }
         self.declare_later(passive).await;
+        self.declare_dlx3(passive).await;
         if !passive {
             self.bind("q0").await;
             self.bind("q1").await;
+            self.bind_dead3(true).await;
+        }
+    }
+
+    async fn declare_dlx3(&mut self, passive: bool) {
+        let options = ExchangeDeclareOptions {
+            passive,
+            durable: true,
+            ..Default::default()
+        };
+        if let Err(e) = self
+            .ch()
+            .exchange_declare(
+                DLX3.into(),
+                ExchangeKind::Direct,
+                options,
+                FieldTable::default(),
+            )
+            .await
+        {
+            self.fail(&format!(
+                "declaring {DLX3} (passive: {passive}) failed: {e}"
+            ));
         }
     }
 
@@ -218,6 +265,19 @@ impl Sim {
                 ("x-delivery-limit", AMQPValue::LongInt(3)),
                 ("x-dead-letter-exchange", long_str("")),
                 ("x-dead-letter-routing-key", long_str("dead")),
+            ]),
+            "q3" => table(&[
+                ("x-queue-type", long_str("quorum")),
+                ("x-dead-letter-exchange", long_str(DLX3)),
+                ("x-dead-letter-routing-key", long_str("q3")),
+                ("x-dead-letter-strategy", long_str("at-least-once")),
+                ("x-overflow", long_str("reject-publish")),
+                ("x-message-ttl", AMQPValue::LongInt(8_000)),
+                ("x-max-length", AMQPValue::LongInt(25)),
+            ]),
+            "dead3" => table(&[
+                ("x-max-length", AMQPValue::LongInt(4)),
+                ("x-overflow", long_str("reject-publish")),
             ]),
             "q2" => table(&[
                 ("x-dead-letter-exchange", long_str("")),
@@ -299,6 +359,9 @@ impl Sim {
             let (id, queue) = held_id(&info.routing_key);
             seen.entry(id).or_default().push(Place::Held(queue));
         }
+        for id in self.kept_in("q3") {
+            seen.entry(id).or_default().push(Place::Kept("q3".into()));
+        }
         seen
     }
 
@@ -322,8 +385,10 @@ impl Sim {
         let done = match roll {
             0..=19 => self.publish_batch().await,
             20..=33 => self.publish_delayed().await,
-            34..=44 => self.get_and_ack().await,
-            45..=49 => self.reject_to_dead().await,
+            34..=42 => self.get_and_ack().await,
+            43..=45 => self.reject_to_dead().await,
+            46..=47 => self.reject_at_least_once().await,
+            48..=49 => self.toggle_dead3().await,
             50..=53 => self.get_and_requeue().await,
             54..=62 => self.advance(),
             63..=65 => self.cancel_one(),
@@ -364,6 +429,8 @@ impl Sim {
         self.declare_all(true).await;
         self.check("after the last power cut", true);
         self.check_definitions("after the last power cut").await;
+        let done = self.deliver_kept().await;
+        self.log.push(done);
         self.log.push(format!(
             "end: {} confirmed messages held",
             self.model.confirmed_count()
@@ -399,6 +466,8 @@ async fn what_was_confirmed_survives_every_failure_the_simulation_drives() {
         total.expired += r.expired;
         total.restarts += r.restarts;
         total.unfinished_closes += r.unfinished_closes;
+        total.unfinished_closes_blocked += r.unfinished_closes_blocked;
+        total.kept_delivered += r.kept_delivered;
         total.checks += r.checks;
     };
     if let Some(seed) = env_u64("DWELLMQ_SHELL_SIM_SEED") {

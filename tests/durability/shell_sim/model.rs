@@ -13,6 +13,9 @@ pub enum Place {
     Queue(String),
     /// Held by the delayed exchange, routed to the named queue at release.
     Held(String),
+    /// Dead-lettered and kept by the named source until its target takes it (at-least-once
+    /// dead-lettering).
+    Kept(String),
 }
 
 impl fmt::Display for Place {
@@ -20,13 +23,15 @@ impl fmt::Display for Place {
         match self {
             Place::Queue(q) => write!(f, "queue {q}"),
             Place::Held(q) => write!(f, "held for {q}"),
+            Place::Kept(q) => write!(f, "kept dead-lettered by {q}"),
         }
     }
 }
 
 impl Place {
     /// Where a message here may be by the next look, without anyone taking it: a held one may
-    /// be released into its queue, one in `q2` may expire (`x-message-ttl`) into `dead`.
+    /// be released into its queue, one in `q2` may expire (`x-message-ttl`) into `dead`, one
+    /// in `q3` may expire into `dead3` or, refused there, be kept by `q3`.
     pub fn reachable(self) -> Vec<Place> {
         match self {
             Place::Held(queue) => {
@@ -37,6 +42,12 @@ impl Place {
             Place::Queue(queue) if queue == "q2" => {
                 vec![Place::Queue(queue), Place::Queue("dead".into())]
             }
+            Place::Queue(queue) if queue == "q3" => vec![
+                Place::Queue(queue.clone()),
+                Place::Kept(queue),
+                Place::Queue("dead3".into()),
+            ],
+            Place::Kept(queue) => vec![Place::Kept(queue), Place::Queue("dead3".into())],
             place => vec![place],
         }
     }

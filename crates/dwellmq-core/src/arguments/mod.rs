@@ -21,7 +21,7 @@ pub use exchange_args::{
 };
 pub use expiration::{parse_expiration, MAX_TTL_MS};
 pub use queue_args::{
-    parse_delayed_retry, parse_queue_arguments, DelayedRetry, Overflow, QueueArguments, QueueType,
-    RetryKind, DEFAULT_DELIVERY_LIMIT, MAX_PRIORITY,
+    parse_delayed_retry, parse_queue_arguments, DeadLetterStrategy, DelayedRetry, Overflow,
+    QueueArguments, QueueType, RetryKind, DEFAULT_DELIVERY_LIMIT, MAX_PRIORITY,
 };
 pub use x_delay::{parse_x_delay, released_x_delay, MAX_DELAY_MS};

@@ -45,6 +45,36 @@ impl Overflow {
     }
 }
 
+/// How a quorum queue dead-letters (`x-dead-letter-strategy`, policy `dead-letter-strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeadLetterStrategy {
+    /// The dead copy is routed once; what no target takes is lost. The default.
+    #[default]
+    AtMostOnce,
+    /// The source keeps the message until every target took it (only with overflow
+    /// `reject-publish` and a dead-letter exchange; otherwise at most once, as in RabbitMQ).
+    AtLeastOnce,
+}
+
+impl DeadLetterStrategy {
+    /// The argument or policy value naming this strategy.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeadLetterStrategy::AtMostOnce => "at-most-once",
+            DeadLetterStrategy::AtLeastOnce => "at-least-once",
+        }
+    }
+
+    /// The strategy named by an argument or policy value.
+    pub fn from_name(name: &[u8]) -> Option<DeadLetterStrategy> {
+        match name {
+            b"at-most-once" => Some(DeadLetterStrategy::AtMostOnce),
+            b"at-least-once" => Some(DeadLetterStrategy::AtLeastOnce),
+            _ => None,
+        }
+    }
+}
+
 /// The queue type (`x-queue-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QueueType {
@@ -151,6 +181,8 @@ pub struct QueueArguments {
     pub dead_letter_exchange: Option<ShortStr>,
     /// `x-dead-letter-routing-key`.
     pub dead_letter_routing_key: Option<ShortStr>,
+    /// `x-dead-letter-strategy` (quorum queues only; `None` when absent).
+    pub dead_letter_strategy: Option<DeadLetterStrategy>,
     /// `x-queue-type`.
     pub queue_type: QueueType,
     /// `x-delivery-limit` exactly as given (quorum queues only; `None` when absent). A negative
@@ -434,13 +466,11 @@ pub fn parse_queue_arguments(
     }
     if quorum {
         if let Some(v) = get("x-dead-letter-strategy") {
-            check(
-                "x-dead-letter-strategy",
-                string_arg(v).and_then(|s| match s {
-                    b"at-most-once" | b"at-least-once" => Ok(()),
-                    _ => Err("invalid_dlx_strategy".to_owned()),
-                }),
-            )?;
+            let strategy = string_arg(v).and_then(|s| {
+                DeadLetterStrategy::from_name(s).ok_or_else(|| "invalid_dlx_strategy".to_owned())
+            });
+            parsed.dead_letter_strategy =
+                Some(strategy.map_err(|e| errors.invalid_arg("x-dead-letter-strategy", &e))?);
         }
     }
     if let Some(v) = get("x-max-length") {

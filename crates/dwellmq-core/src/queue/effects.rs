@@ -111,6 +111,14 @@ pub enum Effect<C> {
         /// Its position in the queue.
         seq: u64,
     },
+    /// Store hook: the messages of a paged-out run left the queue for good (a purge): every
+    /// stored message at positions `from_seq..end_seq` (none there is unacknowledged).
+    ForgetRun {
+        /// The run's first position.
+        from_seq: u64,
+        /// The first position after it.
+        end_seq: u64,
+    },
 }
 
 /// A persisted message's delivery state as a restart must bring it back.

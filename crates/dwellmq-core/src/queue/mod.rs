@@ -10,6 +10,8 @@
 mod credit;
 mod effects;
 #[cfg(test)]
+mod paging_tests;
+#[cfg(test)]
 mod proptests;
 mod settings;
 #[cfg(test)]
@@ -24,6 +26,7 @@ pub use settings::{DeadLetterTarget, ExpiryMode, QueueSettings};
 
 use crate::arguments::{parse_expiration, Overflow, RetryKind};
 use crate::message::Message;
+use crate::paging::{Page, PageRequest, PagedRun, Paging};
 use crate::queue_messages::{QueueEntry, QueueMessages, ReadyMessage};
 
 /// A consumer attached to a queue.
@@ -130,6 +133,14 @@ pub struct QueueState<C> {
     /// The last time the queue was used (`x-expires`): declared, consumed from, or read.
     last_used_ms: u64,
     expire_requested: bool,
+    /// Set for a queue that leaves messages beyond this window in the store (see `paging`).
+    paging: Option<Paging>,
+    /// Numbers the runs: a purge or a delete ends one, and a page read for it is dropped.
+    generation: u64,
+    /// A page read asked for and not handed back yet.
+    reading: bool,
+    /// A `basic.get` found nothing in memory while a run waits in the store.
+    wants_page: bool,
 }
 
 impl<C: Clone> QueueState<C> {
@@ -153,7 +164,132 @@ impl<C: Clone> QueueState<C> {
             had_consumer: false,
             last_used_ms: now_ms,
             expire_requested: false,
+            paging: None,
+            generation: 0,
+            reading: false,
+            wants_page: false,
         }
+    }
+
+    /// Lets the queue leave messages beyond `window` in the store: for a durable queue
+    /// without priorities whose persistent messages the owner stores. Its owner then calls
+    /// [`QueueState::page`] after each command.
+    pub fn enable_paging(&mut self, window: Paging) {
+        if self.settings.max_priority == 0 {
+            self.paging = Some(window);
+        }
+    }
+
+    /// The run of messages left in the store only, if any.
+    pub fn paged_run(&self) -> Option<PagedRun> {
+        self.messages.paged_run()
+    }
+
+    /// Whether the stored message at `seq` is one of the run's (see
+    /// [`QueueMessages::in_run`]).
+    pub fn in_paged_run(&self, seq: u64) -> bool {
+        self.messages.in_run(seq)
+    }
+
+    /// The messages left in the store only: (count, body octets).
+    pub fn paged_out(&self) -> (u64, u64) {
+        self.messages
+            .paged_run()
+            .map_or((0, 0), |run| (run.count, run.bytes))
+    }
+
+    /// After a command: leaves what lies beyond the window in the store (the messages
+    /// `stored` says are committed there), and asks for a page of the run when the messages
+    /// in memory in front of the consumers run low (half the window) and someone waits for
+    /// them (a consumer, or a `basic.get` that found none). The owner reads it off the
+    /// queue's lock and hands it back with [`QueueState::page_in`].
+    pub fn page(&mut self, stored: impl Fn(u64) -> bool) -> Option<PageRequest> {
+        let window = self.paging?;
+        let expiring = &mut self.expiring;
+        self.messages.page_out(window, stored, |seq, at| {
+            expiring.remove(&(at, seq));
+        });
+        // A drop-head limit the messages in memory cannot bring the queue under is enforced
+        // as pages come back.
+        let waited_for = !self.consumers.is_empty()
+            || self.wants_page
+            || (self.settings.overflow == Overflow::DropHead && self.over_length());
+        if self.reading || self.deleted || !waited_for {
+            return None;
+        }
+        self.page_request(window)
+    }
+
+    /// A page to read now whatever else is in flight, for a reader that needs `wanted`
+    /// messages in memory (a `basic.get` that found none, the management API's get): `None`
+    /// without a run, or with that many in memory.
+    pub fn page_for(&mut self, wanted: usize) -> Option<PageRequest> {
+        let window = self.paging?;
+        let run = self.messages.paged_run()?;
+        let head = self.messages.head_len();
+        if head >= wanted || self.deleted {
+            return None;
+        }
+        self.reading = true;
+        Some(PageRequest {
+            generation: self.generation,
+            from_seq: run.first_seq,
+            end_seq: run.end_seq,
+            // A whole page at least: the next get finds it in memory.
+            limit: (wanted - head).max(window.page_len()),
+        })
+    }
+
+    fn page_request(&mut self, window: Paging) -> Option<PageRequest> {
+        let run = self.messages.paged_run()?;
+        let low = self.messages.head_len() < window.page_len()
+            && self.messages.head_bytes() < window.window_bytes / 2;
+        if !low {
+            return None;
+        }
+        self.reading = true;
+        Some(PageRequest {
+            generation: self.generation,
+            from_seq: run.first_seq,
+            end_seq: run.end_seq,
+            limit: window.page_len(),
+        })
+    }
+
+    /// A page asked for by `request` (`None`: the read failed; the next command asks
+    /// again): merged behind the messages in memory, then delivered as consumers can take
+    /// it. A page of a run a purge or a delete ended is dropped.
+    pub fn page_in(
+        &mut self,
+        request: PageRequest,
+        page: Option<Page>,
+        now_ms: u64,
+        fx: &mut Effects<C>,
+    ) {
+        if request.generation != self.generation {
+            return;
+        }
+        self.reading = false;
+        let Some(page) = page else {
+            return;
+        };
+        if self.deleted {
+            return;
+        }
+        let expiring = &mut self.expiring;
+        self.messages.page_in(page, request.from_seq, |seq, at| {
+            expiring.insert((at, seq), 0);
+        });
+        self.deliver_ready(now_ms, None, fx);
+        self.enforce_length(fx);
+        self.arm(now_ms, fx);
+    }
+
+    /// Brings the queue back from the store at start without reading its messages: `run`
+    /// counts them, and the first page is read when a consumer or a `basic.get` wants it.
+    pub fn restore_paged(&mut self, run: PagedRun, now_ms: u64, fx: &mut Effects<C>) {
+        self.messages.restore_run(run);
+        self.arm(now_ms, fx);
     }
 
     /// The settings in force.
@@ -449,6 +585,7 @@ impl<C: Clone> QueueState<C> {
     ) -> Option<(QueueEntry, usize)> {
         self.last_used_ms = now_ms;
         let entry = self.pop_live(now_ms, None, fx);
+        self.wants_page = entry.is_none() && self.messages.paged_run().is_some();
         if let Some(entry) = &entry {
             if no_ack {
                 self.forget(entry, fx);
@@ -570,7 +707,17 @@ impl<C: Clone> QueueState<C> {
                     fx.push(Effect::Forget { seq: entry.seq });
                 }
             }
+            if let Some(run) = self.messages.paged_run() {
+                fx.push(Effect::ForgetRun {
+                    from_seq: run.first_seq,
+                    end_seq: run.end_seq,
+                });
+            }
         }
+        // A page read for the run now ended is dropped when it comes back.
+        self.generation += 1;
+        self.reading = false;
+        self.wants_page = false;
         self.expiring.clear();
         let retrying = self.retrying.len();
         self.retrying.clear();

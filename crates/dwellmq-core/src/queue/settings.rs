@@ -2,7 +2,9 @@
 
 use dwellmq_codec::ShortStr;
 
-use crate::arguments::{DelayedRetry, Overflow, QueueArguments, QueueType, RetryKind};
+use crate::arguments::{
+    DeadLetterStrategy, DelayedRetry, Overflow, QueueArguments, QueueType, RetryKind,
+};
 use crate::policy::PolicyDefinition;
 
 /// When expired messages leave a queue.
@@ -40,6 +42,10 @@ pub struct QueueSettings {
     pub overflow: Overflow,
     /// `x-dead-letter-exchange` and `-routing-key`.
     pub dead_letter: Option<DeadLetterTarget>,
+    /// Dead-lettering at least once: a quorum queue with a dead-letter exchange, overflow
+    /// `reject-publish` and `dead-letter-strategy` `at-least-once` (RabbitMQ's `dlh/5`; any
+    /// other combination dead-letters at most once).
+    pub dead_letter_at_least_once: bool,
     /// The broker's expiry mode.
     pub expiry_mode: ExpiryMode,
     /// `x-max-priority`.
@@ -80,9 +86,10 @@ fn lower(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 impl QueueSettings {
     /// Settings from validated arguments and the policy that applies, combined as RabbitMQ
     /// does: the lower of argument and policy for TTLs, expiry, length limits and retry
-    /// delays; the argument first for the overflow mode and dead-letter target; the policy
-    /// first for the retry type; RabbitMQ's rule for the delivery limit. `overflow_given` says
-    /// whether `x-overflow` was among the arguments (its parsed value has a default).
+    /// delays; the argument first for the dead-letter target and strategy, and for a classic
+    /// queue's overflow mode; the policy first for a quorum queue's overflow mode and the retry
+    /// type; RabbitMQ's rule for the delivery limit. `overflow_given` says whether
+    /// `x-overflow` was among the arguments (its parsed value has a default).
     pub fn effective(
         args: &QueueArguments,
         overflow_given: bool,
@@ -98,8 +105,16 @@ impl QueueSettings {
         s.expires = lower(s.expires, p.expires);
         s.max_length = lower(s.max_length, p.max_length);
         s.max_length_bytes = lower(s.max_length_bytes, p.max_length_bytes);
-        if !overflow_given {
-            s.overflow = p.overflow.unwrap_or(s.overflow);
+        match (s.queue_type, p.overflow) {
+            // A quorum queue takes the policy's overflow over its argument, and refuses
+            // `reject-publish-dlx` for the default (RabbitMQ's `policy_has_precedence` and
+            // `overflow/3`).
+            (QueueType::Quorum, Some(Overflow::RejectPublishDlx)) => {
+                s.overflow = Overflow::DropHead
+            }
+            (QueueType::Quorum, Some(overflow)) => s.overflow = overflow,
+            (QueueType::Classic, Some(overflow)) if !overflow_given => s.overflow = overflow,
+            _ => {}
         }
         if args.dead_letter_exchange.is_none() {
             s.dead_letter = p
@@ -114,6 +129,8 @@ impl QueueSettings {
                 target.routing_key = p.dead_letter_routing_key.clone();
             }
         }
+        s.dead_letter_at_least_once =
+            s.dead_letters_at_least_once(args.dead_letter_strategy.or(p.dead_letter_strategy));
         s.delivery_limit = args.effective_delivery_limit(p.delivery_limit);
         let arg = args.delayed_retry;
         let arg_min = (arg.min_ms > 0).then_some(arg.min_ms);
@@ -137,7 +154,7 @@ impl QueueSettings {
 
     /// Settings from validated arguments.
     pub fn from_arguments(args: &QueueArguments, durable: bool, expiry_mode: ExpiryMode) -> Self {
-        QueueSettings {
+        let mut s = QueueSettings {
             message_ttl: args.message_ttl,
             expires: args.expires,
             max_length: args.max_length,
@@ -157,6 +174,82 @@ impl QueueSettings {
             delivery_limit: args.effective_delivery_limit(None),
             delayed_retry: args.delayed_retry,
             single_active_consumer: args.single_active_consumer,
+            dead_letter_at_least_once: false,
+        };
+        s.dead_letter_at_least_once = s.dead_letters_at_least_once(args.dead_letter_strategy);
+        s
+    }
+
+    /// Whether `strategy` (the argument's, else the policy's) dead-letters at least once with
+    /// the rest of these settings.
+    fn dead_letters_at_least_once(&self, strategy: Option<DeadLetterStrategy>) -> bool {
+        self.queue_type == QueueType::Quorum
+            && self.dead_letter.is_some()
+            && self.overflow == Overflow::RejectPublish
+            && strategy == Some(DeadLetterStrategy::AtLeastOnce)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dwellmq_codec::{FieldTable, FieldValue};
+
+    use super::*;
+    use crate::arguments::parse_queue_arguments;
+
+    fn settings(args: &[(&str, &str)], policy: &[(&str, &str)]) -> QueueSettings {
+        let mut table = FieldTable::default();
+        table.insert("x-queue-type", "quorum");
+        for (key, value) in args {
+            table.insert(*key, FieldValue::LongStr(value.as_bytes().to_vec().into()));
         }
+        let parsed = parse_queue_arguments("q", "/", &table, true, false, false).unwrap();
+        let policy = PolicyDefinition::from_entries(
+            policy
+                .iter()
+                .map(|(k, v)| (*k, crate::policy::PolicyValue::Text((*v).into()))),
+        )
+        .unwrap();
+        QueueSettings::effective(
+            &parsed,
+            table.contains_key("x-overflow"),
+            true,
+            ExpiryMode::OnTime,
+            Some(&policy),
+        )
+    }
+
+    #[test]
+    fn a_quorum_queue_takes_the_policys_overflow_over_its_argument() {
+        let s = settings(
+            &[("x-overflow", "drop-head")],
+            &[("overflow", "reject-publish")],
+        );
+        assert_eq!(s.overflow, Overflow::RejectPublish);
+        let s = settings(
+            &[("x-overflow", "reject-publish")],
+            &[("overflow", "reject-publish-dlx")],
+        );
+        assert_eq!(s.overflow, Overflow::DropHead, "not a quorum queue's mode");
+    }
+
+    #[test]
+    fn at_least_once_needs_a_dead_letter_exchange_reject_publish_and_the_strategy() {
+        let all = [
+            ("dead-letter-exchange", "dlx"),
+            ("overflow", "reject-publish"),
+            ("dead-letter-strategy", "at-least-once"),
+        ];
+        assert!(settings(&[], &all).dead_letter_at_least_once);
+        for missing in 0..all.len() {
+            let mut some = all.to_vec();
+            some.remove(missing);
+            assert!(!settings(&[], &some).dead_letter_at_least_once, "{some:?}");
+        }
+        // The argument's strategy wins over the policy's.
+        let s = settings(&[("x-dead-letter-strategy", "at-most-once")], &all);
+        assert!(!s.dead_letter_at_least_once);
+        let s = settings(&[("x-dead-letter-strategy", "at-least-once")], &all[..2]);
+        assert!(s.dead_letter_at_least_once);
     }
 }

@@ -72,6 +72,7 @@ fn summary(fx: &mut Effects<u32>) -> Vec<String> {
                 state.redelivered, state.delivery_count, state.acquired_count, state.ready_at
             ),
             Effect::Forget { seq } => format!("forget {seq}"),
+            Effect::ForgetRun { from_seq, end_seq } => format!("forget run {from_seq}..{end_seq}"),
         })
         .collect()
 }

@@ -8,6 +8,7 @@ mod crash;
 mod definitions;
 mod faults;
 mod group_commit;
+mod held_lag;
 mod held_order;
 mod messages;
 mod open;

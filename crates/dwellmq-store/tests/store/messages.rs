@@ -539,3 +539,54 @@ fn check_held_as_packed(store: &Store, cases: &[(&str, bool)], reopened: bool) {
         }
     }
 }
+
+/// A queue's length and body octets come from one `queue_counts` row, kept in the commit
+/// that writes or removes its messages, however they are removed.
+#[test]
+fn queue_counts_follow_every_write_and_removal() {
+    let dir = Scratch::new("queue-counts");
+    let store = Store::open(dir.path()).expect("open");
+    let stored = |store: &Store, queue| {
+        let s = store.snapshot().unwrap().queue_stored(queue).unwrap();
+        (s.first_seq, s.count, s.bytes)
+    };
+    let mut ops: Vec<Op> = (3..13).map(|seq| persist(1, seq, b"ten octets")).collect();
+    ops.push(persist(2, 0, b"other"));
+    store.write(ops).expect("commit");
+    assert_eq!(stored(&store, 1), (3, 10, 100));
+    assert_eq!(stored(&store, 2), (0, 1, 5));
+    // Single forgets and a run of consecutive ones (removed as one range).
+    store
+        .write(vec![
+            Op::Forget { queue: 1, seq: 3 },
+            Op::Forget { queue: 1, seq: 5 },
+            Op::Forget { queue: 1, seq: 6 },
+            Op::Forget { queue: 1, seq: 7 },
+            Op::Forget { queue: 1, seq: 99 },
+        ])
+        .expect("commit");
+    assert_eq!(stored(&store, 1), (4, 6, 60));
+    store
+        .write(vec![Op::ForgetRange {
+            queue: 1,
+            from_seq: 8,
+            end_seq: 11,
+        }])
+        .expect("commit");
+    assert_eq!(stored(&store, 1), (4, 3, 30));
+    // A persist and its forget in one batch leave no trace; a purge starts from zero.
+    store
+        .write(vec![
+            persist(1, 20, b"x"),
+            Op::Forget { queue: 1, seq: 20 },
+            Op::Purge { queue: 1 },
+            persist(1, 21, b"after"),
+        ])
+        .expect("commit");
+    assert_eq!(stored(&store, 1), (21, 1, 5));
+    store.close();
+    let store = Store::open(dir.path()).expect("reopen");
+    assert_eq!(stored(&store, 1), (21, 1, 5));
+    assert_eq!(stored(&store, 2), (0, 1, 5));
+    assert_eq!(stored(&store, 3), (0, 0, 0));
+}

@@ -1,0 +1,145 @@
+//! Reads the pages of paging queues from the store, off their locks and off the runtime's
+//! workers: one thread per broker, started at the first request and ended after a while
+//! without one.
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use dwellmq_core::paging::{Page, PageRequest, StoredEntry};
+use dwellmq_store::{Snapshot, Store, StoreError};
+use parking_lot::Mutex;
+
+use super::Queue;
+
+/// The reader thread ends after this long without a request (a broker that pages nothing
+/// keeps no thread).
+const IDLE: Duration = Duration::from_secs(5);
+
+/// Reads that fail (the store is reopening after a failed commit) are tried again after
+/// these pauses, then given up: the queue asks again at its next command.
+const RETRY_PAUSES: [Duration; 3] = [
+    Duration::from_millis(20),
+    Duration::from_millis(100),
+    Duration::from_millis(500),
+];
+
+struct Job {
+    queue: Weak<Queue>,
+    request: PageRequest,
+}
+
+/// The broker's page reader.
+#[derive(Default)]
+pub(crate) struct PageReader {
+    inner: Arc<ReaderInner>,
+}
+
+#[derive(Default)]
+struct ReaderInner {
+    /// The running thread's queue of jobs; `None` while no thread runs.
+    sender: Mutex<Option<mpsc::Sender<Job>>>,
+}
+
+impl PageReader {
+    /// Reads `request` for `queue` and hands the page to `Queue::page_in`; false if no thread
+    /// could be started (the caller gives the request back).
+    pub(crate) fn request(&self, queue: &Arc<Queue>, request: PageRequest) -> bool {
+        let job = Job {
+            queue: Arc::downgrade(queue),
+            request,
+        };
+        let mut sender = self.inner.sender.lock();
+        let job = match sender.as_ref() {
+            Some(running) => match running.send(job) {
+                Ok(()) => return true,
+                // The thread ended meanwhile: start another.
+                Err(mpsc::SendError(job)) => job,
+            },
+            None => job,
+        };
+        let (tx, rx) = mpsc::channel();
+        let inner = Arc::downgrade(&self.inner);
+        let spawned = std::thread::Builder::new()
+            .name("dwellmq-pages".into())
+            .spawn(move || serve(&rx, &inner));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "the page reader thread could not start");
+            return false;
+        }
+        // The receiver lives until the thread ends: this send cannot fail.
+        let _ = tx.send(job);
+        *sender = Some(tx);
+        true
+    }
+}
+
+fn serve(jobs: &mpsc::Receiver<Job>, reader: &Weak<ReaderInner>) {
+    loop {
+        let job = match jobs.recv_timeout(IDLE) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {
+                let Some(reader) = reader.upgrade() else {
+                    return;
+                };
+                // Under the lock no job can be sent: none is lost between the last look and
+                // the end of the thread.
+                let mut sender = reader.sender.lock();
+                match jobs.try_recv() {
+                    Ok(job) => job,
+                    Err(_) => {
+                        *sender = None;
+                        return;
+                    }
+                }
+            }
+        };
+        let Some(queue) = job.queue.upgrade() else {
+            continue;
+        };
+        let page = queue.read_page(job.request, &RETRY_PAUSES);
+        queue.page_in(job.request, page);
+    }
+}
+
+/// Reads the page `request` asks for of the queue stored under `id`, stopping early once
+/// `max_bytes` of bodies are read (at least one message).
+pub(crate) fn read_page(
+    store: &Store,
+    id: u64,
+    request: PageRequest,
+    max_bytes: u64,
+) -> Result<Page, StoreError> {
+    let snapshot: Snapshot = store.snapshot()?;
+    let stored = snapshot.queue_messages(id, request.from_seq, request.limit)?;
+    let mut page = Page {
+        entries: Vec::with_capacity(stored.len()),
+        next_seq: request.from_seq,
+        skipped: 0,
+        exhausted: stored.len() < request.limit,
+    };
+    let mut bytes = 0;
+    for message in stored {
+        if message.seq >= request.end_seq {
+            page.exhausted = true;
+            break;
+        }
+        if bytes >= max_bytes && !page.entries.is_empty() {
+            page.exhausted = false;
+            break;
+        }
+        bytes += message.message.body_len() as u64;
+        page.next_seq = message.seq + 1;
+        page.entries.push(StoredEntry {
+            seq: message.seq,
+            expires_at: (message.expires_at_ms != 0).then_some(message.expires_at_ms),
+            redelivered: message.state.redelivered,
+            message: message.message,
+        });
+    }
+    if page.exhausted {
+        page.next_seq = request.end_seq;
+    }
+    Ok(page)
+}
