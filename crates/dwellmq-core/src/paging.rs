@@ -85,6 +85,7 @@ pub struct Page {
     pub next_seq: u64,
     /// Messages read but not returned (malformed): they leave the run's count all the same.
     pub skipped: u64,
-    /// The read reached the run's end: nothing more is stored in it.
+    /// The read reached the end of the run as its request knew it (`PageRequest::end_seq`):
+    /// nothing more is stored up to there. The run may have grown since.
     pub exhausted: bool,
 }

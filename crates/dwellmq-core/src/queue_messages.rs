@@ -610,7 +610,10 @@ impl QueueMessages {
         paged.run.first_seq = paged.run.first_seq.max(page.next_seq);
         let first = paged.run.first_seq;
         paged.left_tail.retain(|&seq| seq >= first);
-        let read_whole = paged.run.count == 0 || page.exhausted || first >= paged.run.end_seq;
+        // `exhausted` speaks of the run as the request knew it: messages whose commit came
+        // while the page was read may have joined it since, behind where the page ended.
+        let exhausted = page.exhausted && page.next_seq >= paged.run.end_seq;
+        let read_whole = paged.run.count == 0 || exhausted || first >= paged.run.end_seq;
         if !read_whole {
             return;
         }

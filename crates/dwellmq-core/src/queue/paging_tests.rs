@@ -223,6 +223,47 @@ fn a_get_that_finds_nothing_in_memory_asks_for_a_page_at_once() {
 }
 
 #[test]
+fn a_page_that_reached_the_end_its_request_knew_leaves_what_joined_the_run_since() {
+    // The shell simulation's seed 7000142: a get asked for the run [3, 4); before the page
+    // came back, the commits of four publishes let them join the run ([3, 8)). The page
+    // reached its request's end, which is not the run's end any more.
+    let mut q = paging_queue();
+    let mut fx = Effects::new();
+    q.restore_paged(
+        PagedRun {
+            first_seq: 3,
+            end_seq: 4,
+            count: 1,
+            bytes: 2,
+        },
+        0,
+        &mut fx,
+    );
+    for seq in 4..8 {
+        q.publish(persistent(format!("m{seq}")), 0, &mut fx);
+    }
+    q.settle();
+    fx.drain();
+    assert!(q.get(true, 0, &mut fx).is_none());
+    let request = q.page_for(1).expect("a page");
+    assert_eq!((request.from_seq, request.end_seq), (3, 4));
+    // The publishes commit: they join the run behind the page being read.
+    assert_eq!(q.page(|seq| seq < 8), None, "a page is being read");
+    assert_eq!(q.paged_out(), (5, 10));
+    q.page_in(request, Some(read(request)), 0, &mut fx);
+    assert_eq!(q.ready(), 5, "nothing counted is dropped");
+    assert_eq!(q.paged_out(), (4, 8), "4..8 are still in the store");
+    let mut got = Vec::new();
+    while let Some((entry, _)) = q.get(true, 0, &mut fx) {
+        got.push(entry.seq);
+        if let Some(request) = q.page_for(1) {
+            q.page_in(request, Some(read(request)), 0, &mut fx);
+        }
+    }
+    assert_eq!(got, vec![3, 4, 5, 6, 7]);
+}
+
+#[test]
 fn a_drop_head_limit_reads_pages_to_drop_from_the_head_of_the_run() {
     let mut q = paging_queue();
     let mut fx = Effects::new();
