@@ -93,11 +93,19 @@ pub async fn raw_with_headers(
     request.push_str("\r\n");
     let mut stream = TcpStream::connect(addr).await.expect("HTTP connect");
     stream.write_all(request.as_bytes()).await.expect("send");
-    if let Some(body) = body {
-        stream.write_all(body).await.expect("send body");
-    }
+    // A server may answer before it has read the whole body (a 413 from the length alone)
+    // and close: the rest of the body then meets a closed socket, and the read may end in a
+    // reset after the answer. Neither is the test's concern; the answer is.
+    let sent = match body {
+        Some(body) => stream.write_all(body).await,
+        None => Ok(()),
+    };
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.expect("read");
+    let read = stream.read_to_end(&mut response).await;
+    if response.is_empty() {
+        sent.expect("send body");
+        read.expect("read");
+    }
     parse(&response)
 }
 
