@@ -14,7 +14,7 @@ use dwellmq::{
 /// The `--help` text, with the built-in defaults of [`Limits`].
 pub(crate) fn usage() -> String {
     let l = Limits::default();
-    let limits: [(&str, String, &str); 9] = [
+    let limits: [(&str, String, &str); 10] = [
         (
             "frame_max",
             l.frame_max.to_string(),
@@ -40,6 +40,11 @@ pub(crate) fn usage() -> String {
             "memory_high_watermark",
             l.memory_high_watermark.to_string(),
             "",
+        ),
+        (
+            "memory_high_watermark_paging_ratio",
+            l.memory_paging_ratio.to_string(),
+            "of the watermark: above it queues page to disk",
         ),
         (
             "handshake_timeout_ms",
@@ -143,6 +148,7 @@ const LIMIT_KEYS: &[&str] = &[
     "max_connections",
     "max_message_size",
     "memory_high_watermark",
+    "memory_high_watermark_paging_ratio",
     "handshake_timeout_ms",
     "store_backlog_bytes",
     "disk_free_limit",
@@ -466,6 +472,14 @@ fn apply_table(
                 for (name, v) in limits {
                     if name == "memory_high_watermark" {
                         config.limits.memory_high_watermark = memory_watermark(v)?;
+                        continue;
+                    }
+                    if name == "memory_high_watermark_paging_ratio" {
+                        let ratio = v.as_float().or_else(|| v.as_integer().map(|n| n as f64));
+                        // Above 1, as in RabbitMQ, queues never page before the alarm.
+                        config.limits.memory_paging_ratio = ratio
+                            .filter(|r| r.is_finite() && *r > 0.0)
+                            .ok_or("limits.memory_high_watermark_paging_ratio must be a positive number")?;
                         continue;
                     }
                     if name == "disk_free_limit" {

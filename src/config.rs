@@ -227,6 +227,12 @@ pub struct Limits {
     /// Above this much memory held for messages, publishing connections are blocked
     /// (`connection.blocked` with reason `low on memory`) until usage falls to it again.
     pub memory_high_watermark: MemoryWatermark,
+    /// With a data directory: above this fraction of the memory high watermark, classic
+    /// queues leave what lies beyond their window on disk, transient messages included
+    /// (RabbitMQ's `vm_memory_high_watermark_paging_ratio`), so that the alarm blocks
+    /// publishers only when that cannot keep up. 0.5 by default; above 1, queues do not page
+    /// before the alarm.
+    pub memory_paging_ratio: f64,
     /// With a data directory: above this many octets queued for the store's writer and not
     /// yet committed (messages' stored size plus 64 per write), publishing connections are
     /// blocked (`connection.blocked`, `low on disk`) until the backlog is down to half of it.
@@ -253,6 +259,7 @@ impl Default for Limits {
             max_message_size: 128 << 20,
             handshake_timeout: std::time::Duration::from_secs(10),
             memory_high_watermark: MemoryWatermark::DEFAULT,
+            memory_paging_ratio: 0.5,
             store_backlog_bytes: 64 << 20,
             disk_free_limit: DiskFreeLimit::DEFAULT,
             queue_window_messages: dwellmq_core::paging::Paging::DEFAULT.window_messages,

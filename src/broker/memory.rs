@@ -68,18 +68,37 @@ pub(crate) const fn held_footprint(body_len: usize) -> usize {
 pub(crate) struct MemoryMonitor {
     used: AtomicI64,
     high_watermark: i64,
+    /// Above this, queues page to disk what lies beyond their window (transient messages
+    /// included): memory pressure, before the alarm.
+    paging_threshold: i64,
     blocked: watch::Sender<bool>,
+    /// How many times the alarm went on.
+    alarms: std::sync::atomic::AtomicU64,
 }
 
 impl MemoryMonitor {
     /// A monitor whose alarm goes off above `high_watermark` octets; a watermark of 0 keeps
     /// it on for good (RabbitMQ's way to stop all publishing).
+    #[cfg(test)]
     pub(crate) fn new(high_watermark: u64) -> Arc<Self> {
+        Self::with_paging_ratio(high_watermark, 0.5)
+    }
+
+    /// As [`MemoryMonitor::new`], with memory pressure from `paging_ratio` of the watermark.
+    pub(crate) fn with_paging_ratio(high_watermark: u64, paging_ratio: f64) -> Arc<Self> {
+        let threshold = (high_watermark as f64 * paging_ratio.max(0.0)) as u64;
         Arc::new(MemoryMonitor {
             used: AtomicI64::new(0),
+            paging_threshold: i64::try_from(threshold).unwrap_or(i64::MAX),
             high_watermark: i64::try_from(high_watermark).unwrap_or(i64::MAX),
             blocked: watch::channel(high_watermark == 0).0,
+            alarms: Default::default(),
         })
+    }
+
+    /// Whether memory is under pressure: more counted than the paging threshold.
+    pub(crate) fn pressed(&self) -> bool {
+        self.used.load(Ordering::Relaxed) > self.paging_threshold
     }
 
     /// Charges one message with a body of `body_len` octets (see [`message_footprint`]); the
@@ -108,6 +127,7 @@ impl MemoryMonitor {
                 high_watermark = self.high_watermark,
                 "memory alarm set: blocking publishers"
             );
+            self.alarms.fetch_add(1, Ordering::Relaxed);
             self.blocked.send_replace(true);
         }
     }
@@ -140,6 +160,11 @@ impl MemoryMonitor {
     }
 
     /// Above this, publishers are blocked.
+    /// How many times the alarm went on since start.
+    pub(crate) fn alarms(&self) -> u64 {
+        self.alarms.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn high_watermark(&self) -> u64 {
         self.high_watermark.max(0) as u64
     }

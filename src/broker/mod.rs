@@ -121,7 +121,10 @@ impl BrokerState {
                 (manual.clone(), Some(manual))
             }
         };
-        let memory = MemoryMonitor::new(high_watermark(&config));
+        let memory = MemoryMonitor::with_paging_ratio(
+            high_watermark(&config),
+            config.limits.memory_paging_ratio,
+        );
         let runtime = Runtime::new(
             clock.clone(),
             Arc::clone(&memory),

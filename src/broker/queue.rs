@@ -15,7 +15,7 @@ use dwellmq_core::queue::{
     Cancelled, ConsumeRefused, ConsumerSlot, DeadLetterTarget, DeathReason, Effect, Effects,
     PublishOutcome, QueueSettings, QueueState, ReturnCause,
 };
-use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry};
+use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry, SpilledMessage};
 use parking_lot::Mutex;
 
 use super::consumer::Consumer;
@@ -56,6 +56,11 @@ enum Time {
     /// Only if the queue's state makes the outcome depend on it.
     IfUsed,
 }
+
+/// Spills of one queue submitted to the store and not committed, at most: what waits for the
+/// disk (copies of the messages, the writer's work) stays bounded whatever the publishers do;
+/// beyond it messages wait in memory, counted, and the alarm is the last resort.
+const SPILLS_IN_FLIGHT: usize = 8192;
 
 /// A message that died in a command, to be dead-lettered once the queue's lock is released.
 struct Died {
@@ -100,8 +105,10 @@ pub(crate) struct Queue {
     totals: DeliveryTotals,
     /// Dead-lettered messages not every target took yet (at-least-once dead-lettering).
     pending_dead_letters: PendingDeadLetters,
-    /// Which of its persists are committed, for a queue that pages (`None` otherwise).
+    /// Which of its store writes are committed, for a queue that pages (`None` otherwise).
     progress: Option<Arc<StoreProgress>>,
+    /// Names its spilled records in the store (a queue that pages; 0 otherwise).
+    spill_id: u64,
 }
 
 impl Queue {
@@ -120,17 +127,24 @@ impl Queue {
         let settings = settings_for(&config, &arguments, durable, &runtime, policy);
         let now = runtime.clock.now_ms();
         let mut state = QueueState::new(settings, auto_delete, now);
-        // A durable classic queue leaves what lies beyond its window in the store; a priority
-        // queue does not (its levels would each need a run), nor does a quorum queue (its
-        // retries and kept dead letters live beside its ready list).
-        let pages = durable
-            && exclusive_owner.is_none()
-            && runtime.store.is_some()
-            && config.queue_type == QueueType::Classic;
+        // With a store, a classic queue leaves what lies beyond its window there: a durable
+        // one its persistent messages as they are committed, any one the rest under memory
+        // pressure (spilled). A priority queue does not (its levels would each need a run),
+        // nor does a quorum queue (its retries and kept dead letters live beside its ready
+        // list).
+        let pages = runtime.store.is_some()
+            && config.queue_type == QueueType::Classic
+            && state.settings().max_priority == 0;
+        let stores_persistent = durable && exclusive_owner.is_none();
         let progress = pages.then(|| {
-            state.enable_paging(runtime.paging);
+            if stores_persistent {
+                state.enable_paging(runtime.paging);
+            } else {
+                state.enable_spill_paging(runtime.paging);
+            }
             Arc::new(StoreProgress::default())
         });
+        let spill_id = if pages { runtime.next_spill_id() } else { 0 };
         Queue {
             pending_dead_letters: PendingDeadLetters::default(),
             name,
@@ -141,6 +155,7 @@ impl Queue {
             arguments,
             config,
             progress,
+            spill_id,
             inner: Mutex::new(Inner {
                 state,
                 effects: Effects::new(),
@@ -266,10 +281,18 @@ impl Queue {
             }
             // After the deliveries: a message handed back by one of them settles too.
             state.settle();
-            let page = self
-                .progress
-                .as_ref()
-                .and_then(|progress| state.page(|seq| progress.is_stored(seq)));
+            let page = self.progress.as_ref().and_then(|progress| {
+                state.spill(
+                    self.runtime.memory.pressed(),
+                    |seq| progress.is_lost(seq),
+                    SPILLS_IN_FLIGHT.saturating_sub(progress.spills_in_flight()),
+                    effects,
+                );
+                if !effects.is_empty() {
+                    self.apply(state, effects, &mut after, ticket);
+                }
+                state.page(|seq| progress.is_stored(seq))
+            });
             packed.set(state.packed_footprint());
             (result, page)
         };
@@ -306,6 +329,8 @@ impl Queue {
     ) {
         // Forgets and state changes: one detached submission per command.
         let mut detached = Vec::new();
+        // Spills: one submission per command, its completion telling each one's commit.
+        let mut spills = Vec::new();
         // Added once after the loop, under the same lock: one atomic add per batch of
         // deliveries, not per message.
         let mut delivered = 0;
@@ -396,6 +421,26 @@ impl Queue {
                     }
                     just_forgot = Some(seq);
                 }
+                Effect::Spill {
+                    seq,
+                    message,
+                    expires_at,
+                } => spills.push(dwellmq_store::Op::Spill {
+                    spill: self.spill_id,
+                    seq,
+                    expires_at_ms: expires_at.unwrap_or(0),
+                    message: match message {
+                        SpilledMessage::Packed(packed) => dwellmq_store::Payload::Packed(packed),
+                        SpilledMessage::Shared(message) => dwellmq_store::Payload::Message(message),
+                    },
+                }),
+                Effect::Unspill { from_seq, end_seq } => {
+                    detached.push(dwellmq_store::Op::Unspill {
+                        spill: self.spill_id,
+                        from_seq,
+                        end_seq,
+                    });
+                }
                 Effect::ForgetRun { from_seq, end_seq } => {
                     if let Some(&queue) = self.store_id.get() {
                         detached.push(dwellmq_store::Op::ForgetRange {
@@ -414,6 +459,45 @@ impl Queue {
         if let (false, Some(store)) = (detached.is_empty(), &self.runtime.store) {
             store.submit_detached(detached);
         }
+        if !spills.is_empty() {
+            self.submit_spills(spills);
+        }
+    }
+
+    /// Runs the paging steps with no command (a failed spill is written again).
+    pub(crate) fn nudge(self: &Arc<Self>) {
+        self.run_at(Time::IfUsed, |_, _, _| ());
+    }
+
+    /// Writes a command's spills; each message may leave memory once they are committed.
+    fn submit_spills(self: &Arc<Self>, spills: Vec<dwellmq_store::Op>) {
+        let (Some(store), Some(progress)) = (&self.runtime.store, &self.progress) else {
+            return;
+        };
+        let seqs: Vec<u64> = spills
+            .iter()
+            .filter_map(|op| match op {
+                dwellmq_store::Op::Spill { seq, .. } => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        for &seq in &seqs {
+            progress.spilling(seq);
+        }
+        let progress = Arc::clone(progress);
+        let (queue, runtime) = (Arc::downgrade(self), Arc::clone(&self.runtime));
+        store.submit(
+            spills,
+            Box::new(move |outcome: dwellmq_store::Completion| {
+                for seq in seqs {
+                    progress.spilled(seq, outcome.is_ok());
+                }
+                if let Err(e) = &outcome {
+                    tracing::warn!(error = %e, "spilling messages failed; they are spilled again");
+                    runtime.page_reader.nudge_later(queue);
+                }
+            }),
+        );
     }
 
     /// A message unpacked from the ready list is charged again on its own from its delivery:
@@ -461,13 +545,17 @@ impl Queue {
         request: PageRequest,
         pauses: &[std::time::Duration],
     ) -> Option<Page> {
-        let (Some(&id), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
+        let Some(store) = &self.runtime.store else {
             return None;
+        };
+        let source = page_reader::Source {
+            queue: self.store_id.get().copied(),
+            spill: self.spill_id,
         };
         let max_bytes = self.runtime.paging.window_bytes / 2;
         let mut pauses = pauses.iter();
         loop {
-            match page_reader::read_page(store, id, request, max_bytes) {
+            match page_reader::read_page(store, source, request, max_bytes) {
                 Ok(page) => return Some(page),
                 Err(e) => {
                     let Some(pause) = pauses.next() else {
@@ -865,12 +953,17 @@ impl Queue {
     /// Up to `limit` messages of the run, read from the store (inspection; none if it cannot
     /// be read).
     fn read_run(&self, run: PagedRun, limit: usize) -> Vec<QueueEntry> {
-        let (Some(&id), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
+        let Some(store) = &self.runtime.store else {
             return Vec::new();
+        };
+        let source = page_reader::Source {
+            queue: self.store_id.get().copied(),
+            spill: self.spill_id,
         };
         let stored = store
             .snapshot()
-            .and_then(|snapshot| snapshot.queue_messages(id, run.first_seq, limit));
+            .and_then(|snapshot| page_reader::read_merged(&snapshot, source, run.first_seq, limit))
+            .map(|stored| stored.into_iter().map(|(m, _)| m).collect::<Vec<_>>());
         let stored = match stored {
             Ok(stored) => stored,
             Err(e) => {
@@ -922,8 +1015,15 @@ impl Queue {
         let result = state.delete(effects);
         packed.set(state.packed_footprint());
         // Only store hooks can come out of a delete; the store drops the queue's messages
-        // with the queue.
+        // with the queue, and its spilled ones go here.
         effects.drain();
+        if let (true, Some(store)) = (state.has_spilled(), &self.runtime.store) {
+            store.submit_detached(vec![dwellmq_store::Op::Unspill {
+                spill: self.spill_id,
+                from_seq: 0,
+                end_seq: u64::MAX,
+            }]);
+        }
         self.pending_dead_letters.clear();
         // The broker's totals keep what it counted.
         self.runtime

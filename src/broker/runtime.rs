@@ -89,6 +89,9 @@ pub(crate) struct Runtime {
     pub(crate) paging: dwellmq_core::paging::Paging,
     /// Reads paging queues' pages off their locks.
     pub(crate) page_reader: super::queue::page_reader::PageReader,
+    /// The last spill id given to a paging queue (names its spilled records; per process,
+    /// as the spill table is dropped at start).
+    spill_ids: std::sync::atomic::AtomicU64,
 }
 
 impl Runtime {
@@ -127,6 +130,7 @@ impl Runtime {
             kept_exchanges: Default::default(),
             paging,
             page_reader: Default::default(),
+            spill_ids: Default::default(),
             reply_consumers: Arc::new(super::reply_to::ReplyConsumers::new(Arc::clone(&names))),
             names,
         })
@@ -143,6 +147,13 @@ impl Runtime {
             None,
             dwellmq_core::paging::Paging::DEFAULT,
         )
+    }
+
+    /// A new spill id (see `Queue::spill_id`).
+    pub(crate) fn next_spill_id(&self) -> u64 {
+        self.spill_ids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
     }
 
     /// The earliest moment the timer must act: a delayed release or move-in, or a queue tick.

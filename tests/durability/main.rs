@@ -23,5 +23,6 @@ mod paging;
 mod restart;
 mod restart_state;
 mod shell_sim;
+mod spilling;
 mod support;
 mod write_failures;

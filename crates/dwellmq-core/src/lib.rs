@@ -19,5 +19,5 @@ pub use error::{BrokerError, BrokerResult};
 pub use message::{Message, MessageGuard};
 pub use packed::PackedMessage;
 pub use queue_messages::{
-    packed_footprint, QueueEntry, QueueMessages, ReadyMessage, PACK_BODY_LIMIT,
+    packed_footprint, QueueEntry, QueueMessages, ReadyMessage, SpilledMessage, PACK_BODY_LIMIT,
 };

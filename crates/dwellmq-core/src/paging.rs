@@ -1,9 +1,11 @@
-//! What a durable queue keeps on disk only: the types of its paged-out run.
+//! What a queue keeps on disk only: the types of its paged-out run.
 //!
 //! A durable classic queue whose ready list grows past its read-ahead window keeps the
 //! messages further back only in the store, as one contiguous stretch of its order (the
 //! *run*): a cursor (first position, end position, count, body octets) instead of a slot per
-//! message. The queue asks its owner for the next page of the run ([`PageRequest`]) when the
+//! message. Under memory pressure any classic queue (durable or not) also *spills* the
+//! messages beyond its window that the store does not have (transient ones): they are
+//! written to a table the next start drops, and join the run the same way. The queue asks its owner for the next page of the run ([`PageRequest`]) when the
 //! messages in memory in front of its consumers run low, and takes it back as
 //! [`StoredEntry`]s. Core does no IO: the owner reads the store.
 
@@ -73,6 +75,9 @@ pub struct StoredEntry {
     pub expires_at: Option<u64>,
     /// Whether it was delivered before (a restart's redelivered flag).
     pub redelivered: bool,
+    /// Whether it was spilled (a transient message left on disk under memory pressure)
+    /// rather than persisted.
+    pub spilled: bool,
 }
 
 /// A page read back: the messages, and where the read stopped.
@@ -88,4 +93,7 @@ pub struct Page {
     /// The read reached the end of the run as its request knew it (`PageRequest::end_seq`):
     /// nothing more is stored up to there. The run may have grown since.
     pub exhausted: bool,
+    /// Spilled records were read (or may have been: skipped ones): the queue's owner drops
+    /// the spilled records up to `next_seq` once the page is taken in.
+    pub spilled: bool,
 }

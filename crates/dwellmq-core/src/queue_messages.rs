@@ -59,12 +59,19 @@ struct Waiting {
     expires: bool,
     redelivered: bool,
     persistent: bool,
+    /// The store has, or is being given, a record of it (persisted, or spilled): once that
+    /// write is committed it may leave memory for the run.
+    written: bool,
+    /// Its record is a spilled one, which goes when the message leaves the list.
+    spilled: bool,
 }
 
 impl Waiting {
-    fn new(entry: QueueEntry) -> Waiting {
+    fn new(entry: QueueEntry, written: bool) -> Waiting {
         Waiting {
             persistent: entry.message.is_persistent(),
+            written,
+            spilled: false,
             kept: Kept::Shared(entry.message),
             seq: entry.seq,
             expires_at: entry.expires_at.unwrap_or(0),
@@ -85,7 +92,10 @@ impl Waiting {
             delivery_count: 0,
             acquired_count: 0,
             redelivered: entry.redelivered,
-            persistent: true,
+            persistent: !entry.spilled,
+            written: true,
+            // Its spilled record went when its page was read (see `page_in`).
+            spilled: false,
         }
     }
 
@@ -130,6 +140,15 @@ impl Waiting {
 /// its buffer, rounded up as an allocator rounds small sizes.
 pub fn packed_footprint(packed_len: usize) -> u64 {
     (std::mem::size_of::<Waiting>() + packed_len.next_multiple_of(16)) as u64
+}
+
+/// A spilled message as the list kept it, for its owner to write.
+#[derive(Debug, Clone)]
+pub enum SpilledMessage {
+    /// Packed (a copy of the list's buffer: the list keeps its own until the write commits).
+    Packed(PackedMessage),
+    /// As published (a large body, or `BCC` keys).
+    Shared(Arc<Message>),
 }
 
 /// Whether a settled message is packed: a small body, names the packed layout holds whole, and
@@ -229,6 +248,16 @@ pub struct QueueMessages {
     /// The highest position ever taken out (delivered, got, expired): a run starts above it,
     /// so that no message taken out (unacknowledged, still stored) lies inside a run.
     taken_high: Option<u64>,
+    /// Whether the owner stores this queue's persistent messages (a durable queue's): they
+    /// are written at publish. Others are written only if spilled.
+    stores_persistent: bool,
+    /// Spilling looks at messages from this position on (those before were looked at).
+    spill_from: u64,
+    /// Position ranges of spilled records no longer needed (their messages left, or were
+    /// read back), for the owner to drop ([`QueueMessages::take_unspilled`]).
+    unspilled: Vec<(u64, u64)>,
+    /// Whether anything was ever spilled (a purge then drops every spilled record).
+    spilled_any: bool,
 }
 
 /// A paging queue's ready list beyond its in-memory head: the run of messages only the store
@@ -275,7 +304,21 @@ impl QueueMessages {
             unsettled: Vec::new(),
             paged: None,
             taken_high: None,
+            stores_persistent: true,
+            spill_from: 0,
+            unspilled: Vec::new(),
+            spilled_any: false,
         }
+    }
+
+    /// Tells whether the owner stores persistent messages at publish (a durable queue's), so
+    /// that only those count as written; the others leave memory only once spilled.
+    pub fn set_stores_persistent(&mut self, stores: bool) {
+        self.stores_persistent = stores;
+    }
+
+    fn written_at_entry(&self, message: &Message) -> bool {
+        self.stores_persistent && message.is_persistent()
     }
 
     /// The priority level `message` waits in.
@@ -296,14 +339,18 @@ impl QueueMessages {
         self.ready_bytes += message.body_len() as u64;
         self.len += 1;
         let level = self.level_of(&message);
-        let waiting = Waiting::new(QueueEntry {
-            message,
-            seq,
-            redelivered: false,
-            delivery_count: 0,
-            acquired_count: 0,
-            expires_at,
-        });
+        let written = self.written_at_entry(&message);
+        let waiting = Waiting::new(
+            QueueEntry {
+                message,
+                seq,
+                redelivered: false,
+                delivery_count: 0,
+                acquired_count: 0,
+                expires_at,
+            },
+            written,
+        );
         match &mut self.paged {
             Some(paged) => {
                 paged.tail_bytes += waiting.body_len() as u64;
@@ -333,6 +380,9 @@ impl QueueMessages {
         self.len += 1;
         let index = self.level_of(&entry.message);
         let seq = entry.seq;
+        let written = self.written_at_entry(&entry.message);
+        // Spilled once, its record went when it was taken: written again if it must be.
+        self.spill_from = self.spill_from.min(seq);
         let level = match &mut self.paged {
             // Never the case: a run starts above every position taken out.
             Some(paged) if seq >= paged.run.end_seq => {
@@ -341,7 +391,7 @@ impl QueueMessages {
             }
             _ => &mut self.levels[index],
         };
-        insert_in_order(level, Waiting::new(entry));
+        insert_in_order(level, Waiting::new(entry, written));
         self.unsettled.push((index, seq));
     }
 
@@ -377,6 +427,9 @@ impl QueueMessages {
 
     fn take(&mut self, waiting: Waiting) -> QueueEntry {
         self.taken_high = Some(self.taken_high.map_or(waiting.seq, |t| t.max(waiting.seq)));
+        if waiting.spilled {
+            self.unspill(waiting.seq, waiting.seq + 1);
+        }
         self.packed_footprint -= waiting.packed_footprint();
         let entry = waiting.into_entry();
         self.ready_bytes -= entry.message.body_len() as u64;
@@ -434,6 +487,12 @@ impl QueueMessages {
         self.packed_footprint = 0;
         self.unsettled.clear();
         self.paged = None;
+        // Whatever was spilled (the run's and those still in memory) goes with them.
+        if self.spilled_any {
+            self.unspilled.clear();
+            self.unspilled.push((0, u64::MAX));
+        }
+        self.spill_from = self.next_seq;
         n
     }
 
@@ -525,7 +584,7 @@ impl QueueMessages {
         if self.levels.len() != 1 {
             return;
         }
-        let pageable = |w: &Waiting| w.persistent && stored(w.seq);
+        let pageable = |w: &Waiting| w.written && stored(w.seq);
         if self.paged.is_none() {
             let head = &mut self.levels[0];
             let bytes = self.ready_bytes;
@@ -581,6 +640,95 @@ impl QueueMessages {
         give_back_slots(&mut paged.tail);
     }
 
+    /// Spills what lies beyond the window and the store does not have (memory pressure):
+    /// messages never written, and those whose write failed (`lost`), at most `budget` of
+    /// them. Each is marked written and handed to `spill` (its position, the message
+    /// as kept, its expiry) for the owner to write to the spill table; once that write is
+    /// committed, [`QueueMessages::page_out`] takes it into the run like a persisted one.
+    /// Only for a queue without priorities (one level).
+    pub fn spill(
+        &mut self,
+        window: Paging,
+        lost: impl Fn(u64) -> bool,
+        budget: usize,
+        mut spill: impl FnMut(u64, SpilledMessage, Option<u64>),
+    ) {
+        if self.levels.len() != 1 {
+            return;
+        }
+        let has_run = self.paged.is_some();
+        let bytes = self.ready_bytes;
+        let list = match &mut self.paged {
+            Some(paged) => &mut paged.tail,
+            None => &mut self.levels[0],
+        };
+        // Messages inside the window stay in memory: with no run, the window's first ones.
+        let keep = if has_run {
+            0
+        } else {
+            if list.len() <= window.window_messages && bytes <= window.window_bytes {
+                return;
+            }
+            let mut keep = window.window_messages.min(list.len());
+            if bytes > window.window_bytes {
+                let share =
+                    list.len() as u128 * u128::from(window.window_bytes) / u128::from(bytes);
+                keep = keep.min(share as usize);
+            }
+            keep
+        };
+        let Some(first) = list.get(keep) else {
+            return;
+        };
+        // What holds paging up is looked at again, whatever was looked at before (a requeue
+        // moves messages back behind the window).
+        // A message whose write failed (`lost`: the store does not have it) is spilled again.
+        let unwritten = |w: &Waiting| !w.written || lost(w.seq);
+        if unwritten(first) {
+            self.spill_from = self.spill_from.min(first.seq);
+        }
+        let from = self.spill_from;
+        let start = list.partition_point(|w| w.seq < from).max(keep);
+        let mut left = budget;
+        for waiting in list.range_mut(start..) {
+            if !unwritten(waiting) {
+                continue;
+            }
+            if left == 0 {
+                // The rest on a later command, once earlier spills have committed.
+                self.spill_from = waiting.seq;
+                return;
+            }
+            left -= 1;
+            waiting.written = true;
+            waiting.spilled = true;
+            self.spilled_any = true;
+            let message = match &waiting.kept {
+                Kept::Packed(packed) => SpilledMessage::Packed(packed.clone()),
+                Kept::Shared(message) => SpilledMessage::Shared(Arc::clone(message)),
+            };
+            spill(waiting.seq, message, waiting.expires_at());
+        }
+        self.spill_from = self.next_seq;
+    }
+
+    /// Whether anything was ever spilled.
+    pub fn has_spilled(&self) -> bool {
+        self.spilled_any
+    }
+
+    /// The ranges of spilled records no longer needed since the last call: (from, end) each.
+    pub fn take_unspilled(&mut self) -> std::vec::Drain<'_, (u64, u64)> {
+        self.unspilled.drain(..)
+    }
+
+    fn unspill(&mut self, from: u64, end: u64) {
+        match self.unspilled.last_mut() {
+            Some(last) if last.1 == from => last.1 = end,
+            _ => self.unspilled.push((from, end)),
+        }
+    }
+
     /// Takes a page of the run back into memory, behind the head, each message with an
     /// expiry reported to `indexed` (seq, expires_at). A page that does not start where the
     /// run does now (another read got there first) is dropped. Once the run is read whole,
@@ -592,6 +740,12 @@ impl QueueMessages {
         };
         if from_seq != paged.run.first_seq {
             return;
+        }
+        if page.spilled {
+            // Read back, a spilled message needs its record no more (nothing below the page's
+            // end is in the run or the tail now).
+            let end = page.next_seq;
+            self.unspilled.push((from_seq, end));
         }
         for entry in page.entries {
             if !paged.is_stored(entry.seq) {

@@ -39,7 +39,9 @@ pub(crate) fn weight(ops: &[Op]) -> u64 {
     ops.iter()
         .map(|op| {
             let payload = match op {
-                Op::Persist { message, .. } | Op::Hold { message, .. } => message,
+                Op::Persist { message, .. }
+                | Op::Hold { message, .. }
+                | Op::Spill { message, .. } => message,
                 _ => return OP_OVERHEAD,
             };
             OP_OVERHEAD + payload_len(payload)

@@ -8,8 +8,8 @@ use crate::layout::{
     bucket_shift, bucket_start, held_due_end, held_due_from, held_due_key, message_key, name_key,
     pair, push_held_due_entry, HeldDueRecord, BINDINGS, DELAYED_EXCHANGES, EXCHANGES, HELD_DUE,
     HELD_MESSAGES, MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_EXCHANGE,
-    META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES, QUEUE_COUNTS, USERS,
-    VHOSTS,
+    META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES, QUEUE_COUNTS,
+    SPILLED, USERS, VHOSTS,
 };
 use crate::ops::Op;
 use crate::queue_counts::CountChanges;
@@ -35,6 +35,7 @@ pub(crate) struct Tables<'t> {
     held_due: T<'t>,
     held_messages: T<'t>,
     queue_counts: T<'t>,
+    spilled: T<'t>,
     /// What this batch changes in `queue_counts`, written once before the commit.
     count_changes: CountChanges,
     /// The `delayed_exchanges` rows (by `str16 vhost ‖ str16 exchange`), read at the batch's
@@ -104,6 +105,7 @@ impl<'t> Tables<'t> {
             held_due: tx.open_table(HELD_DUE)?,
             held_messages: tx.open_table(HELD_MESSAGES)?,
             queue_counts: tx.open_table(QUEUE_COUNTS)?,
+            spilled: tx.open_table(SPILLED)?,
             count_changes: CountChanges::default(),
             held_by: None,
             last_hold_name: None,
@@ -280,6 +282,33 @@ impl<'t> Tables<'t> {
                     false
                 })?;
                 self.state.retain_in(&from[..]..&to[..], |_, _| false)
+            }
+            Op::Spill {
+                spill,
+                seq,
+                expires_at_ms,
+                message,
+            } => {
+                let key = message_key(*spill, *seq);
+                let len = MESSAGE_HEADER + message.packed_len();
+                let mut slot = self.spilled.insert_reserve(&key[..], len)?;
+                let out = slot.as_mut();
+                let word = expiry_word(*expires_at_ms, false);
+                out[..MESSAGE_HEADER].copy_from_slice(&word.to_be_bytes());
+                message.write_packed(&mut out[MESSAGE_HEADER..]);
+                Ok(())
+            }
+            Op::Unspill {
+                spill,
+                from_seq,
+                end_seq,
+            } => {
+                let from = message_key(*spill, *from_seq);
+                if end_seq.saturating_sub(*from_seq) == 1 {
+                    return remove(&mut self.spilled, &from);
+                }
+                let to = message_key(*spill, *end_seq);
+                self.spilled.retain_in(&from[..]..&to[..], |_, _| false)
             }
             Op::Purge { queue } => self.purge(*queue),
             Op::Hold {

@@ -30,6 +30,10 @@ pub(crate) const DELAYED_EXCHANGES: Bin = TableDefinition::new("delayed_exchange
 pub(crate) const HELD_DUE: Bin = TableDefinition::new("held_due");
 pub(crate) const HELD_MESSAGES: Bin = TableDefinition::new("held_messages");
 pub(crate) const QUEUE_COUNTS: Bin = TableDefinition::new("queue_counts");
+/// Transient messages a queue under memory pressure left on disk: dropped whole when the
+/// store opens, so nothing of it survives a restart (not in [`ALL_TABLES`]: the opening
+/// creates it every time).
+pub(crate) const SPILLED: Bin = TableDefinition::new("spilled_messages");
 
 /// Every table, so that a fresh store has all of them and a read never meets a missing one.
 pub(crate) const ALL_TABLES: [Bin; 14] = [

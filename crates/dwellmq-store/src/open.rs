@@ -12,7 +12,7 @@ use redb::{Builder, Database, DatabaseError, ReadableDatabase, StorageError, Tab
 use crate::backend::{file_backend, BackendFactory, DynBackend};
 use crate::error::{Result, StoreError};
 use crate::layout::{
-    ALL_TABLES, APP, DB_FILE, FORMAT_VERSION, LOCK_FILE, META, META_APP, META_FORMAT,
+    ALL_TABLES, APP, DB_FILE, FORMAT_VERSION, LOCK_FILE, META, META_APP, META_FORMAT, SPILLED,
 };
 
 /// How a store is opened.
@@ -291,6 +291,32 @@ impl Opener {
         tracing::info!(path = %path.display(), "created a new store");
         Ok(())
     }
+}
+
+/// Drops what queues spilled before this start (transient messages do not survive a restart)
+/// and creates the table empty. Only at start: a reopen after a failed commit keeps it, as
+/// the queues that spilled are still running.
+pub(crate) fn drop_spilled(db: &Database, path: &Path) -> Result<()> {
+    let fail = |e: &dyn std::fmt::Display| StoreError::Database {
+        path: path.to_path_buf(),
+        reason: format!("dropping spilled messages: {e}"),
+    };
+    // A start with nothing to drop writes nothing (no commit, no fsync).
+    let read = db.begin_read().map_err(|e| fail(&e))?;
+    let empty = match read.open_table(SPILLED) {
+        Ok(table) => redb::ReadableTableMetadata::is_empty(&table).map_err(|e| fail(&e))?,
+        Err(redb::TableError::TableDoesNotExist(_)) => false,
+        Err(e) => return Err(fail(&e)),
+    };
+    drop(read);
+    if empty {
+        return Ok(());
+    }
+    let tx = db.begin_write().map_err(|e| fail(&e))?;
+    tx.delete_table(SPILLED).map_err(|e| fail(&e))?;
+    tx.open_table(SPILLED).map_err(|e| fail(&e))?;
+    tx.commit().map_err(|e| fail(&e))?;
+    Ok(())
 }
 
 fn open_error(path: &Path, error: DatabaseError) -> StoreError {

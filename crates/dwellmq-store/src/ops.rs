@@ -111,6 +111,29 @@ pub enum Op {
         /// The first position after the range.
         end_seq: u64,
     },
+    /// A queue under memory pressure leaves a transient message on disk
+    /// (`Effect::Spill`). It lives in a table the next start drops whole: a restart brings
+    /// none of it back, as a transient message should not come back.
+    Spill {
+        /// The queue's spill id (per process, not its store id: a transient queue has none).
+        spill: u64,
+        /// The message's position in the queue.
+        seq: u64,
+        /// When it expires (ms since the epoch; 0 = never).
+        expires_at_ms: u64,
+        /// The message.
+        message: Payload,
+    },
+    /// The spilled messages of a queue at positions `from_seq..end_seq` are no longer needed
+    /// there (read back into memory, taken out, purged, or the queue deleted).
+    Unspill {
+        /// The queue's spill id.
+        spill: u64,
+        /// The first position.
+        from_seq: u64,
+        /// The first position after the range.
+        end_seq: u64,
+    },
     /// Every message of a queue left it (purge).
     Purge {
         /// The queue's id.
@@ -161,6 +184,7 @@ impl Op {
                 | Op::Forget { .. }
                 | Op::ForgetRange { .. }
                 | Op::Purge { .. }
+                | Op::Unspill { .. }
                 | Op::Release { .. }
                 | Op::SetState { .. }
         )

@@ -14,7 +14,7 @@ use crate::layout::{
     held_due_end, held_due_from, name_key, pair, split_pair, Bin, HeldDueRecord, BINDINGS,
     DELAYED_EXCHANGES, EXCHANGES, HELD_DUE, HELD_MESSAGES, MAX_BUCKET_SHIFT, MESSAGES,
     MESSAGE_STATE, META, META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES,
-    QUEUE_COUNTS, USERS, VHOSTS,
+    QUEUE_COUNTS, SPILLED, USERS, VHOSTS,
 };
 use crate::open::DbSlot;
 use crate::queue_counts::decode_count;
@@ -313,6 +313,39 @@ impl Snapshot {
                 seq,
                 expires_at_ms,
                 state,
+                message,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` messages a queue spilled under memory pressure (`Op::Spill`, under its
+    /// spill id), from position `from_seq` on, in queue order. They were never delivered.
+    pub fn spilled_messages(
+        &self,
+        spill: u64,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>> {
+        let table = self.table(SPILLED)?;
+        let start = pair(spill, from_seq);
+        let end = spill.checked_add(1).map(|next| pair(next, 0));
+        let range = match &end {
+            Some(end) => table.range(&start[..]..&end[..]),
+            None => table.range(&start[..]..),
+        }
+        .map_err(|e| self.damaged(e))?;
+        let mut out = Vec::new();
+        for entry in range.take(limit) {
+            let (key, value) = entry.map_err(|e| self.damaged(e))?;
+            let key = key.value();
+            let (_, seq) = split_pair(key).ok_or_else(|| self.corrupt("spilled_messages", key))?;
+            let (expires_at_ms, _, message) = decode_message_value(value.value())
+                .ok_or_else(|| self.corrupt("spilled_messages", key))?;
+            out.push(StoredMessage {
+                seq,
+                expires_at_ms,
+                state: DeliveryState::default(),
                 message,
             });
         }

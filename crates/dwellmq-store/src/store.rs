@@ -72,7 +72,9 @@ impl Store {
         let lock = lock_dir(&dir)?;
         let opener = Opener::new(&dir, options);
         let path = opener.path.clone();
-        let db = Arc::new(opener.open()?);
+        let db = opener.open()?;
+        crate::open::drop_spilled(&db, &path)?;
+        let db = Arc::new(db);
         let counters = Arc::new(Counters::default());
         let slot: Arc<DbSlot> = Arc::new(parking_lot::RwLock::new(Some(db)));
         let store_read = Snapshot::new(&slot, &path)?;

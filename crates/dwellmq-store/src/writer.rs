@@ -350,7 +350,7 @@ impl Writer {
             && batch
                 .iter()
                 .flat_map(|s| &s.ops)
-                .any(|op| matches!(op, Op::Persist { .. } | Op::Hold { .. }))
+                .any(|op| matches!(op, Op::Persist { .. } | Op::Hold { .. } | Op::Spill { .. }))
             && to_fail
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
                 .is_ok()

@@ -41,7 +41,7 @@ impl RawClient {
             .send(
                 0,
                 Method::ConnectionStartOk(ConnectionStartOk {
-                    client_properties: FieldTable::new(),
+                    client_properties: client_properties(),
                     mechanism: "PLAIN".into(),
                     response: Bytes::from_static(b"\0guest\0guest"),
                     locale: "en_US".into(),
@@ -169,4 +169,16 @@ pub(crate) fn publish_triple_with(queue: &str, body: &[u8], properties: &BasicPr
     encode_header_raw(&mut out, 1, 60, body.len() as u64, &props);
     encode_body(&mut out, 1, body);
     out.freeze()
+}
+
+/// Says the client takes `connection.blocked`, so a broker tells it when it blocks it.
+fn client_properties() -> FieldTable {
+    let mut capabilities = FieldTable::new();
+    capabilities.insert("connection.blocked", dwellmq_codec::FieldValue::Bool(true));
+    let mut properties = FieldTable::new();
+    properties.insert(
+        "capabilities",
+        dwellmq_codec::FieldValue::Table(capabilities),
+    );
+    properties
 }

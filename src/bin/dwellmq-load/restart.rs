@@ -14,15 +14,19 @@ use tokio::io::AsyncWriteExt;
 use crate::raw_client::{publish_triple_with, Error, RawClient};
 use crate::Options;
 
-/// `fill --addr A --queue Q --messages N --size B --window W`.
+/// `fill --addr A --queue Q --messages N --size B --window W [--transient true]`: with
+/// `--transient`, transient messages into a transient queue (memory pressure: they page to
+/// disk only when the broker spills them); the count of `connection.blocked` frames is
+/// reported.
 pub(crate) async fn fill(options: &Options) -> Result<(), Error> {
     let addr = options.string("addr", "127.0.0.1:5672");
     let queue = options.string("queue", "load-restart");
     let messages: u64 = options.get("messages", 1_000_000)?;
     let size: usize = options.get("size", 16)?;
     let window: u64 = options.get("window", 256)?;
+    let transient: bool = options.get("transient", false)?;
     let mut client = RawClient::connect(&addr).await?;
-    declare_durable(&mut client, &queue).await?;
+    declare(&mut client, &queue, !transient).await?;
     client
         .send(1, Method::ConfirmSelect(ConfirmSelect { no_wait: false }))
         .await?;
@@ -30,12 +34,12 @@ pub(crate) async fn fill(options: &Options) -> Result<(), Error> {
         .expect(|m| matches!(m, Method::ConfirmSelectOk))
         .await?;
     let properties = BasicProperties {
-        delivery_mode: Some(2),
+        delivery_mode: Some(if transient { 1 } else { 2 }),
         ..Default::default()
     };
     let triple = publish_triple_with(&queue, &vec![b'x'; size], &properties);
     let started = Instant::now();
-    let (mut published, mut confirmed, mut nacked) = (0u64, 0u64, 0u64);
+    let (mut published, mut confirmed, mut nacked, mut blocked) = (0u64, 0u64, 0u64, 0u64);
     let mut out = BytesMut::new();
     while confirmed < messages {
         let room = (window - (published - confirmed)).min(messages - published);
@@ -53,6 +57,7 @@ pub(crate) async fn fill(options: &Options) -> Result<(), Error> {
                 nacked += 1;
                 confirmed = nack.delivery_tag;
             }
+            FramePayload::Method(Method::ConnectionBlocked(_)) => blocked += 1,
             FramePayload::Method(m @ (Method::ConnectionClose(_) | Method::ChannelClose(_))) => {
                 return Err(format!("broker closed: {m:?}").into());
             }
@@ -60,9 +65,14 @@ pub(crate) async fn fill(options: &Options) -> Result<(), Error> {
         }
     }
     let secs = started.elapsed().as_secs_f64();
+    let (kind, queue_kind) = if transient {
+        ("transient", "transient")
+    } else {
+        ("persistent", "durable")
+    };
     println!(
-        "fill: {messages} persistent {size} B messages confirmed into durable queue '{queue}' \
-         in {secs:.2} s = {:.0} msg/s{}",
+        "fill: {messages} {kind} {size} B messages confirmed into {queue_kind} queue '{queue}' \
+         in {secs:.2} s = {:.0} msg/s{}; connection.blocked {blocked} times",
         messages as f64 / secs,
         if nacked > 0 {
             format!(" ({nacked} nacked)")
@@ -137,13 +147,13 @@ async fn measure(
     Ok(())
 }
 
-async fn declare_durable(client: &mut RawClient, queue: &str) -> Result<(), Error> {
+async fn declare(client: &mut RawClient, queue: &str, durable: bool) -> Result<(), Error> {
     client
         .send(
             1,
             Method::QueueDeclare(QueueDeclare {
                 queue: queue.into(),
-                durable: true,
+                durable,
                 ..Default::default()
             }),
         )

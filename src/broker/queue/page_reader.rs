@@ -4,10 +4,10 @@
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dwellmq_core::paging::{Page, PageRequest, StoredEntry};
-use dwellmq_store::{Snapshot, Store, StoreError};
+use dwellmq_store::{Snapshot, Store, StoreError, StoredMessage};
 use parking_lot::Mutex;
 
 use super::Queue;
@@ -26,8 +26,19 @@ const RETRY_PAUSES: [Duration; 3] = [
 
 struct Job {
     queue: Weak<Queue>,
-    request: PageRequest,
+    task: Task,
 }
+
+enum Task {
+    /// Read a page and hand it to the queue.
+    Read(PageRequest),
+    /// Run the queue's paging steps again at `at` (its spills failed: they are written
+    /// again, even if no command comes meanwhile).
+    Nudge(Instant),
+}
+
+/// How long after a failed spill the queue tries again.
+const NUDGE_AFTER: Duration = Duration::from_millis(50);
 
 /// The broker's page reader.
 #[derive(Default)]
@@ -45,10 +56,26 @@ impl PageReader {
     /// Reads `request` for `queue` and hands the page to `Queue::page_in`; false if no thread
     /// could be started (the caller gives the request back).
     pub(crate) fn request(&self, queue: &Arc<Queue>, request: PageRequest) -> bool {
-        let job = Job {
+        self.send(Job {
             queue: Arc::downgrade(queue),
-            request,
+            task: Task::Read(request),
+        })
+    }
+
+    /// Has `queue` run its paging steps again shortly (a spill of it failed).
+    pub(crate) fn nudge_later(&self, queue: Weak<Queue>) {
+        let job = Job {
+            queue,
+            task: Task::Nudge(Instant::now() + NUDGE_AFTER),
         };
+        if !self.send(job) {
+            tracing::warn!(
+                "a queue whose spill failed cannot be nudged: its next command spills again"
+            );
+        }
+    }
+
+    fn send(&self, job: Job) -> bool {
         let mut sender = self.inner.sender.lock();
         let job = match sender.as_ref() {
             Some(running) => match running.send(job) {
@@ -98,29 +125,86 @@ fn serve(jobs: &mpsc::Receiver<Job>, reader: &Weak<ReaderInner>) {
         let Some(queue) = job.queue.upgrade() else {
             continue;
         };
-        let page = queue.read_page(job.request, &RETRY_PAUSES);
-        queue.page_in(job.request, page);
+        match job.task {
+            Task::Read(request) => {
+                let page = queue.read_page(request, &RETRY_PAUSES);
+                queue.page_in(request, page);
+            }
+            Task::Nudge(at) => {
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                queue.nudge();
+            }
+        }
     }
 }
 
-/// Reads the page `request` asks for of the queue stored under `id`, stopping early once
-/// `max_bytes` of bodies are read (at least one message).
+/// Where a queue's stored messages are: its persisted ones under its store id (a durable
+/// queue), its spilled ones under its spill id.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Source {
+    pub(crate) queue: Option<u64>,
+    pub(crate) spill: u64,
+}
+
+/// Up to `limit` of a queue's stored messages from position `from_seq` on, persisted and
+/// spilled merged in position order, each with whether it was spilled.
+pub(crate) fn read_merged(
+    snapshot: &Snapshot,
+    source: Source,
+    from_seq: u64,
+    limit: usize,
+) -> Result<Vec<(StoredMessage, bool)>, StoreError> {
+    let persisted = match source.queue {
+        Some(id) => snapshot.queue_messages(id, from_seq, limit)?,
+        None => Vec::new(),
+    };
+    let spilled = snapshot.spilled_messages(source.spill, from_seq, limit)?;
+    if spilled.is_empty() {
+        return Ok(persisted.into_iter().map(|m| (m, false)).collect());
+    }
+    let mut merged = Vec::with_capacity(limit.min(persisted.len() + spilled.len()));
+    let (mut persisted, mut spilled) = (
+        persisted.into_iter().peekable(),
+        spilled.into_iter().peekable(),
+    );
+    while merged.len() < limit {
+        let from_spill = match (persisted.peek(), spilled.peek()) {
+            (None, None) => break,
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            (Some(p), Some(s)) => s.seq < p.seq,
+        };
+        let next = if from_spill {
+            spilled.next()
+        } else {
+            persisted.next()
+        };
+        if let Some(message) = next {
+            merged.push((message, from_spill));
+        }
+    }
+    Ok(merged)
+}
+
+/// Reads the page `request` asks for of the queue stored under `source`, stopping early
+/// once `max_bytes` of bodies are read (at least one message).
 pub(crate) fn read_page(
     store: &Store,
-    id: u64,
+    source: Source,
     request: PageRequest,
     max_bytes: u64,
 ) -> Result<Page, StoreError> {
     let snapshot: Snapshot = store.snapshot()?;
-    let stored = snapshot.queue_messages(id, request.from_seq, request.limit)?;
+    let stored = read_merged(&snapshot, source, request.from_seq, request.limit)?;
     let mut page = Page {
         entries: Vec::with_capacity(stored.len()),
         next_seq: request.from_seq,
         skipped: 0,
         exhausted: stored.len() < request.limit,
+        spilled: false,
     };
     let mut bytes = 0;
-    for message in stored {
+    for (message, spilled) in stored {
         if message.seq >= request.end_seq {
             page.exhausted = true;
             break;
@@ -131,10 +215,12 @@ pub(crate) fn read_page(
         }
         bytes += message.message.body_len() as u64;
         page.next_seq = message.seq + 1;
+        page.spilled |= spilled;
         page.entries.push(StoredEntry {
             seq: message.seq,
             expires_at: (message.expires_at_ms != 0).then_some(message.expires_at_ms),
             redelivered: message.state.redelivered,
+            spilled,
             message: message.message,
         });
     }

@@ -1,8 +1,8 @@
-//! Which of a paging queue's persists the store has committed: a message may leave memory
-//! only once the store has it (a page read must find it).
+//! Which of a paging queue's store writes are committed: a message may leave memory only
+//! once the store has it (a page read must find it).
 
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
@@ -10,13 +10,22 @@ use parking_lot::Mutex;
 #[derive(Debug, Default)]
 pub(crate) struct StoreProgress {
     /// Every persist below this position has completed. One queue's persists are submitted
-    /// in position order under its lock and committed in submission order.
+    /// in position order under its lock and committed in submission order. A spill, which
+    /// comes later than the persists of the messages after it, is submitted after every
+    /// persist below its position too: its completion moves this as well.
     completed_below: AtomicU64,
-    /// Positions whose persist failed (the publisher was nacked; the message stays in
-    /// memory and is never left in the store).
+    /// Positions whose write failed (the publisher was nacked, or the spill is given up; the
+    /// message stays in memory and never joins the run).
     failed: Mutex<BTreeSet<u64>>,
     /// Whether `failed` holds anything: the common case reads one atomic.
     any_failed: AtomicBool,
+    /// Spills submitted and not completed, by position (a message spilled, read back and
+    /// spilled again may have two in flight).
+    spilling: Mutex<BTreeMap<u64, u32>>,
+    /// Whether `spilling` holds anything.
+    any_spilling: AtomicBool,
+    /// Spills submitted and not completed.
+    in_flight: AtomicUsize,
 }
 
 impl StoreProgress {
@@ -29,14 +38,95 @@ impl StoreProgress {
         self.stored_below(seq.saturating_add(1));
     }
 
+    /// A spill of `seq` is about to be submitted: until it completes, `seq` is not stored.
+    pub(crate) fn spilling(&self, seq: u64) {
+        if self.any_failed.load(Ordering::Acquire) {
+            // Spilled again after a failed write: it is stored once this one commits.
+            let mut failed = self.failed.lock();
+            failed.remove(&seq);
+            self.any_failed.store(!failed.is_empty(), Ordering::Release);
+        }
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let mut spilling = self.spilling.lock();
+        *spilling.entry(seq).or_default() += 1;
+        self.any_spilling.store(true, Ordering::Release);
+    }
+
+    /// The spill of `seq` completed.
+    pub(crate) fn spilled(&self, seq: u64, committed: bool) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        {
+            let mut spilling = self.spilling.lock();
+            if let Some(n) = spilling.get_mut(&seq) {
+                *n -= 1;
+                if *n == 0 {
+                    spilling.remove(&seq);
+                }
+            }
+            self.any_spilling
+                .store(!spilling.is_empty(), Ordering::Release);
+        }
+        self.completed(seq, committed);
+    }
+
+    /// Spills submitted and not completed.
+    pub(crate) fn spills_in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     /// Everything below `seq` is stored (messages read back at start).
     pub(crate) fn stored_below(&self, seq: u64) {
         self.completed_below.fetch_max(seq, Ordering::AcqRel);
     }
 
-    /// Whether the message at `seq` (persisted by this queue) is committed.
+    /// Whether the write of `seq` failed (the store does not have it).
+    pub(crate) fn is_lost(&self, seq: u64) -> bool {
+        self.any_failed.load(Ordering::Acquire) && self.failed.lock().contains(&seq)
+    }
+
+    /// Whether the message at `seq` (persisted or spilled by this queue) is committed.
     pub(crate) fn is_stored(&self, seq: u64) -> bool {
         seq < self.completed_below.load(Ordering::Acquire)
+            && !(self.any_spilling.load(Ordering::Acquire)
+                && self.spilling.lock().contains_key(&seq))
             && !(self.any_failed.load(Ordering::Acquire) && self.failed.lock().contains(&seq))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spill_is_stored_only_once_its_own_write_completed() {
+        let progress = StoreProgress::default();
+        // A transient message at 3 is spilled after the persist of 5 was submitted.
+        progress.spilling(3);
+        progress.completed(5, true);
+        assert!(progress.is_stored(4));
+        assert!(!progress.is_stored(3));
+        progress.spilled(3, true);
+        assert!(progress.is_stored(3));
+    }
+
+    #[test]
+    fn a_second_spill_in_flight_keeps_the_message_unstored() {
+        let progress = StoreProgress::default();
+        progress.spilling(7);
+        progress.spilling(7);
+        progress.spilled(7, true);
+        assert!(!progress.is_stored(7));
+        progress.spilled(7, true);
+        assert!(progress.is_stored(7));
+    }
+
+    #[test]
+    fn a_failed_spill_is_never_stored() {
+        let progress = StoreProgress::default();
+        progress.spilling(2);
+        progress.spilled(2, false);
+        progress.completed(9, true);
+        assert!(!progress.is_stored(2));
+        assert!(progress.is_stored(1));
     }
 }

@@ -119,6 +119,24 @@ pub enum Effect<C> {
         /// The first position after it.
         end_seq: u64,
     },
+    /// Store hook (memory pressure): a message the store does not have, beyond the window,
+    /// is to be written to the spill table; it leaves memory once that write is committed.
+    Spill {
+        /// Its position.
+        seq: u64,
+        /// The message as the queue keeps it.
+        message: crate::SpilledMessage,
+        /// When it expires (ms since the epoch).
+        expires_at: Option<u64>,
+    },
+    /// Store hook: the spilled records at positions `from_seq..end_seq` are not needed any
+    /// more (their messages were read back, left the queue, or were purged).
+    Unspill {
+        /// The first position.
+        from_seq: u64,
+        /// The first position after the range.
+        end_seq: u64,
+    },
 }
 
 /// A persisted message's delivery state as a restart must bring it back.

@@ -15,6 +15,8 @@ mod paging_tests;
 mod proptests;
 mod settings;
 #[cfg(test)]
+mod spill_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
@@ -177,6 +179,49 @@ impl<C: Clone> QueueState<C> {
     pub fn enable_paging(&mut self, window: Paging) {
         if self.settings.max_priority == 0 {
             self.paging = Some(window);
+        }
+    }
+
+    /// As [`QueueState::enable_paging`], for a queue whose persistent messages the owner
+    /// does not store (a transient or exclusive queue): its messages leave memory only when
+    /// spilled ([`QueueState::spill`]).
+    pub fn enable_spill_paging(&mut self, window: Paging) {
+        self.messages.set_stores_persistent(false);
+        self.enable_paging(window);
+    }
+
+    /// Whether the queue ever spilled a message (its spilled records may still exist).
+    pub fn has_spilled(&self) -> bool {
+        self.messages.has_spilled()
+    }
+
+    /// After a command, before [`QueueState::page`]: under memory pressure (`pressed`) the
+    /// messages beyond the window the store does not have (never written, or `lost`: their
+    /// write failed) are spilled ([`Effect::Spill`]), at most `budget` of them (the owner
+    /// bounds what is in flight to the store);
+    /// and the spilled records no longer needed are dropped ([`Effect::Unspill`]).
+    pub fn spill(
+        &mut self,
+        pressed: bool,
+        lost: impl Fn(u64) -> bool,
+        budget: usize,
+        fx: &mut Effects<C>,
+    ) {
+        let Some(window) = self.paging else {
+            return;
+        };
+        for (from_seq, end_seq) in self.messages.take_unspilled() {
+            fx.push(Effect::Unspill { from_seq, end_seq });
+        }
+        if pressed && !self.deleted {
+            self.messages
+                .spill(window, lost, budget, |seq, message, expires_at| {
+                    fx.push(Effect::Spill {
+                        seq,
+                        message,
+                        expires_at,
+                    });
+                });
         }
     }
 

@@ -60,6 +60,7 @@ fn stored(seq: u64) -> StoredEntry {
         message: PackedMessage::pack(&persistent(format!("m{seq}"))),
         expires_at: None,
         redelivered: false,
+        spilled: false,
     }
 }
 
@@ -71,6 +72,7 @@ fn read(request: PageRequest) -> Page {
         next_seq: last,
         skipped: 0,
         exhausted: last == request.end_seq,
+        spilled: false,
     }
 }
 

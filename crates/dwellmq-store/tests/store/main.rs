@@ -15,3 +15,4 @@ mod open;
 #[path = "../sim/mod.rs"]
 mod sim;
 mod simulate;
+mod spilled;
