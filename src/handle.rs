@@ -497,11 +497,6 @@ impl BrokerHandle {
         self.state.memory.high_watermark()
     }
 
-    /// How many times the memory alarm went on (blocking publishers) since start.
-    pub fn memory_alarms(&self) -> u64 {
-        self.state.memory.alarms()
-    }
-
     /// Whether publishers are blocked because of the store (writes failing, or more queued
     /// for the disk than `Limits::store_backlog_bytes`): RabbitMQ's disk alarm.
     pub fn disk_alarm(&self) -> bool {

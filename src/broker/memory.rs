@@ -72,8 +72,6 @@ pub(crate) struct MemoryMonitor {
     /// included): memory pressure, before the alarm.
     paging_threshold: i64,
     blocked: watch::Sender<bool>,
-    /// How many times the alarm went on.
-    alarms: std::sync::atomic::AtomicU64,
 }
 
 impl MemoryMonitor {
@@ -92,7 +90,6 @@ impl MemoryMonitor {
             paging_threshold: i64::try_from(threshold).unwrap_or(i64::MAX),
             high_watermark: i64::try_from(high_watermark).unwrap_or(i64::MAX),
             blocked: watch::channel(high_watermark == 0).0,
-            alarms: Default::default(),
         })
     }
 
@@ -127,7 +124,6 @@ impl MemoryMonitor {
                 high_watermark = self.high_watermark,
                 "memory alarm set: blocking publishers"
             );
-            self.alarms.fetch_add(1, Ordering::Relaxed);
             self.blocked.send_replace(true);
         }
     }
@@ -160,11 +156,6 @@ impl MemoryMonitor {
     }
 
     /// Above this, publishers are blocked.
-    /// How many times the alarm went on since start.
-    pub(crate) fn alarms(&self) -> u64 {
-        self.alarms.load(Ordering::Relaxed)
-    }
-
     pub(crate) fn high_watermark(&self) -> u64 {
         self.high_watermark.max(0) as u64
     }

@@ -109,6 +109,8 @@ pub(crate) struct Queue {
     progress: Option<Arc<StoreProgress>>,
     /// Names its spilled records in the store (a queue that pages; 0 otherwise).
     spill_id: u64,
+    /// A nudge (see `PageReader::nudge`) is asked for and has not run yet: one at a time.
+    nudge_pending: std::sync::atomic::AtomicBool,
 }
 
 impl Queue {
@@ -156,6 +158,7 @@ impl Queue {
             config,
             progress,
             spill_id,
+            nudge_pending: Default::default(),
             inner: Mutex::new(Inner {
                 state,
                 effects: Effects::new(),
@@ -466,6 +469,8 @@ impl Queue {
 
     /// Runs the paging steps with no command (a failed spill is written again).
     pub(crate) fn nudge(self: &Arc<Self>) {
+        self.nudge_pending
+            .store(false, std::sync::atomic::Ordering::Release);
         self.run_at(Time::IfUsed, |_, _, _| ());
     }
 
@@ -494,7 +499,15 @@ impl Queue {
                 }
                 if let Err(e) = &outcome {
                     tracing::warn!(error = %e, "spilling messages failed; they are spilled again");
-                    runtime.page_reader.nudge_later(queue);
+                }
+                let Some(strong) = queue.upgrade() else {
+                    return;
+                };
+                if !strong
+                    .nudge_pending
+                    .swap(true, std::sync::atomic::Ordering::AcqRel)
+                {
+                    runtime.page_reader.nudge(queue, outcome.is_err());
                 }
             }),
         );

@@ -32,12 +32,12 @@ struct Job {
 enum Task {
     /// Read a page and hand it to the queue.
     Read(PageRequest),
-    /// Run the queue's paging steps again at `at` (its spills failed: they are written
-    /// again, even if no command comes meanwhile).
+    /// Run the queue's paging steps again at `at` (its spills completed: see
+    /// [`PageReader::nudge`]).
     Nudge(Instant),
 }
 
-/// How long after a failed spill the queue tries again.
+/// How long after a failed spill the queue writes it again.
 const NUDGE_AFTER: Duration = Duration::from_millis(50);
 
 /// The broker's page reader.
@@ -62,11 +62,18 @@ impl PageReader {
         })
     }
 
-    /// Has `queue` run its paging steps again shortly (a spill of it failed).
-    pub(crate) fn nudge_later(&self, queue: Weak<Queue>) {
+    /// Has `queue` run its paging steps again: at once after its spills committed (what
+    /// they wrote may leave memory even if no command comes, as when the memory alarm
+    /// blocks its publishers), shortly after they failed (they are written again).
+    pub(crate) fn nudge(&self, queue: Weak<Queue>, failed: bool) {
+        let at = if failed {
+            Instant::now() + NUDGE_AFTER
+        } else {
+            Instant::now()
+        };
         let job = Job {
             queue,
-            task: Task::Nudge(Instant::now() + NUDGE_AFTER),
+            task: Task::Nudge(at),
         };
         if !self.send(job) {
             tracing::warn!(

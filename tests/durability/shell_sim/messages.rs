@@ -62,17 +62,22 @@ impl Sim {
         (acked, nacked)
     }
 
-    /// Publishes 1-8 messages straight to a queue (transient ones to the quorum queue, which
-    /// keeps them all the same).
+    /// Publishes 1-8 messages straight to a queue, a third of them transient.
     pub(super) async fn publish_batch(&mut self) -> String {
         let queue = self.rng.pick(&QUEUES);
         let n = 1 + self.rng.below(8);
         let mut confirms = Vec::new();
         for _ in 0..n {
             let id = self.next_id();
-            let transient = queue == "q1" && self.rng.below(2) == 0;
+            // Transient ones to the quorum queue (which keeps them all the same) and to the
+            // classic queues (which spill them under memory pressure; a restart loses them).
+            let classic = matches!(queue, "q0" | "q2" | "dead");
+            let transient = (queue == "q1" || classic) && self.rng.below(3) == 0;
             if transient {
                 self.log.push(format!("  ({id} transient)"));
+                if classic {
+                    self.transient.push(id);
+                }
             }
             let properties = if transient {
                 BasicProperties::default()

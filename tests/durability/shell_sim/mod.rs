@@ -9,7 +9,8 @@
 //! checks them against a model (`model.rs`): a confirmed message not removed is there exactly
 //! once, a removal known to be committed never comes back, nothing is there twice. The classic
 //! queues page with a window of 4 messages, so paged-out messages are read back, acked,
-//! purged and crashed with.
+//! purged and crashed with; memory is always under pressure, so their transient messages are
+//! spilled to disk and paged out among the persistent ones (and gone after a restart).
 //!
 //! CI runs a few seeds. `DWELLMQ_SHELL_SIM_SECONDS=N` runs seed after seed for N seconds
 //! (`cargo test --release --test durability shell_sim -- --nocapture`), and
@@ -112,6 +113,9 @@ struct Sim {
     ch: Option<Channel>,
     definitions: Definitions,
     log: Vec<String>,
+    /// Transient messages published to classic queues since the last start: a restart loses
+    /// them.
+    transient: Vec<u64>,
     /// What the step under way rolled (for a report of a stuck one).
     last_roll: u64,
     report: Report,
@@ -127,6 +131,9 @@ fn config(dir: &DataDir, faults: &Arc<StoreFaults>, now_ms: u64) -> BrokerConfig
     // A window of 4: the classic queues leave most of what they hold in the store only, and
     // read it back (and restart without reading it) while every failure happens.
     config.limits.queue_window_messages = PAGING_WINDOW;
+    // Memory is always under pressure: the classic queues spill their transient messages
+    // beyond the window too.
+    config.limits.memory_paging_ratio = 1e-12;
     config
 }
 
@@ -166,6 +173,7 @@ impl Sim {
             ch: None,
             definitions: Definitions::default(),
             log: Vec::new(),
+            transient: Vec::new(),
             last_roll: 0,
             report: Report::default(),
         };
@@ -193,6 +201,8 @@ impl Sim {
     }
 
     async fn start(&mut self, now_ms: u64) {
+        let lost = std::mem::take(&mut self.transient);
+        self.model.lost_with_restart(lost);
         let start = Broker::start(config(&self.dir, &self.faults, now_ms));
         let broker = match tokio::time::timeout(STUCK, start).await {
             Ok(Ok(broker)) => broker,

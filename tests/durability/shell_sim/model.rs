@@ -183,6 +183,17 @@ impl Model {
             .collect();
     }
 
+    /// A restart: `ids` (transient messages in classic queues) are gone for good, wherever
+    /// they were (in memory, or spilled to disk under memory pressure).
+    pub fn lost_with_restart(&mut self, ids: impl IntoIterator<Item = u64>) {
+        for id in ids {
+            self.must.remove(&id);
+            self.maybe.remove(&id);
+            self.removing.remove(&id);
+            self.gone.insert(id);
+        }
+    }
+
     /// Confirmed messages not removed.
     pub fn confirmed_count(&self) -> usize {
         self.must.len()
