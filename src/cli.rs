@@ -14,7 +14,7 @@ use dwellmq::{
 /// The `--help` text, with the built-in defaults of [`Limits`].
 pub(crate) fn usage() -> String {
     let l = Limits::default();
-    let limits: [(&str, String, &str); 10] = [
+    let limits: [(&str, String, &str); 11] = [
         (
             "frame_max",
             l.frame_max.to_string(),
@@ -55,6 +55,11 @@ pub(crate) fn usage() -> String {
             "store_backlog_bytes",
             l.store_backlog_bytes.to_string(),
             "queued for the disk before publishers block",
+        ),
+        (
+            "store_cache_bytes",
+            l.store_cache_bytes.to_string(),
+            "the store's page cache (not counted by the watermark)",
         ),
         (
             "disk_free_limit",
@@ -151,6 +156,7 @@ const LIMIT_KEYS: &[&str] = &[
     "memory_high_watermark_paging_ratio",
     "handshake_timeout_ms",
     "store_backlog_bytes",
+    "store_cache_bytes",
     "disk_free_limit",
 ];
 
@@ -505,6 +511,7 @@ fn apply_table(
                         "max_connections" => l.max_connections = n as usize,
                         "max_message_size" => l.max_message_size = n,
                         "store_backlog_bytes" => l.store_backlog_bytes = n,
+                        "store_cache_bytes" => l.store_cache_bytes = n,
                         "handshake_timeout_ms" => {
                             l.handshake_timeout = std::time::Duration::from_millis(n)
                         }

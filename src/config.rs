@@ -238,6 +238,10 @@ pub struct Limits {
     /// blocked (`connection.blocked`, `low on disk`) until the backlog is down to half of it.
     /// Bounds what publishers without confirms can pile up in front of a slow disk.
     pub store_backlog_bytes: u64,
+    /// With a data directory: the store's page cache (redb's), in octets. Not counted
+    /// against the memory watermark: with the broker's base it is most of the memory a
+    /// broker paging under pressure holds beyond the watermark. 64 MiB by default.
+    pub store_cache_bytes: u64,
     /// With a data directory: below this much free space on its file system, publishing
     /// connections are blocked (`connection.blocked`, `low on disk`) before the disk fills up.
     pub disk_free_limit: DiskFreeLimit,
@@ -261,6 +265,7 @@ impl Default for Limits {
             memory_high_watermark: MemoryWatermark::DEFAULT,
             memory_paging_ratio: 0.5,
             store_backlog_bytes: 64 << 20,
+            store_cache_bytes: 64 << 20,
             disk_free_limit: DiskFreeLimit::DEFAULT,
             queue_window_messages: dwellmq_core::paging::Paging::DEFAULT.window_messages,
             queue_window_bytes: dwellmq_core::paging::Paging::DEFAULT.window_bytes,

@@ -160,6 +160,7 @@ impl Broker {
                         after_batch: crate::server::channel::send_settled,
                         alarm: disk.hook(),
                         backlog_bytes: config.limits.store_backlog_bytes,
+                        cache_bytes: config.limits.store_cache_bytes,
                     };
                     move || crate::broker::persist::open(&dir, options)
                 })

@@ -39,6 +39,8 @@ pub(crate) struct StoreSettings {
     pub(crate) alarm: dwellmq_store::AlarmHook,
     /// The backlog alarm's high mark; it clears at half.
     pub(crate) backlog_bytes: u64,
+    /// redb's page cache.
+    pub(crate) cache_bytes: u64,
 }
 
 /// Opens the store in `dir` (created if absent): refused if another broker holds it, or if
@@ -55,6 +57,7 @@ pub(crate) fn open(
     options.on_alarm = Some(settings.alarm);
     options.backlog_high = settings.backlog_bytes;
     options.backlog_low = settings.backlog_bytes / 2;
+    options.cache_bytes = usize::try_from(settings.cache_bytes).unwrap_or(usize::MAX);
     Store::open_with(dir, options)
 }
 

@@ -26,6 +26,12 @@ pub(crate) struct StoreProgress {
     any_spilling: AtomicBool,
     /// Spills submitted and not completed.
     in_flight: AtomicUsize,
+    /// Positions whose last spill failed: spilled again. (A failed persist is not: its
+    /// submission may have been carried into a later commit with its group, so the store
+    /// may have it after all; a spill written twice only writes its record again.)
+    spill_failed: Mutex<BTreeSet<u64>>,
+    /// Whether `spill_failed` holds anything.
+    any_spill_failed: AtomicBool,
 }
 
 impl StoreProgress {
@@ -40,11 +46,12 @@ impl StoreProgress {
 
     /// A spill of `seq` is about to be submitted: until it completes, `seq` is not stored.
     pub(crate) fn spilling(&self, seq: u64) {
-        if self.any_failed.load(Ordering::Acquire) {
-            // Spilled again after a failed write: it is stored once this one commits.
-            let mut failed = self.failed.lock();
+        if self.any_spill_failed.load(Ordering::Acquire) {
+            // Spilled again after a failed spill: it is stored once this one commits.
+            let mut failed = self.spill_failed.lock();
             failed.remove(&seq);
-            self.any_failed.store(!failed.is_empty(), Ordering::Release);
+            self.any_spill_failed
+                .store(!failed.is_empty(), Ordering::Release);
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let mut spilling = self.spilling.lock();
@@ -66,7 +73,11 @@ impl StoreProgress {
             self.any_spilling
                 .store(!spilling.is_empty(), Ordering::Release);
         }
-        self.completed(seq, committed);
+        if !committed {
+            self.spill_failed.lock().insert(seq);
+            self.any_spill_failed.store(true, Ordering::Release);
+        }
+        self.stored_below(seq.saturating_add(1));
     }
 
     /// Spills submitted and not completed.
@@ -79,17 +90,18 @@ impl StoreProgress {
         self.completed_below.fetch_max(seq, Ordering::AcqRel);
     }
 
-    /// Whether the write of `seq` failed (the store does not have it).
+    /// Whether the last spill of `seq` failed (it is spilled again).
     pub(crate) fn is_lost(&self, seq: u64) -> bool {
-        self.any_failed.load(Ordering::Acquire) && self.failed.lock().contains(&seq)
+        self.any_spill_failed.load(Ordering::Acquire) && self.spill_failed.lock().contains(&seq)
     }
 
     /// Whether the message at `seq` (persisted or spilled by this queue) is committed.
     pub(crate) fn is_stored(&self, seq: u64) -> bool {
-        seq < self.completed_below.load(Ordering::Acquire)
-            && !(self.any_spilling.load(Ordering::Acquire)
-                && self.spilling.lock().contains_key(&seq))
-            && !(self.any_failed.load(Ordering::Acquire) && self.failed.lock().contains(&seq))
+        let completed = seq < self.completed_below.load(Ordering::Acquire);
+        let in_flight =
+            self.any_spilling.load(Ordering::Acquire) && self.spilling.lock().contains_key(&seq);
+        let failed = self.any_failed.load(Ordering::Acquire) && self.failed.lock().contains(&seq);
+        completed && !in_flight && !failed && !self.is_lost(seq)
     }
 }
 
@@ -121,12 +133,26 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_spill_is_never_stored() {
+    fn a_failed_spill_is_not_stored_until_spilled_again() {
         let progress = StoreProgress::default();
         progress.spilling(2);
         progress.spilled(2, false);
         progress.completed(9, true);
         assert!(!progress.is_stored(2));
+        assert!(progress.is_lost(2));
         assert!(progress.is_stored(1));
+        progress.spilling(2);
+        assert!(!progress.is_lost(2));
+        progress.spilled(2, true);
+        assert!(progress.is_stored(2));
+    }
+
+    #[test]
+    fn a_failed_persist_is_never_spilled() {
+        // Its group may have carried it into a later commit: the store may have it.
+        let progress = StoreProgress::default();
+        progress.completed(4, false);
+        assert!(!progress.is_stored(4));
+        assert!(!progress.is_lost(4));
     }
 }
