@@ -333,7 +333,7 @@ impl Queue {
         // Forgets and state changes: one detached submission per command.
         let mut detached = Vec::new();
         // Spills: one submission per command, its completion telling each one's commit.
-        let mut spills = Vec::new();
+        let (mut spills, mut spilled_seqs) = (Vec::new(), Vec::new());
         // Added once after the loop, under the same lock: one atomic add per batch of
         // deliveries, not per message.
         let mut delivered = 0;
@@ -428,15 +428,22 @@ impl Queue {
                     seq,
                     message,
                     expires_at,
-                } => spills.push(dwellmq_store::Op::Spill {
-                    spill: self.spill_id,
-                    seq,
-                    expires_at_ms: expires_at.unwrap_or(0),
-                    message: match message {
-                        SpilledMessage::Packed(packed) => dwellmq_store::Payload::Packed(packed),
-                        SpilledMessage::Shared(message) => dwellmq_store::Payload::Message(message),
-                    },
-                }),
+                } => {
+                    spilled_seqs.push(seq);
+                    spills.push(dwellmq_store::Op::Spill {
+                        spill: self.spill_id,
+                        seq,
+                        expires_at_ms: expires_at.unwrap_or(0),
+                        message: match message {
+                            SpilledMessage::Packed(packed) => {
+                                dwellmq_store::Payload::Packed(packed)
+                            }
+                            SpilledMessage::Shared(message) => {
+                                dwellmq_store::Payload::Message(message)
+                            }
+                        },
+                    });
+                }
                 Effect::Unspill { from_seq, end_seq } => {
                     detached.push(dwellmq_store::Op::Unspill {
                         spill: self.spill_id,
@@ -463,7 +470,7 @@ impl Queue {
             store.submit_detached(detached);
         }
         if !spills.is_empty() {
-            self.submit_spills(spills);
+            self.submit_spills(spills, spilled_seqs);
         }
     }
 
@@ -475,17 +482,10 @@ impl Queue {
     }
 
     /// Writes a command's spills; each message may leave memory once they are committed.
-    fn submit_spills(self: &Arc<Self>, spills: Vec<dwellmq_store::Op>) {
+    fn submit_spills(self: &Arc<Self>, spills: Vec<dwellmq_store::Op>, seqs: Vec<u64>) {
         let (Some(store), Some(progress)) = (&self.runtime.store, &self.progress) else {
             return;
         };
-        let seqs: Vec<u64> = spills
-            .iter()
-            .filter_map(|op| match op {
-                dwellmq_store::Op::Spill { seq, .. } => Some(*seq),
-                _ => None,
-            })
-            .collect();
         for &seq in &seqs {
             progress.spilling(seq);
         }
@@ -561,10 +561,7 @@ impl Queue {
         let Some(store) = &self.runtime.store else {
             return None;
         };
-        let source = page_reader::Source {
-            queue: self.store_id.get().copied(),
-            spill: self.spill_id,
-        };
+        let source = self.stored_source();
         let max_bytes = self.runtime.paging.window_bytes / 2;
         let mut pauses = pauses.iter();
         loop {
@@ -578,6 +575,15 @@ impl Queue {
                     std::thread::sleep(*pause);
                 }
             }
+        }
+    }
+
+    /// Where its stored messages are: persisted ones under its store id, spilled ones under
+    /// its spill id.
+    fn stored_source(&self) -> page_reader::Source {
+        page_reader::Source {
+            queue: self.store_id.get().copied(),
+            spill: self.spill_id,
         }
     }
 
@@ -969,10 +975,7 @@ impl Queue {
         let Some(store) = &self.runtime.store else {
             return Vec::new();
         };
-        let source = page_reader::Source {
-            queue: self.store_id.get().copied(),
-            spill: self.spill_id,
-        };
+        let source = self.stored_source();
         let stored = store
             .snapshot()
             .and_then(|snapshot| page_reader::read_merged(&snapshot, source, run.first_seq, limit))

@@ -26,6 +26,21 @@ fn config(dir: &DataDir) -> BrokerConfig {
     config
 }
 
+/// A broker on `dir`, a confirming channel to it, and the queue `queue` declared.
+async fn start_with_queue(
+    dir: &DataDir,
+    queue: &str,
+    durable: bool,
+) -> (BrokerHandle, lapin::Connection, Channel) {
+    let broker = Broker::start(config(dir)).await.expect("starts");
+    let (connection, ch) = channel(&broker).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    declare(&ch, queue, durable, FieldTable::default()).await;
+    (broker, connection, ch)
+}
+
 /// A 1 KiB body that names message `i`.
 fn body_of(i: usize) -> String {
     format!("m{i:05}-{}", "x".repeat(1018))
@@ -74,12 +89,7 @@ fn names(range: impl Iterator<Item = usize>) -> Vec<String> {
 #[tokio::test]
 async fn a_transient_queue_under_pressure_pages_to_disk_without_blocking_publishers() {
     let dir = DataDir::new("spilling-transient");
-    let broker = Broker::start(config(&dir)).await.expect("starts");
-    let (_connection, ch) = channel(&broker).await;
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirms");
-    declare(&ch, "t", false, FieldTable::default()).await;
+    let (broker, _connection, ch) = start_with_queue(&dir, "t", false).await;
     // 2,000 KiB of bodies against a 256 KiB watermark, nobody consuming: without spilling
     // the alarm would block the publisher for good. (It may go on for a moment when the
     // disk falls behind; what was spilled then leaves memory and lets it go.)
@@ -108,12 +118,7 @@ async fn a_transient_queue_under_pressure_pages_to_disk_without_blocking_publish
 #[tokio::test]
 async fn a_durable_queue_spills_its_transient_messages_and_a_restart_keeps_only_the_persistent() {
     let dir = DataDir::new("spilling-durable");
-    let broker = Broker::start(config(&dir)).await.expect("starts");
-    let (connection, ch) = channel(&broker).await;
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirms");
-    declare(&ch, "d", true, FieldTable::default()).await;
+    let (broker, connection, ch) = start_with_queue(&dir, "d", true).await;
     // Every third message persistent: without spilling, the first transient one beyond the
     // window would keep everything behind it in memory.
     publish(&ch, "d", 0..1500, |i| i % 3 == 0).await;
@@ -143,12 +148,7 @@ async fn a_durable_queue_spills_its_transient_messages_and_a_restart_keeps_only_
 #[tokio::test]
 async fn spills_whose_commits_fail_stay_in_memory_and_nothing_is_lost() {
     let dir = DataDir::new("spilling-failures");
-    let broker = Broker::start(config(&dir)).await.expect("starts");
-    let (_connection, ch) = channel(&broker).await;
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirms");
-    declare(&ch, "t", false, FieldTable::default()).await;
+    let (broker, _connection, ch) = start_with_queue(&dir, "t", false).await;
     publish(&ch, "t", 0..300, |_| false).await;
     // The next commits carrying spills fail: what they carried stays in memory.
     broker.fail_next_writes(5);
@@ -167,12 +167,7 @@ async fn spills_whose_commits_fail_stay_in_memory_and_nothing_is_lost() {
 #[tokio::test]
 async fn a_purge_and_a_delete_drop_what_was_spilled() {
     let dir = DataDir::new("spilling-purge");
-    let broker = Broker::start(config(&dir)).await.expect("starts");
-    let (_connection, ch) = channel(&broker).await;
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .expect("confirms");
-    declare(&ch, "t", false, FieldTable::default()).await;
+    let (broker, _connection, ch) = start_with_queue(&dir, "t", false).await;
     publish(&ch, "t", 0..600, |_| false).await;
     sync(&ch).await;
     assert!(paged_out(&broker, "t") > 0);

@@ -76,7 +76,8 @@ pub struct StoredEntry {
     /// Whether it was delivered before (a restart's redelivered flag).
     pub redelivered: bool,
     /// Whether it was spilled (a transient message left on disk under memory pressure)
-    /// rather than persisted.
+    /// rather than persisted: a page holding one has the spilled records up to its end
+    /// dropped once it is taken in.
     pub spilled: bool,
 }
 
@@ -93,7 +94,4 @@ pub struct Page {
     /// The read reached the end of the run as its request knew it (`PageRequest::end_seq`):
     /// nothing more is stored up to there. The run may have grown since.
     pub exhausted: bool,
-    /// Spilled records were read (or may have been: skipped ones): the queue's owner drops
-    /// the spilled records up to `next_seq` once the page is taken in.
-    pub spilled: bool,
 }

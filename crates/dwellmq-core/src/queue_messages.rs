@@ -587,17 +587,9 @@ impl QueueMessages {
         let pageable = |w: &Waiting| w.written && stored(w.seq);
         if self.paged.is_none() {
             let head = &mut self.levels[0];
-            let bytes = self.ready_bytes;
-            if head.len() <= window.window_messages && bytes <= window.window_bytes {
+            let Some(keep) = beyond_window(window, head.len(), self.ready_bytes) else {
                 return;
-            }
-            let mut keep = window.window_messages.min(head.len());
-            if bytes > window.window_bytes {
-                // In proportion: exact enough, and no walk over the window at every command.
-                let share =
-                    head.len() as u128 * u128::from(window.window_bytes) / u128::from(bytes);
-                keep = keep.min(share as usize);
-            }
+            };
             let Some(first) = head.get(keep) else {
                 return;
             };
@@ -666,16 +658,10 @@ impl QueueMessages {
         let keep = if has_run {
             0
         } else {
-            if list.len() <= window.window_messages && bytes <= window.window_bytes {
-                return;
+            match beyond_window(window, list.len(), bytes) {
+                Some(keep) => keep,
+                None => return,
             }
-            let mut keep = window.window_messages.min(list.len());
-            if bytes > window.window_bytes {
-                let share =
-                    list.len() as u128 * u128::from(window.window_bytes) / u128::from(bytes);
-                keep = keep.min(share as usize);
-            }
-            keep
         };
         let Some(first) = list.get(keep) else {
             return;
@@ -741,7 +727,7 @@ impl QueueMessages {
         if from_seq != paged.run.first_seq {
             return;
         }
-        if page.spilled {
+        if page.entries.iter().any(|entry| entry.spilled) {
             // Read back, a spilled message needs its record no more (nothing below the page's
             // end is in the run or the tail now).
             let end = page.next_seq;
@@ -778,6 +764,21 @@ impl QueueMessages {
             self.levels[0].extend(paged.tail);
         }
     }
+}
+
+/// With no run: how many of the `len` messages in memory (`bytes` of bodies) the window keeps,
+/// the rest lying beyond it; `None` if all fit.
+fn beyond_window(window: Paging, len: usize, bytes: u64) -> Option<usize> {
+    if len <= window.window_messages && bytes <= window.window_bytes {
+        return None;
+    }
+    let mut keep = window.window_messages.min(len);
+    if bytes > window.window_bytes {
+        // In proportion: exact enough, and no walk over the window at every command.
+        let share = len as u128 * u128::from(window.window_bytes) / u128::from(bytes);
+        keep = keep.min(share as usize);
+    }
+    Some(keep)
 }
 
 /// Where message `seq` sits in `level` (in position order), if it is there.

@@ -14,7 +14,8 @@ use crate::layout::{
 use crate::ops::Op;
 use crate::queue_counts::CountChanges;
 use crate::records::{
-    expiry_word, DeliveryState, HeldBody, HeldBy, HeldHeader, QueueDef, HELD_HEADER, MESSAGE_HEADER,
+    expiry_word, DeliveryState, HeldBody, HeldBy, HeldHeader, Payload, QueueDef, HELD_HEADER,
+    MESSAGE_HEADER,
 };
 
 type T<'t> = Table<'t, &'static [u8], &'static [u8]>;
@@ -246,13 +247,13 @@ impl<'t> Tables<'t> {
                     self.count_changes.removed(*queue, old.value());
                 }
                 self.count_changes.added(*queue, message.body_len() as u64);
-                let len = MESSAGE_HEADER + message.packed_len();
-                let mut slot = self.messages.insert_reserve(&key[..], len)?;
-                let out = slot.as_mut();
-                let word = expiry_word(*expires_at_ms, *delivered);
-                out[..MESSAGE_HEADER].copy_from_slice(&word.to_be_bytes());
-                message.write_packed(&mut out[MESSAGE_HEADER..]);
-                Ok(())
+                put_message(
+                    &mut self.messages,
+                    &key,
+                    *expires_at_ms,
+                    *delivered,
+                    message,
+                )
             }
             Op::SetState { queue, seq, state } => {
                 let key = message_key(*queue, *seq);
@@ -290,13 +291,7 @@ impl<'t> Tables<'t> {
                 message,
             } => {
                 let key = message_key(*spill, *seq);
-                let len = MESSAGE_HEADER + message.packed_len();
-                let mut slot = self.spilled.insert_reserve(&key[..], len)?;
-                let out = slot.as_mut();
-                let word = expiry_word(*expires_at_ms, false);
-                out[..MESSAGE_HEADER].copy_from_slice(&word.to_be_bytes());
-                message.write_packed(&mut out[MESSAGE_HEADER..]);
-                Ok(())
+                put_message(&mut self.spilled, &key, *expires_at_ms, false, message)
             }
             Op::Unspill {
                 spill,
@@ -639,6 +634,24 @@ impl<'t> Tables<'t> {
 
 fn queue_end(queue: u64) -> Option<[u8; 16]> {
     queue.checked_add(1).map(|next| pair(next, 0))
+}
+
+/// Writes a `messages` (or `spilled_messages`) record: the expiry word, then the message
+/// packed straight into redb's page (one copy).
+fn put_message(
+    table: &mut T<'_>,
+    key: &[u8],
+    expires_at_ms: u64,
+    delivered: bool,
+    message: &Payload,
+) -> Result<(), redb::StorageError> {
+    let len = MESSAGE_HEADER + message.packed_len();
+    let mut slot = table.insert_reserve(key, len)?;
+    let out = slot.as_mut();
+    let word = expiry_word(expires_at_ms, delivered);
+    out[..MESSAGE_HEADER].copy_from_slice(&word.to_be_bytes());
+    message.write_packed(&mut out[MESSAGE_HEADER..]);
+    Ok(())
 }
 
 fn put(table: &mut T<'_>, key: &[u8], value: &[u8]) -> Result<(), redb::StorageError> {

@@ -254,6 +254,21 @@ impl Snapshot {
         })
     }
 
+    /// The records of `table` keyed `u64 id ‖ u64 seq` with this id, from `from_seq` on.
+    fn positions_from<'t>(
+        &self,
+        table: &'t Table,
+        id: u64,
+        from_seq: u64,
+    ) -> Result<redb::Range<'t, &'static [u8], &'static [u8]>> {
+        let start = pair(id, from_seq);
+        match id.checked_add(1).map(|next| pair(next, 0)) {
+            Some(end) => table.range(&start[..]..&end[..]),
+            None => table.range(&start[..]..),
+        }
+        .map_err(|e| self.damaged(e))
+    }
+
     /// Up to `limit` messages of a queue in queue order, from sequence number `from_seq` on
     /// (page through a long queue rather than reading it whole).
     pub fn queue_messages(
@@ -264,21 +279,10 @@ impl Snapshot {
     ) -> Result<Vec<StoredMessage>> {
         let table = self.table(MESSAGES)?;
         let states = self.table(MESSAGE_STATE)?;
-        let start = pair(queue, from_seq);
-        let end = queue.checked_add(1).map(|next| pair(next, 0));
-        let range = match &end {
-            Some(end) => table.range(&start[..]..&end[..]),
-            None => table.range(&start[..]..),
-        }
-        .map_err(|e| self.damaged(e))?;
+        let range = self.positions_from(&table, queue, from_seq)?;
         // The few state records walk alongside the messages (both in key order): one scan
         // rather than a lookup per message.
-        let mut state_range = match &end {
-            Some(end) => states.range(&start[..]..&end[..]),
-            None => states.range(&start[..]..),
-        }
-        .map_err(|e| self.damaged(e))?
-        .peekable();
+        let mut state_range = self.positions_from(&states, queue, from_seq)?.peekable();
         let mut out = Vec::new();
         for entry in range.take(limit) {
             let (key, value) = entry.map_err(|e| self.damaged(e))?;
@@ -328,13 +332,7 @@ impl Snapshot {
         limit: usize,
     ) -> Result<Vec<StoredMessage>> {
         let table = self.table(SPILLED)?;
-        let start = pair(spill, from_seq);
-        let end = spill.checked_add(1).map(|next| pair(next, 0));
-        let range = match &end {
-            Some(end) => table.range(&start[..]..&end[..]),
-            None => table.range(&start[..]..),
-        }
-        .map_err(|e| self.damaged(e))?;
+        let range = self.positions_from(&table, spill, from_seq)?;
         let mut out = Vec::new();
         for entry in range.take(limit) {
             let (key, value) = entry.map_err(|e| self.damaged(e))?;

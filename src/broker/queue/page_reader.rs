@@ -208,7 +208,6 @@ pub(crate) fn read_page(
         next_seq: request.from_seq,
         skipped: 0,
         exhausted: stored.len() < request.limit,
-        spilled: false,
     };
     let mut bytes = 0;
     for (message, spilled) in stored {
@@ -222,7 +221,6 @@ pub(crate) fn read_page(
         }
         bytes += message.message.body_len() as u64;
         page.next_seq = message.seq + 1;
-        page.spilled |= spilled;
         page.entries.push(StoredEntry {
             seq: message.seq,
             expires_at: (message.expires_at_ms != 0).then_some(message.expires_at_ms),

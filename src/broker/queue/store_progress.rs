@@ -22,9 +22,8 @@ pub(crate) struct StoreProgress {
     /// Spills submitted and not completed, by position (a message spilled, read back and
     /// spilled again may have two in flight).
     spilling: Mutex<BTreeMap<u64, u32>>,
-    /// Whether `spilling` holds anything.
-    any_spilling: AtomicBool,
-    /// Spills submitted and not completed.
+    /// Spills submitted and not completed (the sum of `spilling`'s counts): the common case
+    /// reads this one atomic.
     in_flight: AtomicUsize,
     /// Positions whose last spill failed: spilled again. (A failed persist is not: its
     /// submission may have been carried into a later commit with its group, so the store
@@ -53,15 +52,12 @@ impl StoreProgress {
             self.any_spill_failed
                 .store(!failed.is_empty(), Ordering::Release);
         }
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let mut spilling = self.spilling.lock();
-        *spilling.entry(seq).or_default() += 1;
-        self.any_spilling.store(true, Ordering::Release);
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        *self.spilling.lock().entry(seq).or_default() += 1;
     }
 
     /// The spill of `seq` completed.
     pub(crate) fn spilled(&self, seq: u64, committed: bool) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
         {
             let mut spilling = self.spilling.lock();
             if let Some(n) = spilling.get_mut(&seq) {
@@ -70,9 +66,8 @@ impl StoreProgress {
                     spilling.remove(&seq);
                 }
             }
-            self.any_spilling
-                .store(!spilling.is_empty(), Ordering::Release);
         }
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
         if !committed {
             self.spill_failed.lock().insert(seq);
             self.any_spill_failed.store(true, Ordering::Release);
@@ -82,7 +77,7 @@ impl StoreProgress {
 
     /// Spills submitted and not completed.
     pub(crate) fn spills_in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
+        self.in_flight.load(Ordering::Acquire)
     }
 
     /// Everything below `seq` is stored (messages read back at start).
@@ -98,8 +93,7 @@ impl StoreProgress {
     /// Whether the message at `seq` (persisted or spilled by this queue) is committed.
     pub(crate) fn is_stored(&self, seq: u64) -> bool {
         let completed = seq < self.completed_below.load(Ordering::Acquire);
-        let in_flight =
-            self.any_spilling.load(Ordering::Acquire) && self.spilling.lock().contains_key(&seq);
+        let in_flight = self.spills_in_flight() > 0 && self.spilling.lock().contains_key(&seq);
         let failed = self.any_failed.load(Ordering::Acquire) && self.failed.lock().contains(&seq);
         completed && !in_flight && !failed && !self.is_lost(seq)
     }

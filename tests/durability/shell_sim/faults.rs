@@ -174,8 +174,6 @@ impl Sim {
             }
         }
         let broker = self.broker.take().expect("a broker runs");
-        let lost = std::mem::take(&mut self.transient);
-        self.model.lost_with_restart(lost);
         match bounded("a restart", broker.restart()).await {
             Ok(broker) => self.attach(broker).await,
             Err(e) => self.fail(&format!("the restart failed: {e}")),

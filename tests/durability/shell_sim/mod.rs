@@ -201,8 +201,6 @@ impl Sim {
     }
 
     async fn start(&mut self, now_ms: u64) {
-        let lost = std::mem::take(&mut self.transient);
-        self.model.lost_with_restart(lost);
         let start = Broker::start(config(&self.dir, &self.faults, now_ms));
         let broker = match tokio::time::timeout(STUCK, start).await {
             Ok(Ok(broker)) => broker,
@@ -212,7 +210,11 @@ impl Sim {
         self.attach(broker).await;
     }
 
+    /// Takes over a broker just started on the data directory (every start and restart
+    /// comes here): the transient messages of the one before are gone.
     async fn attach(&mut self, broker: BrokerHandle) {
+        let lost = std::mem::take(&mut self.transient);
+        self.model.lost_with_restart(lost);
         let open = async {
             let connection = connect(&broker).await;
             let ch = connection.create_channel().await.expect("channel");

@@ -12,12 +12,12 @@ use crate::PackedMessage;
 
 type Q = QueueState<u32>;
 
-const WINDOW: Paging = Paging {
+pub(super) const WINDOW: Paging = Paging {
     window_messages: 4,
     window_bytes: 1 << 20,
 };
 
-fn paging_queue() -> Q {
+pub(super) fn paging_queue() -> Q {
     let mut q = Q::new(
         QueueSettings {
             durable: true,
@@ -72,7 +72,6 @@ fn read(request: PageRequest) -> Page {
         next_seq: last,
         skipped: 0,
         exhausted: last == request.end_seq,
-        spilled: false,
     }
 }
 

@@ -7,16 +7,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use dwellmq_codec::BasicProperties;
 
+use super::paging_tests::{paging_queue as durable_queue, WINDOW};
 use super::*;
 use crate::paging::{Page, StoredEntry};
 use crate::PackedMessage;
 
 type Q = QueueState<u32>;
-
-const WINDOW: Paging = Paging {
-    window_messages: 4,
-    window_bytes: 1 << 20,
-};
 
 fn message(seq: u64, persistent: bool) -> Arc<Message> {
     Message::new(
@@ -34,19 +30,6 @@ fn message(seq: u64, persistent: bool) -> Arc<Message> {
 fn transient_queue() -> Q {
     let mut q = Q::new(QueueSettings::default(), false, 0);
     q.enable_spill_paging(WINDOW);
-    q
-}
-
-fn durable_queue() -> Q {
-    let mut q = Q::new(
-        QueueSettings {
-            durable: true,
-            ..Default::default()
-        },
-        false,
-        0,
-    );
-    q.enable_paging(WINDOW);
     q
 }
 
@@ -87,7 +70,6 @@ fn read(request: PageRequest, spilled: impl Fn(u64) -> bool) -> Page {
         })
         .collect();
     Page {
-        spilled: entries.iter().any(|e| e.spilled),
         entries,
         next_seq: last,
         skipped: 0,
