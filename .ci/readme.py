@@ -6,12 +6,17 @@
 
 1. Starts the broker with the README's first command (`cargo run --release -- --in-memory`),
    then runs the README's Python (pika) and Node.js (amqplib) examples against it. Each must exit
-   0 on its own within a time limit, so an example that leaves its connection open fails.
+   0 on its own within a time limit, so an example that leaves its connection open fails; the
+   Python one must show its 5-second delayed message arriving. Then the README's curl blocks
+   ($HTTP_URL: the aliveness check, the delayed-message endpoints) run against it as bash
+   scripts in which a failed request fails, their output checked.
 2. Starts the broker with the README's TOML example as its config file, with the command its
    first line prints, and checks what the README says of it: the configured user logs in,
    `guest` no longer does.
 3. Runs the test-double examples (pytest with the plugin from clients/python, node --test),
-   each starting the binary the first command built.
+   each starting the binary the first command built; the node one again without a binary, which
+   must fail at once saying so. Checks that the README's wheel line names the script that
+   .ci/run's wheel step builds, installs and tests the wheel with.
 4. Builds a scratch crate whose Cargo.toml has the README's dependency lines (the `path` pointing
    at this checkout) and runs the README's Rust example in it as a test; checks that
    tests/amqp/readme_example.rs is the same code (it runs with `cargo test --workspace`); and checks
@@ -22,7 +27,7 @@ repeated here: `.ci/run` runs the first ones, and benchmarks measure rather than
 
 Needs pika (`pip install pika==1.3.2`) and amqplib (`npm install --prefix tests/node`).
 If 127.0.0.1:5672 is taken (a RabbitMQ), the broker is started with `--listen 127.0.0.1:0` added,
-as the README advises. The examples get the printed URL in AMQP_URL, which they read.
+as the README advises. The examples get the printed URLs in AMQP_URL and HTTP_URL, which they read.
 
 Which binary the `cargo run` lines start:
 - DWELLMQ_BIN set (what .ci/run does): the README's `cargo run --release -- ARGS` lines are
@@ -51,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import queue
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,7 +122,8 @@ def target_dir() -> Path:
 
 
 class Broker:
-    """A broker process started by `command`; its first stdout line is its URL."""
+    """A broker process started by `command`; its first stdout line is its AMQP URL, the
+    second (unless HTTP is off) its HTTP URL."""
 
     def __init__(self, command: list[str], log: Path):
         step(f"$ {shlex.join(command)}")
@@ -128,17 +135,20 @@ class Broker:
             stdout=subprocess.PIPE,
             stderr=self.log,
         )
-        line: list[bytes] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()))
-        reader.daemon = True
-        reader.start()
-        reader.join(STARTUP_TIMEOUT)
-        self.url = line[0].decode().strip() if line else ""
+        # One reader for the process's life, so that it never blocks on a full pipe.
+        lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stdout], daemon=True).start()
+        self.url = self.http_url = ""
+        try:
+            self.url = lines.get(timeout=STARTUP_TIMEOUT).decode().strip()
+            # Both lines are printed together once the listeners are bound.
+            self.http_url = lines.get(timeout=STOP_TIMEOUT).decode().strip()
+        except queue.Empty:
+            pass
         if not self.url.startswith("amqp://"):
             self.stop()
             fail(f"no AMQP URL on stdout (got {self.url!r}); log: {log}\n{log.read_text()[-3000:]}")
-        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
-        step(f"broker listening: {self.url}")
+        step(f"broker listening: {self.url} {self.http_url}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -202,25 +212,42 @@ def with_free_port(command: list[str]) -> tuple[list[str], bool]:
     return command + ["--listen", "127.0.0.1:0"], True
 
 
-def run_example(what: str, command: list[str], env: dict[str, str], cwd: Path) -> None:
+def run_example(
+    what: str, command: list[str], env: dict[str, str], cwd: Path, should_fail: bool = False
+) -> str:
+    """Runs an example, which must exit within EXAMPLE_TIMEOUT (0, or not 0 if it
+    `should_fail`); shows and returns its output."""
     step(f"$ {shlex.join(command)}   ({what})")
     try:
-        done = subprocess.run(command, cwd=cwd, env=env, timeout=EXAMPLE_TIMEOUT)
-    except subprocess.TimeoutExpired:
+        done = subprocess.run(
+            command, cwd=cwd, env=env, timeout=EXAMPLE_TIMEOUT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+    except subprocess.TimeoutExpired as timeout:
+        print(timeout.output or "", flush=True)
         fail(f"the {what} did not exit within {EXAMPLE_TIMEOUT:.0f}s (a connection left open?)")
-    if done.returncode != 0:
+    print(done.stdout, end="" if done.stdout.endswith("\n") else "\n", flush=True)
+    if should_fail and done.returncode == 0:
+        fail(f"the {what} exited with 0")
+    if not should_fail and done.returncode != 0:
         fail(f"the {what} exited with {done.returncode}")
+    return done.stdout
 
 
 def examples_against_the_first_command(work: Path) -> None:
     command, _ = with_free_port(start_command())
     broker = Broker(command, work / "broker.log")
-    # The README says to take the printed URL: the examples read it from AMQP_URL.
-    env = dict(os.environ, AMQP_URL=broker.url)
+    # The README says to take the printed URLs: the examples read them from AMQP_URL and HTTP_URL.
+    env = dict(os.environ, AMQP_URL=broker.url, HTTP_URL=broker.http_url)
     try:
         python = work / "example.py"
         python.write_text(only_block("python"))
-        run_example("Python example", [sys.executable, str(python)], env, work)
+        output = run_example("Python example", [sys.executable, str(python)], env, work)
+        # The message is due 5 s after its publish, which the example's clock reads before.
+        arrived = re.search(r"'call mum' arrived after (\d+\.\d) s", output)
+        if not arrived or float(arrived.group(1)) < 5.0:
+            fail("the Python example should show its delayed message arriving after 5 s")
+        the_curl_blocks(env, work)
 
         node_modules = REPO / "tests" / "node" / "node_modules"
         if not (node_modules / "amqplib").is_dir():
@@ -232,6 +259,34 @@ def examples_against_the_first_command(work: Path) -> None:
         check_what_the_examples_declared(broker.url)
     finally:
         broker.stop()
+
+
+# The README's curl blocks against the broker ($HTTP_URL, without rabbitmqadmin, which needs
+# RabbitMQ's script), each with what its output must show.
+CURL_BLOCKS = {
+    "aliveness-test": [r'\{"status":"ok"\}'],
+    "/publish": [r'\{"routed":true\}', r"first held: \d+-\d+\n", r'\{"purged":0\}'],
+}
+
+
+def the_curl_blocks(env: dict[str, str], work: Path) -> None:
+    """Runs each curl block as one bash script in which a failed request fails the script
+    (curl --fail-with-body) and checks its output."""
+    blocks = [b for b in code_blocks("sh") if "$HTTP_URL" in b and "rabbitmqadmin" not in b]
+    for block in blocks:
+        keys = [key for key in CURL_BLOCKS if key in block]
+        if len(keys) != 1:
+            fail(f"a curl block .ci/readme.py has no check for: {block[:200]!r}")
+        script = (
+            "set -euo pipefail\n"
+            'curl() { command curl --fail-with-body --silent --show-error "$@"; }\n' + block
+        )
+        output = run_example(f"curl block ({keys[0]})", ["bash", "-c", script], env, work)
+        for expected in CURL_BLOCKS[keys[0]]:
+            if not re.search(expected, output):
+                fail(f"the curl block ({keys[0]}) printed no {expected!r}")
+    if len(blocks) != len(CURL_BLOCKS):
+        fail(f"expected {len(CURL_BLOCKS)} curl blocks using $HTTP_URL, found {len(blocks)}")
 
 
 def check_what_the_examples_declared(url: str) -> None:
@@ -392,6 +447,27 @@ def the_test_double_examples(work: Path) -> None:
     (work / name).write_text(code)
     node_env = dict(env, NODE_PATH=str(REPO / "tests" / "node" / "node_modules"))
     run_example("node --test example", ["node", "--test", name], node_env, work)
+    # Without the binary it fails at once, saying so, rather than waiting forever for its URLs.
+    missing = dict(node_env, DWELLMQ_BIN=str(work / "missing" / "dwellmq"))
+    output = run_example(
+        "node --test example without the binary", ["node", "--test", name], missing, work,
+        should_fail=True,
+    )
+    if "cannot start" not in output:
+        fail("the node --test example without the binary should say it cannot start it")
+
+
+def the_wheel_lines() -> None:
+    """The README's wheel-building line names the script .ci/run's wheel step runs (which
+    installs the wheel into a fresh virtual environment and runs the plugin's tests)."""
+    lines = [x for b in code_blocks("sh") for x in b.splitlines() if "build_wheel.py" in x]
+    if not lines:
+        fail("the README no longer shows how to build the wheel")
+    for line in lines:
+        script = shlex.split(line, comments=True)[1]
+        if not (REPO / script).is_file():
+            fail(f"the README's wheel line names {script}, which does not exist")
+    step("the README's wheel line names clients/python/wheel/build_wheel.py")
 
 
 def main() -> int:
@@ -403,6 +479,7 @@ def main() -> int:
             cargo_run_starts_the_broker()
         examples_against_the_first_command(work)
         the_test_double_examples(work)
+        the_wheel_lines()
         the_toml_example(work)
         the_rust_example(work)
     no_binary_dependencies_for_embedders()

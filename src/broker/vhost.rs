@@ -274,21 +274,23 @@ impl VHost {
             }
             return self.exchange(&d.name);
         }
+        if d.name.is_empty() {
+            return Err(default_exchange_refused());
+        }
+        let mut exchanges = self.exchanges.write();
+        if let Some(existing) = exchanges.get(&d.name) {
+            // As rabbit_channel: an existing exchange, `amq.*` ones included, is only compared;
+            // the name and the alternate exchange are checked for a new one.
+            self.check_exchange_equivalence(existing, &d)?;
+            return Ok(Arc::clone(existing));
+        }
         if d.name.starts_with("amq.") {
             return Err(BrokerError::AccessRefused(format!(
                 "exchange name '{}' contains reserved prefix 'amq.*'",
                 d.name
             )));
         }
-        if d.name.is_empty() {
-            return Err(default_exchange_refused());
-        }
         arguments::parse_alternate_exchange(&d.name, &self.name, &d.arguments)?;
-        let mut exchanges = self.exchanges.write();
-        if let Some(existing) = exchanges.get(&d.name) {
-            self.check_exchange_equivalence(existing, &d)?;
-            return Ok(Arc::clone(existing));
-        }
         self.check_kept_exchange_equivalence(&d)?;
         // As the delayed-message plugin: `x-delayed-type` is validated when the exchange is
         // created, and never compared on a redeclare.

@@ -22,6 +22,7 @@ mod many_brokers;
 mod peer_suites;
 mod permissions;
 mod policies;
+mod predeclared_exchanges;
 mod publish_modes;
 mod quorum_queues;
 mod readme_example;

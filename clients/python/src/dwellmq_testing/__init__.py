@@ -14,6 +14,7 @@ The pytest plugin (`dwellmq_testing.plugin`, loaded automatically once installed
 from __future__ import annotations
 
 import base64
+import importlib.metadata
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Iterable, Optional
 
-__all__ = ["Dwellmq", "DwellmqError", "DwellmqTimeout", "find_binary"]
+__all__ = ["Dwellmq", "DwellmqError", "DwellmqTimeout", "bundled_binary", "find_binary"]
 
 #: How long the binary may take to print its URLs.
 STARTUP_TIMEOUT = 30.0
@@ -46,12 +47,32 @@ class DwellmqTimeout(DwellmqError, AssertionError):
     """A `wait_for` condition did not hold in time; the message says what was seen."""
 
 
+def bundled_binary() -> Optional[str]:
+    """The `dwellmq` executable installed with this package from a wheel that carries it, if
+    any: pip puts it in the environment's scripts directory (`bin/`, or `~/.local/bin` with
+    `--user`) and lists it in the installed RECORD, which says exactly where."""
+    try:
+        dist = importlib.metadata.distribution("dwellmq-testing")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in dist.files or ():
+        if file.name == "dwellmq":
+            path = os.path.realpath(dist.locate_file(file))
+            if os.access(path, os.X_OK):
+                return path
+    return None
+
+
 def find_binary(explicit: Optional[str] = None) -> str:
-    """The `dwellmq` binary: `explicit`, else `$DWELLMQ_BIN`, else the one on PATH."""
-    candidate = explicit or os.environ.get("DWELLMQ_BIN") or shutil.which("dwellmq")
+    """The `dwellmq` binary: `explicit`, else `$DWELLMQ_BIN`, else the one installed with this
+    package (a wheel that carries it), else the one on PATH."""
+    candidate = (
+        explicit or os.environ.get("DWELLMQ_BIN") or bundled_binary() or shutil.which("dwellmq")
+    )
     if not candidate:
         raise RuntimeError(
-            "cannot find the dwellmq binary: set DWELLMQ_BIN, pass --dwellmq-bin, or put it on PATH"
+            "cannot find the dwellmq binary: install a dwellmq-testing wheel that carries it, "
+            "set DWELLMQ_BIN, pass --dwellmq-bin, or put it on PATH"
         )
     return candidate
 

@@ -21,7 +21,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--dwellmq-bin",
         default=None,
-        help="path to the dwellmq binary (default: $DWELLMQ_BIN, then PATH)",
+        help="path to the dwellmq binary (default: $DWELLMQ_BIN, then the one installed with this package, then PATH)",
     )
 
 
