@@ -326,6 +326,16 @@ pub struct BrokerConfig {
     /// `rabbitmq_prometheus` port, 15692), with nothing else; `None` (the default) leaves
     /// `/metrics` on the HTTP API's listener only.
     pub metrics: Option<SocketAddr>,
+    /// Host names the HTTP listener answers to besides `localhost` and IP literals (matched
+    /// case-insensitively, without the port): the names operators reach it by, e.g.
+    /// `broker.internal`. A request whose `Host` names anything else is refused (403), so that
+    /// a web page whose name is re-pointed at this host (DNS rebinding) cannot use the API from
+    /// an operator's browser. Empty by default.
+    pub http_allowed_hosts: Vec<String>,
+    /// Serve the test double's `/test/...` HTTP endpoints (moving the clock, reset, faults)
+    /// even without a manual clock; with a manual clock they are always served. Off by
+    /// default, on in [`BrokerConfig::ephemeral`].
+    pub test_api: bool,
     /// A RabbitMQ definitions file (JSON) whose exchanges, queues and bindings are declared at
     /// start, before any client connects.
     pub definitions: Option<PathBuf>,
@@ -407,6 +417,8 @@ impl Default for BrokerConfig {
             policies: Vec::new(),
             http: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 15672))),
             metrics: None,
+            http_allowed_hosts: Vec::new(),
+            test_api: false,
             definitions: None,
             name_seed: None,
             store_faults: None,
@@ -424,6 +436,7 @@ impl BrokerConfig {
             // Tests opt in (with port 0): several brokers in one process must not fight over
             // 15672.
             http: None,
+            test_api: true,
             ..BrokerConfig::default()
         }
     }
@@ -445,6 +458,12 @@ impl BrokerConfig {
     pub fn with_manual_clock(mut self, start_ms: u64) -> Self {
         self.clock = ClockConfig::Manual { start_ms };
         self
+    }
+
+    /// Whether the HTTP listener serves the test double's `/test/...` endpoints: asked for
+    /// with `test_api`, or implied by a manual clock (only a test moves time by hand).
+    pub fn serves_test_api(&self) -> bool {
+        self.test_api || matches!(self.clock, ClockConfig::Manual { .. })
     }
 }
 

@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, FromRequestParts};
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, ORIGIN, USER_AGENT};
 use axum::http::request::Parts;
+use axum::http::HeaderMap;
 use base64::Engine;
 
 use super::error::{ApiError, ApiResult};
@@ -114,17 +115,18 @@ impl<const NEED: u8> FromRequestParts<Arc<Api>> for Authed<NEED> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, api: &Arc<Api>) -> ApiResult<Self> {
+        let challenge = challenges(&parts.headers);
         let (name, password) = parts
             .headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_basic)
-            .ok_or_else(|| ApiError::unauthenticated("Not_Authorized"))?;
+            .ok_or_else(|| ApiError::unauthenticated("Not_Authorized", challenge))?;
         let user = api
             .state
             .user(&name)
             .filter(|u| u.check_password(&password))
-            .ok_or_else(|| ApiError::unauthenticated("Login failed"))?;
+            .ok_or_else(|| ApiError::unauthenticated("Login failed", challenge))?;
         if user.loopback_only {
             let peer = parts.extensions.get::<ConnectInfo<Peer>>();
             if !peer.is_some_and(|ConnectInfo(Peer(addr))| is_loopback(addr)) {
@@ -140,6 +142,24 @@ impl<const NEED: u8> FromRequestParts<Arc<Api>> for Authed<NEED> {
             state: Arc::clone(&api.state),
         })
     }
+}
+
+/// Whether a 401 asks for basic credentials (`WWW-Authenticate: Basic`). Tools that wait to
+/// be asked (wget, urllib's auth handler) need it; a browser must never get it: it would
+/// prompt, then cache the credentials for the origin and attach them to requests any other
+/// site makes to it. The page logs in with a form and sends them from script instead. A
+/// browser shows itself by its fetch metadata (`Sec-Fetch-*`, sent to loopback and HTTPS
+/// origins), an `Origin`, or a `User-Agent` starting `Mozilla/` (every browser's, over plain
+/// HTTP too).
+fn challenges(headers: &HeaderMap) -> bool {
+    let browser_metadata = headers
+        .keys()
+        .any(|name| name.as_str().starts_with("sec-fetch-") || *name == ORIGIN);
+    let browser_agent = headers
+        .get(USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|agent| agent.starts_with("Mozilla/"));
+    !(browser_metadata || browser_agent)
 }
 
 /// Whether a peer is on this host (an IPv4 loopback may arrive IPv6-mapped).
@@ -197,6 +217,25 @@ mod tests {
         assert_eq!(level(&user), MONITORING);
         user.tags = vec![];
         assert_eq!(level(&user), 0);
+    }
+
+    #[test]
+    fn browsers_are_never_challenged() {
+        let with = |name: &'static str, value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(name, axum::http::HeaderValue::from_static(value));
+            challenges(&headers)
+        };
+        assert!(challenges(&HeaderMap::new()));
+        assert!(with("user-agent", "curl/8.5.0"));
+        assert!(with("user-agent", "Wget/1.21.3"));
+        assert!(with("user-agent", "Python-urllib/3.12"));
+        assert!(!with(
+            "user-agent",
+            "Mozilla/5.0 (X11; Linux x86_64) Chrome/126.0"
+        ));
+        assert!(!with("sec-fetch-mode", "cors"));
+        assert!(!with("origin", "http://127.0.0.1:15672"));
     }
 
     #[test]

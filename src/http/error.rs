@@ -11,7 +11,8 @@ pub(crate) struct ApiError {
     status: StatusCode,
     error: &'static str,
     reason: String,
-    /// Set on 401 without credentials, so that browsers and tools ask for them.
+    /// Set on 401 without valid credentials for a tool that waits to be asked for them
+    /// (never for a browser: see `auth::challenges`).
     challenge: bool,
 }
 
@@ -37,12 +38,34 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", reason)
     }
 
-    /// 401 with a `WWW-Authenticate` challenge: no or wrong credentials.
-    pub(crate) fn unauthenticated(reason: impl Into<String>) -> Self {
+    /// 401: no or wrong credentials; with a `WWW-Authenticate` challenge when `challenge`.
+    pub(crate) fn unauthenticated(reason: impl Into<String>, challenge: bool) -> Self {
         ApiError {
-            challenge: true,
+            challenge,
             ..ApiError::new(StatusCode::UNAUTHORIZED, "not_authorized", reason)
         }
+    }
+
+    /// 403: the request names a host this listener does not answer to (DNS rebinding).
+    pub(crate) fn foreign_host(host: &str) -> Self {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "this listener does not answer to the host '{host}' \
+                 (add the name to http_allowed_hosts)"
+            ),
+        )
+    }
+
+    /// 415: a state-changing request whose body is not declared as JSON (what a form on
+    /// another site could send).
+    pub(crate) fn unsupported_media_type() -> Self {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "requests that change state must have Content-Type: application/json",
+        )
     }
 
     /// The user is known but may not do this. RabbitMQ answers 401 `not_authorised` here too

@@ -49,16 +49,24 @@ pub(crate) fn exchange_json(api: &Api, vhost: &VHost, x: &Exchange) -> Value {
         "incoming": [],
         "outgoing": [],
     });
-    if is_predeclared(&x.name) {
-        // RabbitMQ's name for the broker itself. Exchanges clients declare do not record who
-        // declared them, so they show no user.
-        value["user_who_performed_action"] = "rmq-internal".into();
-    }
+    value["user_who_performed_action"] = declared_by(&x.name).into();
     if let ExchangeKind::Delayed(_) = x.kind {
         // As the delayed-message plugin reports it.
         value["messages_delayed"] = api.state.delayed.stats(&vhost.name, &x.name).0.into();
     }
     value
+}
+
+/// Who declared the exchange, as RabbitMQ reports it: `rmq-internal` (its name for the broker
+/// itself) for the ones every vhost is born with. The broker does not record who declared the
+/// others, so they show RabbitMQ's word for an unrecorded user, `unknown`, rather than no
+/// field at all.
+fn declared_by(name: &str) -> &'static str {
+    if is_predeclared(name) {
+        "rmq-internal"
+    } else {
+        "unknown"
+    }
 }
 
 /// The default exchange and the `amq.*` ones every vhost is born with.

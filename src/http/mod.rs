@@ -14,6 +14,8 @@ mod error;
 mod exchanges;
 mod extract;
 mod fields;
+mod host;
+mod json_only;
 mod listener;
 mod metrics;
 mod overview;
@@ -59,6 +61,8 @@ pub(crate) struct Api {
     pub(crate) amqp: Vec<SocketAddr>,
     /// This listener, as bound.
     pub(crate) http: SocketAddr,
+    /// The names this listener answers to (`Host`).
+    pub(crate) hosts: host::AllowedHosts,
 }
 
 impl Api {
@@ -87,7 +91,13 @@ pub(crate) async fn serve(
             return;
         }
     };
-    let api = Arc::new(Api { state, amqp, http });
+    let hosts = host::AllowedHosts::new(&state.config.http_allowed_hosts);
+    let api = Arc::new(Api {
+        state,
+        amqp,
+        http,
+        hosts,
+    });
     tokio::spawn(sampler::run(Arc::clone(&api), shutdown.clone()));
     let app = router(api).into_make_service_with_connect_info::<listener::Peer>();
     let listener = listener::CappedListener::new(
@@ -118,7 +128,14 @@ pub(crate) async fn serve_metrics(
             return;
         }
     };
-    let api = Arc::new(Api { state, amqp, http });
+    // Only `/metrics`, read-only and without login, for scrapers that may name this host
+    // anything: no `Host` check here.
+    let api = Arc::new(Api {
+        state,
+        amqp,
+        http,
+        hosts: host::AllowedHosts::default(),
+    });
     let app = Router::new()
         .route("/metrics", get(metrics::aggregated))
         .route("/metrics/per-object", get(metrics::per_object))
@@ -140,8 +157,31 @@ pub(crate) async fn serve_metrics(
     }
 }
 
-/// Every route. Paths with a vhost take it percent-encoded (`%2F` for `/`).
+/// Every route. Paths with a vhost take it percent-encoded (`%2F` for `/`). Every request
+/// must name a host this listener answers to (`host.rs`); every state-changing one must be
+/// JSON (`json_only.rs`). The test double's endpoints exist only when the configuration asks
+/// for the test double (elsewhere they are 404, like any unknown path).
 fn router(api: Arc<Api>) -> Router {
+    let routes = api_routes();
+    let routes = if api.state.config.serves_test_api() {
+        routes.merge(test_routes())
+    } else {
+        routes
+    };
+    routes
+        .route_layer(axum::middleware::from_fn(json_only::require_json))
+        .fallback(|| async { ApiError::not_found() })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&api),
+            host::check_host,
+        ))
+        .with_state(api)
+}
+
+/// The management API, the page and `/metrics`.
+fn api_routes() -> Router<Arc<Api>> {
     Router::new()
         .route("/", get(page::index))
         .route("/api/overview", get(overview::overview))
@@ -270,7 +310,11 @@ fn router(api: Arc<Api>) -> Router {
         .route("/metrics", get(metrics::aggregated))
         .route("/metrics/per-object", get(metrics::per_object))
         .route("/metrics/detailed", get(metrics::detailed))
-        // The test double's endpoints (src/http/test_*.rs).
+}
+
+/// The test double's endpoints (src/http/test_*.rs).
+fn test_routes() -> Router<Arc<Api>> {
+    Router::new()
         .route("/test/clock", get(test_clock::show))
         .route("/test/clock/advance", post(test_clock::advance))
         .route("/test/queues/{vhost}/{name}", get(test_inspect::queue))
@@ -302,8 +346,4 @@ fn router(api: Arc<Api>) -> Router {
             "/test/faults/delay/{vhost}/{queue}",
             axum::routing::put(test_faults::set_delay).delete(test_faults::clear_delay),
         )
-        .fallback(|| async { ApiError::not_found() })
-        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(api)
 }

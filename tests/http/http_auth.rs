@@ -222,26 +222,33 @@ async fn a_taken_http_port_fails_the_start() {
 }
 
 #[tokio::test]
-async fn the_page_is_served_to_management_users_only() {
+async fn the_page_logs_in_by_itself_and_is_served_without_credentials() {
     let (broker, addr) = start_http(config()).await;
+    // The page holds no data: it is a login form, and never makes the browser ask.
     let reply = get(addr, "/", As::Nobody).await;
-    reply.error(401);
-    assert!(
-        reply.header("www-authenticate").is_some(),
-        "the browser asks for credentials"
-    );
-    get(addr, "/", As::User("app", "pw")).await.error(401);
-    let reply = get(addr, "/", As::User("mgmt", "pw")).await;
     assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("www-authenticate"), None);
     assert_eq!(
         reply.header("content-type"),
         Some("text/html; charset=utf-8")
     );
     assert_eq!(reply.header("x-frame-options"), Some("DENY"));
+    let page = reply.text();
+    assert!(page.contains("<form id=\"login\""), "a login form");
     assert!(
-        reply.text().contains("/api/delayed"),
+        page.contains("sessionStorage") && page.contains("Authorization"),
+        "credentials kept by the page and sent from script"
+    );
+    assert!(
+        page.contains("/api/delayed"),
         "the page reads the delayed endpoints"
     );
+    // What it reads still needs a management user.
+    get(addr, "/api/whoami", As::User("app", "pw"))
+        .await
+        .error(401);
+    let me = get(addr, "/api/whoami", As::User("mgmt", "pw")).await;
+    assert_eq!(me.status, 200);
     broker.shutdown().await;
 }
 
@@ -258,7 +265,7 @@ async fn http_connections_are_capped_so_amqp_keeps_its_file_descriptors() {
     // One more is closed unserved.
     let mut extra = TcpStream::connect(addr).await.unwrap();
     let _ = extra
-        .write_all(b"GET /api/overview HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /api/overview HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await;
     let mut buf = [0u8; 64];
     let read = tokio::time::timeout(std::time::Duration::from_secs(5), extra.read(&mut buf))
@@ -284,7 +291,7 @@ async fn http_connections_are_capped_so_amqp_keeps_its_file_descriptors() {
         // without an answer), so this probes with a raw request rather than the client helper.
         let mut probe = TcpStream::connect(addr).await.unwrap();
         let _ = probe
-            .write_all(b"GET /api/whoami HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .write_all(b"GET /api/whoami HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             .await;
         let mut answer = Vec::new();
         let _ = probe.read_to_end(&mut answer).await;

@@ -13,6 +13,7 @@ mod consumer_cancel;
 mod dead_letters_kept_in_source;
 mod http_api;
 mod http_auth;
+mod http_browser_safety;
 mod http_connections;
 mod http_definitions;
 mod http_delayed;

@@ -91,8 +91,33 @@ pub async fn raw_with_headers(
         ));
     }
     request.push_str("\r\n");
+    exchange_bytes(addr, request.as_bytes(), body).await
+}
+
+/// Sends a request head written by the caller (exactly: no header is added) and a body.
+pub async fn send_exact(addr: SocketAddr, head: &str, body: &[u8]) -> Reply {
+    exchange_bytes(addr, head.as_bytes(), (!body.is_empty()).then_some(body)).await
+}
+
+/// Basic credentials as a header value.
+pub fn basic(name: &str, password: &str) -> String {
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{name}:{password}"));
+    format!("Basic {token}")
+}
+
+/// One request and its answer, within 30 s (a test fails, it never hangs).
+async fn exchange_bytes(addr: SocketAddr, head: &[u8], body: Option<&[u8]>) -> Reply {
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        exchange_unbounded(addr, head, body),
+    )
+    .await
+    .expect("the HTTP answer within 30 s")
+}
+
+async fn exchange_unbounded(addr: SocketAddr, head: &[u8], body: Option<&[u8]>) -> Reply {
     let mut stream = TcpStream::connect(addr).await.expect("HTTP connect");
-    stream.write_all(request.as_bytes()).await.expect("send");
+    stream.write_all(head).await.expect("send");
     // A server may answer before it has read the whole body (a 413 from the length alone)
     // and close: the rest of the body then meets a closed socket, and the read may end in a
     // reset after the answer. Neither is the test's concern; the answer is.

@@ -114,6 +114,9 @@ class Dwellmq:
         command += ["--data-dir", str(data_dir)] if data_dir is not None else ["--in-memory"]
         if manual_clock is not None:
             command += ["--manual-clock=" + manual_clock] if manual_clock else ["--manual-clock"]
+        else:
+            # The /test endpoints come with a manual clock; on the system clock, ask for them.
+            command += ["--test-api"]
         if name_seed is not None:
             command += ["--name-seed", str(name_seed)]
         if definitions is not None:
