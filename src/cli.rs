@@ -770,6 +770,11 @@ fn policy(value: &toml::Value) -> Result<PolicyConfig, String> {
 }
 
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
+mod tests_enumeration;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
