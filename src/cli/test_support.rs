@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use dwellmq::BrokerConfig;
 
@@ -34,6 +35,14 @@ impl Outcome {
         }
     }
 
+    /// Why the start was refused; `None` when it was not.
+    pub(super) fn refusal(&self) -> Option<&str> {
+        match self {
+            Outcome::Refused(message) => Some(message),
+            _ => None,
+        }
+    }
+
     /// Whether the start was refused, with a message saying why.
     pub(super) fn refused(&self) -> bool {
         matches!(self, Outcome::Refused(message) if !message.trim().is_empty())
@@ -41,21 +50,35 @@ impl Outcome {
 }
 
 /// Parses `args` (without the program name) with exactly `env` as the environment.
+///
+/// clap reads the process's environment, so each call holds a lock while it sets the
+/// variables it was given, removes every other `DWELLMQ_` variable, and parses. Every parse
+/// in the tests comes through here, so none sees another's environment.
 pub(super) fn outcome(args: &[&str], env: &[(&str, &str)]) -> Outcome {
-    let env: Vec<(String, String)> = env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+    static ENVIRONMENT: Mutex<()> = Mutex::new(());
+    let _held = ENVIRONMENT.lock().unwrap_or_else(PoisonError::into_inner);
+    let ours: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| name.starts_with("DWELLMQ_"))
         .collect();
-    let parsed = super::parse(args.iter().map(|s| s.to_string()), |k| {
-        env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-    });
+    for name in ours {
+        std::env::remove_var(name);
+    }
+    for (name, value) in env {
+        std::env::set_var(name, value);
+    }
+    let parsed = super::parse(std::iter::once("dwellmq").chain(args.iter().copied()));
+    for (name, _) in env {
+        std::env::remove_var(name);
+    }
     match parsed {
-        Ok(super::Command::Run(settings)) => {
-            Outcome::Run(Box::new(settings.config), settings.log_level)
-        }
-        Ok(super::Command::Help) => Outcome::Help,
-        Ok(super::Command::Version) => Outcome::Version,
-        Err(message) => Outcome::Refused(message),
+        Ok(settings) => Outcome::Run(Box::new(settings.config), settings.log_level),
+        Err(super::Stop::Clap(e)) => match e.kind() {
+            clap::error::ErrorKind::DisplayHelp => Outcome::Help,
+            clap::error::ErrorKind::DisplayVersion => Outcome::Version,
+            _ => Outcome::Refused(e.to_string()),
+        },
+        Err(super::Stop::Invalid(message)) => Outcome::Refused(message),
     }
 }
 
