@@ -111,3 +111,25 @@ fn the_help_ends_with_the_files_tables_and_the_stdout_contract() {
     }
 }
 
+#[test]
+fn the_readmes_excerpts_are_the_help() {
+    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+    let help = long_help();
+    let excerpts: Vec<&str> = readme
+        .split("```text\n$ dwellmq --help\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap_or_default())
+        .collect();
+    assert!(!excerpts.is_empty(), "README.md shows no excerpt of --help");
+    for excerpt in excerpts {
+        for part in excerpt
+            .split("...\n")
+            .filter(|part| !part.trim().is_empty())
+        {
+            assert!(
+                help.contains(part),
+                "README.md's excerpt {part:?} is not in --help: {help}"
+            );
+        }
+    }
+}
