@@ -174,6 +174,8 @@ mod tests_declarations;
 #[cfg(test)]
 mod tests_enumeration;
 #[cfg(test)]
+mod tests_enumeration_file;
+#[cfg(test)]
 mod tests_flags;
 #[cfg(test)]
 mod tests_help;
