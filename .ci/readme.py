@@ -64,7 +64,7 @@ README = REPO / "README.md"
 STARTUP_TIMEOUT = 1800.0  # run as printed, the first command compiles the broker in release mode
 EXAMPLE_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
-BINARY_ONLY_DEPENDENCIES = ("mimalloc", "toml", "tracing-subscriber")
+BINARY_ONLY_DEPENDENCIES = ("clap", "mimalloc", "toml", "tracing-subscriber")
 
 
 def fail(message: str) -> None:

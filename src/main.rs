@@ -8,28 +8,21 @@ use std::process::ExitCode;
 
 use tracing_subscriber::EnvFilter;
 
+use cli::console;
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     disable_transparent_huge_pages();
-    let command = match cli::parse(std::env::args().skip(1), |k| std::env::var(k).ok()) {
-        Ok(command) => command,
-        Err(message) => {
-            eprintln!("dwellmq: {message}");
+    let settings = match cli::parse(std::env::args_os()) {
+        Ok(settings) => settings,
+        // Help and the version on stdout with 0, usage errors on stderr with 2.
+        Err(cli::Stop::Clap(e)) => return ExitCode::from(console::answer(&e)),
+        Err(cli::Stop::Invalid(message)) => {
+            console::complain(message);
             return ExitCode::from(2);
         }
-    };
-    let settings = match command {
-        cli::Command::Help => {
-            println!("{}", cli::usage());
-            return ExitCode::SUCCESS;
-        }
-        cli::Command::Version => {
-            println!("dwellmq {}", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
-        }
-        cli::Command::Run(settings) => settings,
     };
     let filter = EnvFilter::try_new(&settings.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
     // Colour codes only for a person at a terminal: piped into a file or a log collector they
@@ -39,7 +32,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr)
+        // A log pipe that breaks loses log lines, never the broker (see `console`).
+        .with_writer(console::log_writer)
+        .log_internal_errors(false)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -47,44 +42,42 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("dwellmq: cannot start the runtime: {e}");
+            console::complain(format_args!("cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
-        let mut broker = match dwellmq::Broker::start(settings.config).await {
-            Ok(broker) => broker,
-            Err(e) => {
-                eprintln!("dwellmq: {e}");
-                if let Some(advice) = bind_advice::advice(&e) {
-                    eprintln!("dwellmq: {advice}");
+    runtime.block_on(serve(settings.config))
+}
+
+/// Starts the broker, prints where it listens, and serves until a signal.
+async fn serve(config: dwellmq::BrokerConfig) -> ExitCode {
+    let mut broker = match dwellmq::Broker::start(config).await {
+        Ok(broker) => broker,
+        Err(e) => {
+            console::complain(&e);
+            if let Some(advice) = bind_advice::advice(&e) {
+                console::complain(advice);
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    announce(&broker);
+    // A test may ask for a restart on the same data (`POST /test/restart`).
+    loop {
+        tokio::select! {
+            () = wait_for_signal() => break,
+            () = broker.restart_requested() => match broker.restart().await {
+                Ok(restarted) => broker = restarted,
+                Err(e) => {
+                    console::complain(format_args!("restart failed: {e}"));
+                    return ExitCode::FAILURE;
                 }
-                return ExitCode::FAILURE;
-            }
-        };
-        // The contract with scripts and tests: the first stdout line is the URL; the second,
-        // when HTTP is on, the HTTP API's (test fixtures read both).
-        println!("{}", broker.amqp_url());
-        if let Some(addr) = broker.http_addr() {
-            println!("http://{addr}");
+            },
         }
-        // A test may ask for a restart on the same data (`POST /test/restart`).
-        loop {
-            tokio::select! {
-                () = wait_for_signal() => break,
-                () = broker.restart_requested() => match broker.restart().await {
-                    Ok(restarted) => broker = restarted,
-                    Err(e) => {
-                        eprintln!("dwellmq: restart failed: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                },
-            }
-        }
-        tracing::info!("shutting down");
-        broker.shutdown().await;
-        ExitCode::SUCCESS
-    })
+    }
+    tracing::info!("shutting down");
+    broker.shutdown().await;
+    ExitCode::SUCCESS
 }
 
 /// Opts this process out of transparent huge pages. A broker holding millions of delayed
@@ -103,11 +96,29 @@ fn disable_transparent_huge_pages() {
             unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, disable, unused, unused, unused) };
         if result != 0 {
             // Not fatal: only latency suffers. Logging is not set up yet.
-            eprintln!(
-                "dwellmq: cannot opt out of transparent huge pages: {}",
+            console::complain(format_args!(
+                "cannot opt out of transparent huge pages: {}",
                 std::io::Error::last_os_error()
-            );
+            ));
         }
+    }
+}
+
+/// The contract with scripts and tests: the first stdout line is the AMQP URL; then, when
+/// HTTP is on, the HTTP API's (test fixtures read both); then, with --metrics, the metrics
+/// URL. A reader that goes away after the lines it wanted stops nothing (see `console`).
+fn announce(broker: &dwellmq::BrokerHandle) {
+    let mut lines = vec![broker.amqp_url()];
+    lines.extend(broker.http_addr().map(|addr| format!("http://{addr}")));
+    lines.extend(
+        broker
+            .metrics_addr()
+            .map(|addr| format!("http://{addr}/metrics")),
+    );
+    match console::print_lines(&lines) {
+        Ok(()) => tracing::debug!("the URLs are on stdout"),
+        // The log's "listening" lines have the addresses.
+        Err(e) => tracing::warn!("stdout is closed or broken ({e}): the URLs are in the log only"),
     }
 }
 

@@ -243,39 +243,63 @@ async fn logs_written_to_a_pipe_or_file_carry_no_colour_codes() {
 }
 
 #[test]
-fn help_exits_0_with_usage_on_stdout() {
-    for flag in ["--help", "-h"] {
-        let out = run(&[flag]);
-        assert_eq!(out.status.code(), Some(0), "{flag}");
-        let stdout = text(&out.stdout);
-        assert!(stdout.contains("USAGE: dwellmq [OPTIONS]"), "{stdout}");
-        for option in [
-            "--listen ADDR",
-            "--http ADDR|off",
-            "a free port when every AMQP listener is on port 0",
-            "--in-memory",
-            "--config FILE",
-            "--data-dir DIR",
-            "(default: info)",
-            "[limits]",
-            "max_message_size = 134217728",
-            "handshake_timeout_ms = 10000",
-            "SIGTERM or Ctrl-C shuts down gracefully",
-        ] {
-            assert!(stdout.contains(option), "{option} in {stdout}");
-        }
-        assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+fn help_exits_0_with_every_option_grouped_on_stdout() {
+    let out = run(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    let headings = ["Listen:", "Storage:", "Limits:", "Test double:", "Other:"];
+    let at: Vec<usize> = headings
+        .iter()
+        .map(|h| {
+            stdout
+                .find(&format!("\n{h}\n"))
+                .unwrap_or_else(|| panic!("{h} in {stdout}"))
+        })
+        .collect();
+    assert!(
+        at.windows(2).all(|w| w[0] < w[1]),
+        "headings in order: {stdout}"
+    );
+    for option in [
+        "Usage: dwellmq [OPTIONS]",
+        "--listen <ADDR>",
+        "--http <ADDR|off>",
+        "takes\n          a free port too",
+        "--in-memory",
+        "--config <FILE>",
+        "--data-dir <DIR>",
+        "[env: DWELLMQ_LOG]\n          [default: info]",
+        "[config: limits.max_message_size]\n          [env: DWELLMQ_MAX_MESSAGE_SIZE]\n          [default: 134217728]",
+        "[config: limits.handshake_timeout_ms]",
+        "--manual-clock [<START>]",
+        "[[users]]",
+        "SIGTERM or Ctrl-C shuts down gracefully",
+    ] {
+        assert!(stdout.contains(option), "{option} in {stdout}");
     }
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    // -h: the same options, one line of help each.
+    let out = run(&["-h"]);
+    assert_eq!(out.status.code(), Some(0));
+    let summary = text(&out.stdout);
+    assert!(
+        summary.contains("--memory-high-watermark <FRACTION|SIZE>"),
+        "{summary}"
+    );
+    assert!(!summary.contains("[env:"), "{summary}");
+    assert!(summary.len() < stdout.len() / 2, "{summary}");
 }
 
 #[test]
 fn version_exits_0() {
-    let out = run(&["--version"]);
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(
-        text(&out.stdout).trim_end(),
-        format!("dwellmq {}", env!("CARGO_PKG_VERSION"))
-    );
+    for flag in ["--version", "-V"] {
+        let out = run(&[flag]);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(
+            text(&out.stdout).trim_end(),
+            format!("dwellmq {}", env!("CARGO_PKG_VERSION"))
+        );
+    }
 }
 
 #[test]
@@ -287,9 +311,20 @@ fn an_unknown_flag_exits_2_with_an_error_on_stderr() {
         "nothing on stdout: {}",
         text(&out.stdout)
     );
-    assert_eq!(
-        text(&out.stderr).trim_end(),
-        "dwellmq: unknown option '--frobnicate' (see --help)"
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("error: unexpected argument '--frobnicate' found"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("For more information, try '--help'."),
+        "{stderr}"
+    );
+    // A misspelt flag gets the one meant.
+    let stderr = text(&run(&["--in-memroy"]).stderr);
+    assert!(
+        stderr.contains("a similar argument exists: '--in-memory'"),
+        "{stderr}"
     );
 }
 
@@ -298,17 +333,22 @@ fn bad_flag_values_exit_2() {
     let out = run(&["--listen", "nope"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("invalid listen address 'nope'"),
+        text(&out.stderr)
+            .contains("invalid value 'nope' for '--listen <ADDR>': invalid address 'nope'"),
         "{}",
         text(&out.stderr)
     );
     let out = run(&["--listen"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--listen needs a value"));
+    assert!(
+        text(&out.stderr).contains("a value is required for '--listen <ADDR>'"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = run(&["--config", "/nonexistent/dwellmq.toml"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("cannot read config file /nonexistent/dwellmq.toml"),
+        text(&out.stderr).contains("dwellmq: cannot read config file /nonexistent/dwellmq.toml"),
         "{}",
         text(&out.stderr)
     );

@@ -12,4 +12,5 @@ mod http_client;
 mod binary;
 mod crash_definitions;
 mod durability_crash;
+mod output;
 mod test_double_binary;

@@ -26,7 +26,9 @@ mod raw_client;
 mod restart;
 mod stats;
 mod throughput;
+mod usage;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Parsed `--name value` options.
@@ -65,9 +67,15 @@ impl Options {
 }
 
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if usage::asks_for_help(&args) {
+        // `dwellmq-load --help | head` closes the pipe early: no panic for it.
+        let _ = writeln!(std::io::stdout().lock(), "{}", usage::USAGE);
+        return ExitCode::SUCCESS;
+    }
+    let mut args = args.into_iter();
     let Some(mode) = args.next() else {
-        eprintln!("usage: dwellmq-load throughput|latency|delayed|durable|fill|first-delivery|drain [--option value]...");
+        eprintln!("{}", usage::USAGE);
         return ExitCode::from(2);
     };
     let options = match Options::parse(args) {
@@ -91,7 +99,7 @@ fn main() -> ExitCode {
             "fill" => restart::fill(&options).await,
             "first-delivery" => restart::first_delivery(&options).await,
             "drain" => drain::run(&options).await,
-            other => Err(format!("unknown mode '{other}'").into()),
+            other => Err(format!("unknown mode '{other}' (see --help)").into()),
         }
     });
     match result {
