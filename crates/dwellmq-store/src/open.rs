@@ -14,6 +14,7 @@ use crate::error::{Result, StoreError};
 use crate::layout::{
     ALL_TABLES, APP, DB_FILE, FORMAT_VERSION, LOCK_FILE, META, META_APP, META_FORMAT, SPILLED,
 };
+use crate::migrate::{self, overlay::Overlay};
 
 /// How a store is opened.
 #[derive(Clone)]
@@ -153,6 +154,12 @@ impl Opener {
     }
 
     pub(crate) fn open(&self) -> Result<Database> {
+        self.open_upgrading().map(|(db, _)| db)
+    }
+
+    /// Opens the file as [`Opener::open`] does; also says from which format it was upgraded,
+    /// if it was.
+    pub(crate) fn open_upgrading(&self) -> Result<(Database, Option<u32>)> {
         let path = &self.path;
         // redb initialises an empty file; an empty file where a store was expected is a store
         // that lost its contents, not a new one.
@@ -166,37 +173,90 @@ impl Opener {
         }
         let exists = fs::metadata(path).is_ok_and(|m| m.len() > 0);
         if exists {
-            self.check_read_only()?;
+            self.check_before_writing()?;
         }
         let db = self
             .open_database(|builder, backend| builder.create_with_backend(backend))?
             .map_err(|e| open_error(path, e))?;
-        match self.check_meta(&db)? {
-            Meta::Dwellmq => {}
-            Meta::Absent { tables: 0 } => self.initialize(&db)?,
+        let upgraded = match self.check_meta(&db)? {
+            Meta::Dwellmq { format } => {
+                self.supported(format)?;
+                self.upgrade(&db, format)?.then_some(format)
+            }
+            Meta::Absent { tables: 0 } => {
+                self.initialize(&db)?;
+                None
+            }
             Meta::Absent { .. } => return Err(self.foreign_redb()),
-        }
-        Ok(db)
+        };
+        Ok((db, upgraded))
+    }
+
+    /// Upgrades a store of an earlier format in place (see `migrate`); whether it did.
+    fn upgrade(&self, db: &Database, format: u32) -> Result<bool> {
+        let path = &self.path;
+        let quick_repair = self.options.quick_repair;
+        // As at the open: a damaged old record must be an error, not a panic.
+        catch_unwind(AssertUnwindSafe(|| {
+            migrate::upgrade(db, path, format, quick_repair)
+        }))
+        .unwrap_or_else(|panic| {
+            Err(StoreError::Damaged {
+                path: path.clone(),
+                reason: panic_message(&panic),
+            })
+        })
     }
 
     /// Looks at an existing file without writing to it (a writable open of a redb file writes
-    /// its header even if nothing else is done), so that a foreign or newer file is refused as
-    /// it is. A file not closed cleanly cannot be read this way without repair; repairing it is
-    /// what a writable open does, so that case is left to it.
-    fn check_read_only(&self) -> Result<()> {
+    /// its header even if nothing else is done), so that a foreign file, or one of a format this
+    /// build cannot read, is refused as it is. A file not closed cleanly cannot be opened
+    /// read-only (redb wants to repair it first); it is opened writable over an [`Overlay`]
+    /// instead, which repairs it in memory: the file itself is repaired only by the writable
+    /// open that follows, once its format is known to be one this build opens.
+    fn check_before_writing(&self) -> Result<()> {
         let opened =
             self.open_database(|builder, backend| builder.open_read_only_with_backend(backend))?;
-        let db = match opened {
-            Ok(db) => db,
-            Err(DatabaseError::RepairAborted) => return Ok(()),
+        let meta = match opened {
+            Ok(db) => {
+                let meta = self.check_meta(&db);
+                let _ = db.close();
+                meta?
+            }
+            Err(DatabaseError::RepairAborted) => self.check_repaired_in_memory()?,
             Err(e) => return Err(open_error(&self.path, e)),
         };
-        let meta = self.check_meta(&db);
-        let _ = db.close();
-        match meta? {
+        match meta {
             Meta::Absent { tables } if tables > 0 => Err(self.foreign_redb()),
-            _ => Ok(()),
+            Meta::Dwellmq { format } => self.supported(format),
+            Meta::Absent { .. } => Ok(()),
         }
+    }
+
+    /// The meta table of a file that needs a repair, read after repairing it in memory.
+    fn check_repaired_in_memory(&self) -> Result<Meta> {
+        let db = self
+            .open_database(|builder, backend| {
+                let overlay = Overlay::new(Box::new(backend)).map_err(redb::StorageError::from)?;
+                builder.create_with_backend(overlay)
+            })?
+            .map_err(|e| open_error(&self.path, e))?;
+        let meta = self.check_meta(&db);
+        drop(db);
+        meta
+    }
+
+    /// Refuses a format this build does not open.
+    fn supported(&self, format: u32) -> Result<()> {
+        if migrate::can_open(format) {
+            return Ok(());
+        }
+        Err(StoreError::Version {
+            path: self.path.clone(),
+            found: format,
+            supported: FORMAT_VERSION,
+            oldest: migrate::OLDEST_FORMAT,
+        })
     }
 
     fn foreign_redb(&self) -> StoreError {
@@ -251,12 +311,7 @@ impl Opener {
                     .map_err(|e| damaged(&e))?
                     .and_then(|v| v.value().try_into().ok().map(u32::from_be_bytes));
                 match format {
-                    Some(FORMAT_VERSION) => Ok(Meta::Dwellmq),
-                    Some(found) => Err(StoreError::Version {
-                        path: path.clone(),
-                        found,
-                        supported: FORMAT_VERSION,
-                    }),
+                    Some(format) => Ok(Meta::Dwellmq { format }),
                     None => Err(damaged(&"its format version is missing")),
                 }
             }
@@ -364,8 +419,8 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// What the meta table says about a database.
 enum Meta {
-    /// A dwellmq store of this format.
-    Dwellmq,
+    /// A dwellmq store of this format (perhaps one this build does not open).
+    Dwellmq { format: u32 },
     /// No meta table, and this many other tables.
     Absent { tables: usize },
 }

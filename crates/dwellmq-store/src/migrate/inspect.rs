@@ -1,0 +1,1 @@
+//! Looking at a store without writing to it.
