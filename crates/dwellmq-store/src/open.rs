@@ -292,38 +292,7 @@ impl Opener {
     }
 
     fn check_meta(&self, db: &impl ReadableDatabase) -> Result<Meta> {
-        let path = &self.path;
-        let damaged = |e: &dyn std::fmt::Display| StoreError::Damaged {
-            path: path.clone(),
-            reason: e.to_string(),
-        };
-        let read = db.begin_read().map_err(|e| damaged(&e))?;
-        match read.open_table(META) {
-            Ok(meta) => {
-                let app = redb::ReadableTable::get(&meta, META_APP).map_err(|e| damaged(&e))?;
-                if app.as_ref().map(|v| v.value()) != Some(APP) {
-                    return Err(StoreError::Foreign {
-                        path: path.clone(),
-                        reason: "its meta table is not dwellmq's".into(),
-                    });
-                }
-                let format = redb::ReadableTable::get(&meta, META_FORMAT)
-                    .map_err(|e| damaged(&e))?
-                    .and_then(|v| v.value().try_into().ok().map(u32::from_be_bytes));
-                match format {
-                    Some(format) => Ok(Meta::Dwellmq { format }),
-                    None => Err(damaged(&"its format version is missing")),
-                }
-            }
-            Err(TableError::TableDoesNotExist(_)) => Ok(Meta::Absent {
-                tables: read.list_tables().map_err(|e| damaged(&e))?.count(),
-            }),
-            Err(TableError::TableTypeMismatch { .. }) => Err(StoreError::Foreign {
-                path: path.clone(),
-                reason: "its meta table has other types".into(),
-            }),
-            Err(e) => Err(damaged(&e)),
-        }
+        read_meta(db, &self.path)
     }
 
     fn initialize(&self, db: &Database) -> Result<()> {
@@ -374,7 +343,43 @@ pub(crate) fn drop_spilled(db: &Database, path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn open_error(path: &Path, error: DatabaseError) -> StoreError {
+/// What the `meta` table says about a database (not whether this build opens its format).
+pub(crate) fn read_meta(db: &impl ReadableDatabase, path: &Path) -> Result<Meta> {
+    let path = &path.to_path_buf();
+    let damaged = |e: &dyn std::fmt::Display| StoreError::Damaged {
+        path: path.clone(),
+        reason: e.to_string(),
+    };
+    let read = db.begin_read().map_err(|e| damaged(&e))?;
+    match read.open_table(META) {
+        Ok(meta) => {
+            let app = redb::ReadableTable::get(&meta, META_APP).map_err(|e| damaged(&e))?;
+            if app.as_ref().map(|v| v.value()) != Some(APP) {
+                return Err(StoreError::Foreign {
+                    path: path.clone(),
+                    reason: "its meta table is not dwellmq's".into(),
+                });
+            }
+            let format = redb::ReadableTable::get(&meta, META_FORMAT)
+                .map_err(|e| damaged(&e))?
+                .and_then(|v| v.value().try_into().ok().map(u32::from_be_bytes));
+            match format {
+                Some(format) => Ok(Meta::Dwellmq { format }),
+                None => Err(damaged(&"its format version is missing")),
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => Ok(Meta::Absent {
+            tables: read.list_tables().map_err(|e| damaged(&e))?.count(),
+        }),
+        Err(TableError::TableTypeMismatch { .. }) => Err(StoreError::Foreign {
+            path: path.clone(),
+            reason: "its meta table has other types".into(),
+        }),
+        Err(e) => Err(damaged(&e)),
+    }
+}
+
+pub(crate) fn open_error(path: &Path, error: DatabaseError) -> StoreError {
     let path = path.to_path_buf();
     match error {
         DatabaseError::DatabaseAlreadyOpen => StoreError::Locked {
@@ -418,11 +423,17 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// What the meta table says about a database.
-enum Meta {
+pub(crate) enum Meta {
     /// A dwellmq store of this format (perhaps one this build does not open).
-    Dwellmq { format: u32 },
+    Dwellmq {
+        /// `meta["format"]`.
+        format: u32,
+    },
     /// No meta table, and this many other tables.
-    Absent { tables: usize },
+    Absent {
+        /// Tables of the database.
+        tables: usize,
+    },
 }
 
 /// Shared with the writer thread: the database handle, swapped when the writer reopens it.

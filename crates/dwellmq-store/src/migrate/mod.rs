@@ -18,6 +18,8 @@ mod held_first_layout;
 mod held_v2;
 pub(crate) mod inspect;
 pub(crate) mod overlay;
+pub(crate) mod tally;
+pub(crate) mod tally_held;
 
 use std::path::Path;
 

@@ -10,5 +10,6 @@ mod messages;
 
 mod expected;
 mod fixtures;
+mod inspect;
 mod opening;
 mod records;

@@ -19,7 +19,7 @@ const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("meta");
 /// Sets `meta["format"]` of the store at `path` to `format` in a commit that does not save
 /// redb's allocator state, and returns the file as a crash right after that commit leaves it:
 /// a file redb must repair before it can be read.
-fn crash_image_with_format(path: &Path, format: u32) -> Vec<u8> {
+pub fn crash_image_with_format(path: &Path, format: u32) -> Vec<u8> {
     let db = redb::Database::open(path).expect("redb opens the store");
     let mut tx = db.begin_write().unwrap();
     tx.set_quick_repair(false);
