@@ -96,7 +96,7 @@ impl fmt::Display for CheckReport {
         let i = &self.inspection;
         writeln!(f, "data directory {}", self.data_dir.display())?;
         writeln!(f, "store file {}", i.path.display())?;
-        let (oldest, newest) = dwellmq_store::formats_read();
+        let (oldest, newest) = (dwellmq_store::OLDEST_FORMAT, dwellmq_store::FORMAT_VERSION);
         let reads = format!("this dwellmq reads formats {oldest} to {newest}");
         match &i.opens {
             Opens::AsIs => writeln!(f, "store format {}: current, {reads}", i.format)?,

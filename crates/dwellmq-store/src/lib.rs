@@ -33,7 +33,7 @@ pub use dwellmq_core::schedule::DeadlineId;
 pub use error::{Result, StoreError};
 pub use lag::HeldView;
 pub use layout::{DB_FILE, FORMAT_VERSION, LOCK_FILE};
-pub use migrate::inspect::{formats_read, inspect, Inspection, Opens, PageCheck};
+pub use migrate::inspect::{inspect, Inspection, Opens, PageCheck};
 pub use migrate::tally::{QueueTally, Tally};
 pub use migrate::tally_held::HeldTally;
 pub use migrate::OLDEST_FORMAT;

@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 use redb::backends::FileBackend;
 use redb::{Builder, DatabaseError, ReadTransaction, ReadableDatabase};
 
+use super::can_open;
 use super::overlay::Overlay;
 use super::tally::{self, Tally};
-use super::{can_open, OLDEST_FORMAT};
 use crate::error::{Result, StoreError};
-use crate::layout::{DB_FILE, FORMAT_VERSION, LOCK_FILE, QUEUE_COUNTS};
+use crate::layout::{DB_FILE, LOCK_FILE, QUEUE_COUNTS};
 use crate::open::{open_error, panic_message, read_meta, Meta};
 
 /// What [`inspect`] found.
@@ -211,9 +211,4 @@ pub(crate) fn damaged(path: &Path, e: impl std::fmt::Display) -> StoreError {
         path: path.to_path_buf(),
         reason: e.to_string(),
     }
-}
-
-/// The formats this build opens, for reports: (oldest, newest).
-pub fn formats_read() -> (u32, u32) {
-    (OLDEST_FORMAT, FORMAT_VERSION)
 }
