@@ -81,7 +81,7 @@ pub fn inspect(dir: &Path) -> Result<Inspection> {
         });
     }
     let needs_repair = guarded(&path, || {
-        match Builder::new().open_read_only_with_backend(backend(file()?)?) {
+        match builder().open_read_only_with_backend(backend(file()?)?) {
             Ok(db) => {
                 let _ = db.close();
                 Ok(false)
@@ -93,7 +93,7 @@ pub fn inspect(dir: &Path) -> Result<Inspection> {
     guarded(&path, || {
         let overlay = Overlay::new(Box::new(backend(file()?)?))
             .map_err(|e| StoreError::io(&path, "reading the store file", e))?;
-        let mut db = Builder::new()
+        let mut db = builder()
             .create_with_backend(overlay)
             .map_err(|e| open_error(&path, e))?;
         let pages = match db.check_integrity() {
@@ -186,6 +186,13 @@ fn lock_if_present(dir: &Path) -> Result<Option<File>> {
             Err(StoreError::io(&lock, "locking the lock file", e))
         }
     }
+}
+
+/// redb's page cache is 1 GiB unless told: a check reads every page once, so a small one.
+fn builder() -> Builder {
+    let mut builder = Builder::new();
+    builder.set_cache_size(16 << 20);
+    builder
 }
 
 fn backend(file: File) -> Result<FileBackend> {

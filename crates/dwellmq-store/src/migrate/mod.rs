@@ -118,6 +118,7 @@ pub(crate) fn upgrade(db: &Database, path: &Path, format: u32, quick_repair: boo
     if !needed(db, format).map_err(|e| with_path(e, path))? {
         return Ok(false);
     }
+    let started = std::time::Instant::now();
     let mut tx = db.begin_write().map_err(|e| failed(e.into()))?;
     tx.set_quick_repair(quick_repair);
     let done = steps(&tx, format, now_ms()).map_err(failed)?;
@@ -130,6 +131,7 @@ pub(crate) fn upgrade(db: &Database, path: &Path, format: u32, quick_repair: boo
         holds_split = done.holds_split,
         due_entries = done.due_entries,
         queues_counted = done.queues_counted,
+        ms = started.elapsed().as_millis() as u64,
         "upgraded the store"
     );
     Ok(true)
