@@ -8,7 +8,6 @@ use crate::common::*;
 use dwellmq::{Broker, BrokerConfig};
 use lapin::{Connection, ConnectionProperties};
 
-#[allow(dead_code)]
 #[path = "../../crates/dwellmq-store/tests/fixtures/generator/data.rs"]
 mod data;
 
