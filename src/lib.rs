@@ -12,6 +12,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod broker;
+mod check;
 mod config;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -24,6 +25,7 @@ pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 pub use broker::memory::{
     queued_message_footprint, HELD_MESSAGE_MEMORY_OVERHEAD, MESSAGE_MEMORY_OVERHEAD,
 };
+pub use check::{check_data_dir, CheckError, CheckReport};
 pub use config::{
     ApplyTo, BrokerConfig, ClockConfig, DiskFreeLimit, ExpiryMode, Limits, MemoryWatermark,
     PermissionConfig, Policy, PolicyConfig, PolicyDefinition, PolicyError, PolicyValue, TlsConfig,

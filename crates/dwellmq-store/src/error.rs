@@ -34,15 +34,18 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
-    /// The file was written in a format this build does not read.
-    #[error("{path} has store format {found}; this dwellmq reads format {supported}; it was left untouched")]
+    /// The file was written in a format this build does not read (a newer one, or one older
+    /// than any it upgrades).
+    #[error("{path} has store format {found}; this dwellmq reads formats {oldest} to {supported}; it was left untouched")]
     Version {
         /// The file.
         path: PathBuf,
         /// The format found in the file.
         found: u32,
-        /// The format this build writes and reads.
+        /// The format this build writes (and reads).
         supported: u32,
+        /// The oldest format this build reads (upgrading it in place).
+        oldest: u32,
     },
     /// A record in a table cannot be decoded.
     #[error("{path}: record {key} in table {table} is malformed")]

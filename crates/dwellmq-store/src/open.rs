@@ -14,6 +14,7 @@ use crate::error::{Result, StoreError};
 use crate::layout::{
     ALL_TABLES, APP, DB_FILE, FORMAT_VERSION, LOCK_FILE, META, META_APP, META_FORMAT, SPILLED,
 };
+use crate::migrate::{self, overlay::Overlay};
 
 /// How a store is opened.
 #[derive(Clone)]
@@ -153,6 +154,12 @@ impl Opener {
     }
 
     pub(crate) fn open(&self) -> Result<Database> {
+        self.open_upgrading().map(|(db, _)| db)
+    }
+
+    /// Opens the file as [`Opener::open`] does; also says from which format it was upgraded,
+    /// if it was.
+    pub(crate) fn open_upgrading(&self) -> Result<(Database, Option<u32>)> {
         let path = &self.path;
         // redb initialises an empty file; an empty file where a store was expected is a store
         // that lost its contents, not a new one.
@@ -166,37 +173,90 @@ impl Opener {
         }
         let exists = fs::metadata(path).is_ok_and(|m| m.len() > 0);
         if exists {
-            self.check_read_only()?;
+            self.check_before_writing()?;
         }
         let db = self
             .open_database(|builder, backend| builder.create_with_backend(backend))?
             .map_err(|e| open_error(path, e))?;
-        match self.check_meta(&db)? {
-            Meta::Dwellmq => {}
-            Meta::Absent { tables: 0 } => self.initialize(&db)?,
+        let upgraded = match self.check_meta(&db)? {
+            Meta::Dwellmq { format } => {
+                self.supported(format)?;
+                self.upgrade(&db, format)?.then_some(format)
+            }
+            Meta::Absent { tables: 0 } => {
+                self.initialize(&db)?;
+                None
+            }
             Meta::Absent { .. } => return Err(self.foreign_redb()),
-        }
-        Ok(db)
+        };
+        Ok((db, upgraded))
+    }
+
+    /// Upgrades a store of an earlier format in place (see `migrate`); whether it did.
+    fn upgrade(&self, db: &Database, format: u32) -> Result<bool> {
+        let path = &self.path;
+        let quick_repair = self.options.quick_repair;
+        // As at the open: a damaged old record must be an error, not a panic.
+        catch_unwind(AssertUnwindSafe(|| {
+            migrate::upgrade(db, path, format, quick_repair)
+        }))
+        .unwrap_or_else(|panic| {
+            Err(StoreError::Damaged {
+                path: path.clone(),
+                reason: panic_message(&panic),
+            })
+        })
     }
 
     /// Looks at an existing file without writing to it (a writable open of a redb file writes
-    /// its header even if nothing else is done), so that a foreign or newer file is refused as
-    /// it is. A file not closed cleanly cannot be read this way without repair; repairing it is
-    /// what a writable open does, so that case is left to it.
-    fn check_read_only(&self) -> Result<()> {
+    /// its header even if nothing else is done), so that a foreign file, or one of a format this
+    /// build cannot read, is refused as it is. A file not closed cleanly cannot be opened
+    /// read-only (redb wants to repair it first); it is opened writable over an [`Overlay`]
+    /// instead, which repairs it in memory: the file itself is repaired only by the writable
+    /// open that follows, once its format is known to be one this build opens.
+    fn check_before_writing(&self) -> Result<()> {
         let opened =
             self.open_database(|builder, backend| builder.open_read_only_with_backend(backend))?;
-        let db = match opened {
-            Ok(db) => db,
-            Err(DatabaseError::RepairAborted) => return Ok(()),
+        let meta = match opened {
+            Ok(db) => {
+                let meta = self.check_meta(&db);
+                let _ = db.close();
+                meta?
+            }
+            Err(DatabaseError::RepairAborted) => self.check_repaired_in_memory()?,
             Err(e) => return Err(open_error(&self.path, e)),
         };
-        let meta = self.check_meta(&db);
-        let _ = db.close();
-        match meta? {
+        match meta {
             Meta::Absent { tables } if tables > 0 => Err(self.foreign_redb()),
-            _ => Ok(()),
+            Meta::Dwellmq { format } => self.supported(format),
+            Meta::Absent { .. } => Ok(()),
         }
+    }
+
+    /// The meta table of a file that needs a repair, read after repairing it in memory.
+    fn check_repaired_in_memory(&self) -> Result<Meta> {
+        let db = self
+            .open_database(|builder, backend| {
+                let overlay = Overlay::new(Box::new(backend)).map_err(redb::StorageError::from)?;
+                builder.create_with_backend(overlay)
+            })?
+            .map_err(|e| open_error(&self.path, e))?;
+        let meta = self.check_meta(&db);
+        drop(db);
+        meta
+    }
+
+    /// Refuses a format this build does not open.
+    fn supported(&self, format: u32) -> Result<()> {
+        if migrate::can_open(format) {
+            return Ok(());
+        }
+        Err(StoreError::Version {
+            path: self.path.clone(),
+            found: format,
+            supported: FORMAT_VERSION,
+            oldest: migrate::OLDEST_FORMAT,
+        })
     }
 
     fn foreign_redb(&self) -> StoreError {
@@ -232,43 +292,7 @@ impl Opener {
     }
 
     fn check_meta(&self, db: &impl ReadableDatabase) -> Result<Meta> {
-        let path = &self.path;
-        let damaged = |e: &dyn std::fmt::Display| StoreError::Damaged {
-            path: path.clone(),
-            reason: e.to_string(),
-        };
-        let read = db.begin_read().map_err(|e| damaged(&e))?;
-        match read.open_table(META) {
-            Ok(meta) => {
-                let app = redb::ReadableTable::get(&meta, META_APP).map_err(|e| damaged(&e))?;
-                if app.as_ref().map(|v| v.value()) != Some(APP) {
-                    return Err(StoreError::Foreign {
-                        path: path.clone(),
-                        reason: "its meta table is not dwellmq's".into(),
-                    });
-                }
-                let format = redb::ReadableTable::get(&meta, META_FORMAT)
-                    .map_err(|e| damaged(&e))?
-                    .and_then(|v| v.value().try_into().ok().map(u32::from_be_bytes));
-                match format {
-                    Some(FORMAT_VERSION) => Ok(Meta::Dwellmq),
-                    Some(found) => Err(StoreError::Version {
-                        path: path.clone(),
-                        found,
-                        supported: FORMAT_VERSION,
-                    }),
-                    None => Err(damaged(&"its format version is missing")),
-                }
-            }
-            Err(TableError::TableDoesNotExist(_)) => Ok(Meta::Absent {
-                tables: read.list_tables().map_err(|e| damaged(&e))?.count(),
-            }),
-            Err(TableError::TableTypeMismatch { .. }) => Err(StoreError::Foreign {
-                path: path.clone(),
-                reason: "its meta table has other types".into(),
-            }),
-            Err(e) => Err(damaged(&e)),
-        }
+        read_meta(db, &self.path)
     }
 
     fn initialize(&self, db: &Database) -> Result<()> {
@@ -319,7 +343,43 @@ pub(crate) fn drop_spilled(db: &Database, path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn open_error(path: &Path, error: DatabaseError) -> StoreError {
+/// What the `meta` table says about a database (not whether this build opens its format).
+pub(crate) fn read_meta(db: &impl ReadableDatabase, path: &Path) -> Result<Meta> {
+    let path = &path.to_path_buf();
+    let damaged = |e: &dyn std::fmt::Display| StoreError::Damaged {
+        path: path.clone(),
+        reason: e.to_string(),
+    };
+    let read = db.begin_read().map_err(|e| damaged(&e))?;
+    match read.open_table(META) {
+        Ok(meta) => {
+            let app = redb::ReadableTable::get(&meta, META_APP).map_err(|e| damaged(&e))?;
+            if app.as_ref().map(|v| v.value()) != Some(APP) {
+                return Err(StoreError::Foreign {
+                    path: path.clone(),
+                    reason: "its meta table is not dwellmq's".into(),
+                });
+            }
+            let format = redb::ReadableTable::get(&meta, META_FORMAT)
+                .map_err(|e| damaged(&e))?
+                .and_then(|v| v.value().try_into().ok().map(u32::from_be_bytes));
+            match format {
+                Some(format) => Ok(Meta::Dwellmq { format }),
+                None => Err(damaged(&"its format version is missing")),
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => Ok(Meta::Absent {
+            tables: read.list_tables().map_err(|e| damaged(&e))?.count(),
+        }),
+        Err(TableError::TableTypeMismatch { .. }) => Err(StoreError::Foreign {
+            path: path.clone(),
+            reason: "its meta table has other types".into(),
+        }),
+        Err(e) => Err(damaged(&e)),
+    }
+}
+
+pub(crate) fn open_error(path: &Path, error: DatabaseError) -> StoreError {
     let path = path.to_path_buf();
     match error {
         DatabaseError::DatabaseAlreadyOpen => StoreError::Locked {
@@ -363,11 +423,17 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// What the meta table says about a database.
-enum Meta {
-    /// A dwellmq store of this format.
-    Dwellmq,
+pub(crate) enum Meta {
+    /// A dwellmq store of this format (perhaps one this build does not open).
+    Dwellmq {
+        /// `meta["format"]`.
+        format: u32,
+    },
     /// No meta table, and this many other tables.
-    Absent { tables: usize },
+    Absent {
+        /// Tables of the database.
+        tables: usize,
+    },
 }
 
 /// Shared with the writer thread: the database handle, swapped when the writer reopens it.

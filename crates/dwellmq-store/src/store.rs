@@ -51,6 +51,8 @@ pub struct Store {
     writer_id: std::thread::ThreadId,
     // Held for the store's lifetime; released last, after the database is closed.
     lock: parking_lot::Mutex<Option<File>>,
+    /// The format this open upgraded the file from, if it did.
+    upgraded_from: Option<u32>,
 }
 
 impl std::fmt::Debug for Store {
@@ -72,7 +74,7 @@ impl Store {
         let lock = lock_dir(&dir)?;
         let opener = Opener::new(&dir, options);
         let path = opener.path.clone();
-        let db = opener.open()?;
+        let (db, upgraded_from) = opener.open_upgrading()?;
         crate::open::drop_spilled(&db, &path)?;
         let db = Arc::new(db);
         let counters = Arc::new(Counters::default());
@@ -115,6 +117,7 @@ impl Store {
             writer_id: handle.thread().id(),
             writer: parking_lot::Mutex::new(Some(handle)),
             lock: parking_lot::Mutex::new(Some(lock)),
+            upgraded_from,
         })
     }
 
@@ -126,6 +129,12 @@ impl Store {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The store format this open upgraded the file from (in one commit, before anything
+    /// else was written), or `None` if it was of this build's format already or new.
+    pub fn upgraded_from(&self) -> Option<u32> {
+        self.upgraded_from
     }
 
     /// Queues `ops` for the next commit; `done` is called on the writer thread once the commit
