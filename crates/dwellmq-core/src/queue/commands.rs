@@ -102,6 +102,8 @@ impl<C: Clone> QueueState<C> {
         self.had_consumer = true;
         self.last_used_ms = now_ms;
         self.deliver_ready(now_ms, None, fx);
+        // Head-only expiry waits for the head: a delivery may have brought another there.
+        self.arm(now_ms, fx);
         Ok(())
     }
 
@@ -153,6 +155,9 @@ impl<C: Clone> QueueState<C> {
     ) -> Option<(QueueEntry, usize)> {
         self.last_used_ms = now_ms;
         let entry = self.pop_live(now_ms, None, fx);
+        if let Some(entry) = &entry {
+            self.messages.note_taken(entry.seq);
+        }
         self.wants_page = entry.is_none() && self.messages.paged_run().is_some();
         if let Some(entry) = &entry {
             if no_ack {
@@ -237,6 +242,9 @@ impl<C: Clone> QueueState<C> {
             }
             self.put_back(entry);
         }
+        // As RabbitMQ's `requeue_and_run`: a drop-head limit the returns went past drops
+        // the head before anything is delivered again.
+        self.enforce_length(fx);
         self.deliver_ready(now_ms, None, fx);
         self.arm(now_ms, fx);
     }
@@ -258,6 +266,8 @@ impl<C: Clone> QueueState<C> {
         }
         if !self.deleted {
             self.put_back(entry);
+            // Its deadline may come before the one asked for (see `settle`).
+            self.rearm = true;
         }
     }
 
@@ -284,7 +294,8 @@ impl<C: Clone> QueueState<C> {
         }
         // A page read for the run now ended is dropped when it comes back.
         self.generation += 1;
-        self.reading = false;
+        self.reads_in_flight = 0;
+        self.read_retry_at = None;
         self.wants_page = false;
         self.expiring.clear();
         let retrying = self.retrying.len();
@@ -316,6 +327,8 @@ impl<C: Clone> QueueState<C> {
         if self.deleted {
             return;
         }
+        // Every definition is back (see `restore_paged`): the run may be read for deadlines.
+        self.awaiting_tick = false;
         self.expire_due(now_ms, fx);
         if self.take_retries(now_ms) > 0 {
             self.deliver_ready(now_ms, None, fx);

@@ -64,6 +64,7 @@ impl<C: Clone> QueueState<C> {
             let Some(entry) = self.pop_live(now_ms, fresh, fx) else {
                 break;
             };
+            self.messages.note_taken(entry.seq);
             let slot = &self.consumers[index].slot;
             slot.credit.took();
             // Counted against the connection's output bound until the shell has buffered it

@@ -137,6 +137,23 @@ pub enum Effect<C> {
         /// The first position after the range.
         end_seq: u64,
     },
+    /// Store hook: a persisted message whose persist failed is persisted again (the same
+    /// record; no publisher waits for it). Until that write commits it stays in memory.
+    Rewrite {
+        /// Its position.
+        seq: u64,
+        /// The message.
+        message: Arc<Message>,
+        /// When it expires (ms since the epoch).
+        expires_at: Option<u64>,
+    },
+    /// Store hook: the removals this command asked for (`Forget`s, `Unspill`s) of messages
+    /// a page of the run could still find are numbered `mark`; the owner reports their
+    /// commit through [`crate::queue::WriteProgress::removals_committed`]. Marks only grow.
+    RemovalsMark {
+        /// The number.
+        mark: u64,
+    },
 }
 
 /// A persisted message's delivery state as a restart must bring it back.

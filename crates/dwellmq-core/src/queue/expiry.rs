@@ -66,11 +66,14 @@ impl<C: Clone> QueueState<C> {
         } else {
             self.queue_expiry_deadline()
         };
-        let Some(next) = [message_deadline, queue_deadline, self.next_retry_at()]
-            .into_iter()
-            .flatten()
-            .min()
-        else {
+        let run_deadline = self.run_deadline(now_ms);
+        let deadlines = [
+            message_deadline,
+            queue_deadline,
+            self.next_retry_at(),
+            run_deadline,
+        ];
+        let Some(next) = deadlines.into_iter().flatten().min() else {
             return;
         };
         // A deadline already passed is served by the next tick as soon as possible.

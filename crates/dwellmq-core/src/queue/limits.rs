@@ -35,6 +35,11 @@ impl<C: Clone> QueueState<C> {
 
     /// `drop-head`: the oldest ready messages go until the queue is within its limits.
     pub(super) fn enforce_length(&mut self, fx: &mut Effects<C>) {
+        // The reject-publish modes refuse new messages; they never drop ready ones (a queue
+        // over its limit through requeues stays so until consumers take them).
+        if self.settings.overflow != Overflow::DropHead {
+            return;
+        }
         while self.over_length() {
             let Some(entry) = self.messages.pop() else {
                 break;

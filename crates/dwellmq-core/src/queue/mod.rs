@@ -18,9 +18,12 @@ mod paging;
 mod paging_tests;
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod run_expiry_tests;
 mod settings;
 #[cfg(test)]
 mod spill_tests;
+mod store_progress;
 #[cfg(test)]
 mod tests;
 
@@ -29,7 +32,9 @@ use std::sync::Arc;
 
 pub use credit::{delivery_reservation, ChannelCredit, Congestion, ConsumerCredit};
 pub use effects::{DeathReason, DeliveryMark, Effect, Effects};
+pub use paging::{WriteProgress, READ_RETRY_MS};
 pub use settings::{DeadLetterTarget, ExpiryMode, QueueSettings};
+pub use store_progress::StoreProgress;
 
 use crate::arguments::{parse_expiration, Overflow, RetryKind};
 use crate::message::Message;
@@ -126,6 +131,8 @@ pub struct QueueState<C> {
     kept_dead_letters: (u64, u64),
     /// The earliest tick already asked for.
     armed_at: Option<u64>,
+    /// A message came back outside a command (`undelivered`): `settle` asks for a tick.
+    rearm: bool,
     consumers: Vec<Attached<C>>,
     next_subscription: u64,
     /// Round-robin cursor within a priority group.
@@ -144,8 +151,13 @@ pub struct QueueState<C> {
     paging: Option<Paging>,
     /// Numbers the runs: a purge or a delete ends one, and a page read for it is dropped.
     generation: u64,
-    /// A page read asked for and not handed back yet.
-    reading: bool,
+    /// Reads of the run asked for and not handed back yet.
+    reads_in_flight: u32,
+    /// A read of the run failed: asked again at this time.
+    read_retry_at: Option<u64>,
+    /// Restored with a run whose deadlines are not known: read for them from the first
+    /// tick on (see [`QueueState::restore_paged`]).
+    awaiting_tick: bool,
     /// A `basic.get` found nothing in memory while a run waits in the store.
     wants_page: bool,
 }
@@ -162,6 +174,7 @@ impl<C: Clone> QueueState<C> {
             retrying_bytes: 0,
             kept_dead_letters: (0, 0),
             armed_at: None,
+            rearm: false,
             consumers: Vec::new(),
             next_subscription: 0,
             next_consumer: 0,
@@ -173,7 +186,9 @@ impl<C: Clone> QueueState<C> {
             expire_requested: false,
             paging: None,
             generation: 0,
-            reading: false,
+            reads_in_flight: 0,
+            read_retry_at: None,
+            awaiting_tick: false,
             wants_page: false,
         }
     }
@@ -264,10 +279,14 @@ impl<C: Clone> QueueState<C> {
     }
 
     /// Packs the ready messages that came in during the last command and stayed (see
-    /// [`QueueMessages::settle`]). The shell calls it once a command's deliveries are carried
-    /// out, as one of them may have been handed back ([`QueueState::undelivered`]).
-    pub fn settle(&mut self) {
+    /// [`QueueMessages::settle`]), and asks for a tick again if a message handed back
+    /// ([`QueueState::undelivered`]) needs one. The shell calls it once a command's
+    /// deliveries are carried out.
+    pub fn settle(&mut self, now_ms: u64, fx: &mut Effects<C>) {
         self.messages.settle();
+        if std::mem::take(&mut self.rearm) {
+            self.arm(now_ms, fx);
+        }
     }
 
     /// Octets the packed ready messages hold: the shell charges them to its memory accounting,
@@ -314,6 +333,7 @@ impl<C: Clone> QueueState<C> {
             || s.counts_deliveries()
             || !self.expiring.is_empty()
             || !self.retrying.is_empty()
+            || self.messages.run_may_expire()
     }
 
     /// Arms the first deadline of a queue that was just created (`x-expires`).

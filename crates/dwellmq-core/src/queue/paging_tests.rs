@@ -8,6 +8,7 @@ use dwellmq_codec::BasicProperties;
 
 use super::*;
 use crate::paging::{Page, StoredEntry};
+use crate::queue::paging::test_progress::Committed;
 use crate::PackedMessage;
 
 type Q = QueueState<u32>;
@@ -104,7 +105,7 @@ fn fill(q: &mut Q, n: u64, fx: &mut Effects<u32>) {
     for seq in 0..n {
         q.publish(persistent(format!("m{seq}")), 0, fx);
     }
-    q.settle();
+    q.settle(0, &mut Effects::new());
     fx.drain();
 }
 
@@ -114,13 +115,17 @@ fn only_committed_messages_beyond_the_window_leave_memory_and_still_count() {
     let mut fx = Effects::new();
     fill(&mut q, 10, &mut fx);
     // Nothing committed yet: all stays in memory.
-    assert_eq!(q.page(|_| false), None);
+    assert_eq!(q.page(&Committed(|_| false), 0), None);
     assert_eq!(q.paged_out(), (0, 0));
     // Committed up to 7: 4..8 leave memory, 8 and 9 wait behind them.
-    assert_eq!(q.page(|seq| seq < 8), None, "nobody waits for a page");
+    assert_eq!(
+        q.page(&Committed(|seq| seq < 8), 0),
+        None,
+        "nobody waits for a page"
+    );
     assert_eq!(q.paged_out(), (4, 8));
     assert_eq!((q.ready(), q.ready_entries().count()), (10, 6));
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     assert_eq!(q.paged_out(), (6, 12));
     assert_eq!(q.ready_bytes(), 20);
 }
@@ -130,7 +135,7 @@ fn a_consumer_gets_everything_in_order_through_pages() {
     let mut q = paging_queue();
     let mut fx = Effects::new();
     fill(&mut q, 20, &mut fx);
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     assert_eq!(q.paged_out().0, 16);
     q.consume(consumer(3), 0, &mut fx).unwrap();
     let mut got = delivered(&mut fx);
@@ -139,7 +144,7 @@ fn a_consumer_gets_everything_in_order_through_pages() {
         credit.settled(3);
         q.drain(0, &mut fx);
         got.extend(delivered(&mut fx));
-        if let Some(request) = q.page(|_| true) {
+        if let Some(request) = q.page(&Committed(|_| true), 0) {
             q.page_in(request, Some(read(request)), 0, &mut fx);
             got.extend(delivered(&mut fx));
         }
@@ -154,12 +159,12 @@ fn a_transient_message_stays_in_memory_and_keeps_what_follows_there() {
     let mut q = paging_queue();
     let mut fx = Effects::new();
     fill(&mut q, 6, &mut fx);
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     assert_eq!(q.paged_out(), (2, 4));
     q.publish(transient("t"), 0, &mut fx);
     q.publish(persistent("m7".into()), 0, &mut fx);
-    q.settle();
-    q.page(|_| true);
+    q.settle(0, &mut Effects::new());
+    q.page(&Committed(|_| true), 0);
     assert_eq!(
         q.paged_out(),
         (2, 4),
@@ -173,11 +178,11 @@ fn a_purge_forgets_the_run_and_drops_a_page_read_for_it() {
     let mut q = paging_queue();
     let mut fx = Effects::new();
     fill(&mut q, 10, &mut fx);
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     q.consume(consumer(0), 0, &mut fx).unwrap();
     fx.drain();
     // The consumer took the 4 in memory: a page is asked for.
-    let request = q.page(|_| true).expect("a page");
+    let request = q.page(&Committed(|_| true), 0).expect("a page");
     assert_eq!(q.purge(&mut fx), 6);
     assert!(fx.drain().any(|e| matches!(
         e,
@@ -243,13 +248,17 @@ fn a_page_that_reached_the_end_its_request_knew_leaves_what_joined_the_run_since
     for seq in 4..8 {
         q.publish(persistent(format!("m{seq}")), 0, &mut fx);
     }
-    q.settle();
+    q.settle(0, &mut Effects::new());
     fx.drain();
     assert!(q.get(true, 0, &mut fx).is_none());
     let request = q.page_for(1).expect("a page");
     assert_eq!((request.from_seq, request.end_seq), (3, 4));
     // The publishes commit: they join the run behind the page being read.
-    assert_eq!(q.page(|seq| seq < 8), None, "a page is being read");
+    assert_eq!(
+        q.page(&Committed(|seq| seq < 8), 0),
+        None,
+        "a page is being read"
+    );
     assert_eq!(q.paged_out(), (5, 10));
     q.page_in(request, Some(read(request)), 0, &mut fx);
     assert_eq!(q.ready(), 5, "nothing counted is dropped");
@@ -269,7 +278,7 @@ fn a_drop_head_limit_reads_pages_to_drop_from_the_head_of_the_run() {
     let mut q = paging_queue();
     let mut fx = Effects::new();
     fill(&mut q, 10, &mut fx);
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     q.set_settings(
         QueueSettings {
             durable: true,
@@ -284,7 +293,7 @@ fn a_drop_head_limit_reads_pages_to_drop_from_the_head_of_the_run() {
     // consumes) until the queue is within its limit.
     assert_eq!(q.ready(), 6);
     let mut dropped = 0;
-    while let Some(request) = q.page(|_| true) {
+    while let Some(request) = q.page(&Committed(|_| true), 0) {
         q.page_in(request, Some(read(request)), 0, &mut fx);
         dropped += fx
             .drain()

@@ -188,7 +188,7 @@ proptest! {
                 }
             }
             // As the shell does after every command: what stayed is packed from now on.
-            q.settle();
+            q.settle(now, &mut fx);
             for effect in fx.drain() {
                 match effect {
                     Effect::Deliver { consumer, entry, .. } => {

@@ -10,6 +10,7 @@ use dwellmq_codec::BasicProperties;
 use super::paging_tests::{paging_queue as durable_queue, WINDOW};
 use super::*;
 use crate::paging::{Page, StoredEntry};
+use crate::queue::paging::test_progress::{Committed, Lost};
 use crate::PackedMessage;
 
 type Q = QueueState<u32>;
@@ -39,13 +40,13 @@ fn fill(q: &mut Q, n: u64, persistent: impl Fn(u64) -> bool) {
     for seq in 0..n {
         q.publish(message(seq, persistent(seq)), 0, &mut fx);
     }
-    q.settle();
+    q.settle(0, &mut Effects::new());
 }
 
 /// Runs the spill step; returns the spilled positions and the unspilled ranges.
 fn spill(q: &mut Q, pressed: bool) -> (Vec<u64>, Vec<(u64, u64)>) {
     let mut fx = Effects::new();
-    q.spill(pressed, |_| false, usize::MAX, &mut fx);
+    q.write_missing(pressed, &Lost(|_| false), usize::MAX, &mut fx);
     let (mut spilled, mut unspilled) = (Vec::new(), Vec::new());
     for effect in fx.drain() {
         match effect {
@@ -101,7 +102,7 @@ fn without_pressure_transient_messages_stay_in_memory() {
     fill(&mut q, 10, |_| true);
     assert_eq!(spill(&mut q, false), (vec![], vec![]));
     // Persistent, but a transient queue does not store them: nothing is written.
-    assert_eq!(q.page(|_| true), None);
+    assert_eq!(q.page(&Committed(|_| true), 0), None);
     assert_eq!(q.paged_out(), (0, 0));
 }
 
@@ -113,9 +114,9 @@ fn under_pressure_what_lies_beyond_the_window_is_spilled_and_leaves_once_committ
     // Spilled once: a second look spills nothing more.
     assert_eq!(spill(&mut q, true).0, Vec::<u64>::new());
     // Only what is committed leaves memory, in order.
-    q.page(|seq| seq < 7);
+    q.page(&Committed(|seq| seq < 7), 0);
     assert_eq!(q.paged_out(), (3, 6));
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     assert_eq!(q.paged_out(), (6, 12));
     assert_eq!(q.ready(), 10);
     let (got, unspilled) = drain(&mut q, |_| true);
@@ -132,15 +133,15 @@ fn new_messages_behind_a_spilled_run_are_spilled_too() {
     let mut q = transient_queue();
     fill(&mut q, 6, |_| false);
     spill(&mut q, true);
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     assert_eq!(q.paged_out(), (2, 4));
     let mut fx = Effects::new();
     for seq in 6..9 {
         q.publish(message(seq, false), 0, &mut fx);
     }
-    q.settle();
+    q.settle(0, &mut Effects::new());
     assert_eq!(spill(&mut q, true).0, vec![6, 7, 8]);
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     assert_eq!(q.paged_out(), (5, 10));
 }
 
@@ -150,10 +151,10 @@ fn a_durable_queue_spills_only_its_transient_messages() {
     // Odd positions persistent (written at publish), even ones transient.
     fill(&mut q, 12, |seq| seq % 2 == 1);
     // Without pressure the first transient message beyond the window holds the rest up.
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     assert_eq!(q.paged_out(), (0, 0));
     assert_eq!(spill(&mut q, true).0, vec![4, 6, 8, 10]);
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     assert_eq!(q.paged_out(), (8, 18));
     let (got, unspilled) = drain(&mut q, |seq| seq % 2 == 0);
     assert_eq!(got, (0..12).collect::<Vec<_>>());
@@ -166,7 +167,7 @@ fn a_spilled_message_that_leaves_from_memory_drops_its_record() {
     fill(&mut q, 6, |_| false);
     spill(&mut q, true);
     // Not committed: 4 and 5 stay in memory, spilled; taking them out drops their records.
-    q.page(|_| false);
+    q.page(&Committed(|_| false), 0);
     let mut fx = Effects::new();
     for _ in 0..6 {
         q.get(true, 0, &mut fx);
@@ -179,7 +180,7 @@ fn a_purge_drops_every_spilled_record() {
     let mut q = transient_queue();
     fill(&mut q, 8, |_| false);
     spill(&mut q, true);
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     let mut fx = Effects::new();
     assert_eq!(q.purge(&mut fx), 8);
     assert_eq!(spill(&mut q, false).1, vec![(0, u64::MAX)]);
@@ -192,10 +193,10 @@ fn a_message_whose_spill_failed_is_spilled_again() {
     fill(&mut q, 6, |_| false);
     assert_eq!(spill(&mut q, true).0, vec![4, 5]);
     // The write of 4 failed: it holds the rest up until it is spilled again.
-    q.page(|seq| seq != 4);
+    q.page(&Committed(|seq| seq != 4), 0);
     assert_eq!(q.paged_out(), (0, 0));
     let mut fx = Effects::new();
-    q.spill(true, |seq| seq == 4, usize::MAX, &mut fx);
+    q.write_missing(true, &Lost(|seq| seq == 4), usize::MAX, &mut fx);
     let again: Vec<u64> = fx
         .drain()
         .filter_map(|e| match e {
@@ -204,7 +205,7 @@ fn a_message_whose_spill_failed_is_spilled_again() {
         })
         .collect();
     assert_eq!(again, vec![4]);
-    q.page(|_| true);
+    q.page(&Committed(|_| true), 0);
     assert_eq!(q.paged_out(), (2, 4));
 }
 
@@ -221,10 +222,10 @@ fn a_budget_bounds_the_spills_of_one_step_and_the_rest_follow() {
             })
             .collect()
     };
-    q.spill(true, |_| false, 3, &mut fx);
+    q.write_missing(true, &Lost(|_| false), 3, &mut fx);
     assert_eq!(spilled(&mut fx), vec![4, 5, 6]);
-    q.spill(true, |_| false, 3, &mut fx);
+    q.write_missing(true, &Lost(|_| false), 3, &mut fx);
     assert_eq!(spilled(&mut fx), vec![7, 8, 9]);
-    q.spill(true, |_| false, 3, &mut fx);
+    q.write_missing(true, &Lost(|_| false), 3, &mut fx);
     assert_eq!(spilled(&mut fx), vec![10, 11]);
 }

@@ -75,6 +75,8 @@ fn summary(fx: &mut Effects<u32>) -> Vec<String> {
             Effect::ForgetRun { from_seq, end_seq } => format!("forget run {from_seq}..{end_seq}"),
             Effect::Spill { seq, .. } => format!("spill {seq}"),
             Effect::Unspill { from_seq, end_seq } => format!("unspill {from_seq}..{end_seq}"),
+            Effect::Rewrite { seq, .. } => format!("rewrite {seq}"),
+            Effect::RemovalsMark { mark } => format!("removals {mark}"),
         })
         .collect()
 }

@@ -18,6 +18,7 @@ use crate::message::Message;
 use crate::packed::PackedMessage;
 use crate::paging::PagedRun;
 
+pub(crate) use paged::MissingWrite;
 use paged::Paged;
 use waiting::{give_back_slots, packable, Kept, Waiting, KEPT_SLOTS};
 pub use waiting::{packed_footprint, ReadyMessage, SpilledMessage, PACK_BODY_LIMIT};
@@ -61,8 +62,9 @@ pub struct QueueMessages {
     unsettled: Vec<(usize, u64)>,
     /// The messages left in the store only, and those behind them (see [`Paged`]).
     paged: Option<Paged>,
-    /// The highest position ever taken out (delivered, got, expired): a run starts above it,
-    /// so that no message taken out (unacknowledged, still stored) lies inside a run.
+    /// The highest position ever handed out (delivered, got): a run starts above it, so that
+    /// no message that may come back (unacknowledged, still stored) lies inside a run. One
+    /// that left for good (expired, dropped) does not count: it holds nothing back.
     taken_high: Option<u64>,
     /// Whether the owner stores this queue's persistent messages (a durable queue's): they
     /// are written at publish. Others are written only if spilled.
@@ -74,6 +76,10 @@ pub struct QueueMessages {
     unspilled: Vec<(u64, u64)>,
     /// Whether anything was ever spilled (a purge then drops every spilled record).
     spilled_any: bool,
+    /// The mark the store removals asked for now are numbered with (see
+    /// [`QueueMessages::take_removals_mark`]), and whether any was asked for under it.
+    removal_mark: u64,
+    marked: bool,
 }
 
 impl Default for QueueMessages {
@@ -103,6 +109,8 @@ impl QueueMessages {
             spill_from: 0,
             unspilled: Vec::new(),
             spilled_any: false,
+            removal_mark: 1,
+            marked: false,
         }
     }
 
@@ -221,7 +229,6 @@ impl QueueMessages {
     }
 
     fn take(&mut self, waiting: Waiting) -> QueueEntry {
-        self.taken_high = Some(self.taken_high.map_or(waiting.seq, |t| t.max(waiting.seq)));
         if waiting.spilled {
             self.unspill(waiting.seq, waiting.seq + 1);
         }
@@ -230,6 +237,11 @@ impl QueueMessages {
         self.ready_bytes -= entry.message.body_len() as u64;
         self.len -= 1;
         entry
+    }
+
+    /// The message at `seq` was handed out (to a consumer, or by a get): it may come back.
+    pub fn note_taken(&mut self, seq: u64) {
+        self.taken_high = Some(self.taken_high.map_or(seq, |t| t.max(seq)));
     }
 
     /// Takes the message at the head: the oldest of the highest non-empty level.
@@ -256,7 +268,11 @@ impl QueueMessages {
         let at = find_in(&paged.tail, seq)?;
         let waiting = paged.tail.remove(at)?;
         paged.tail_bytes -= waiting.body_len() as u64;
-        paged.left_tail.push(seq);
+        if waiting.written {
+            // Its record may outlive it in a page read before its removal commits.
+            paged.holes.insert(seq, self.removal_mark);
+            self.marked = true;
+        }
         give_back_slots(&mut paged.tail);
         Some(self.take(waiting))
     }

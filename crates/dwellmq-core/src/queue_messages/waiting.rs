@@ -69,9 +69,11 @@ impl Waiting {
             delivery_count: 0,
             acquired_count: 0,
             redelivered: entry.redelivered,
+            // A durable queue spills only its transient messages.
             persistent: !entry.spilled,
-            written: true,
-            // Its spilled record went when its page was read (see `page_in`).
+            // A spilled one's record goes when its page is taken in (see `page_in`): it is
+            // written again if it must leave memory again.
+            written: !entry.spilled,
             spilled: false,
         }
     }

@@ -9,6 +9,10 @@
 //! messages in memory in front of its consumers run low, and takes it back as
 //! [`StoredEntry`]s. Core does no IO: the owner reads the store.
 
+mod deadlines;
+
+pub use deadlines::{RunDeadlines, StretchLimits};
+
 use crate::packed::PackedMessage;
 
 /// How much of a paging queue's ready list stays in memory in front of its consumers.
@@ -33,6 +37,19 @@ impl Paging {
     pub fn page_len(&self) -> usize {
         (self.window_messages / 2).max(1)
     }
+
+    /// Body octets read per page at most (at least one message): half the window's.
+    pub fn page_bytes(&self) -> u64 {
+        (self.window_bytes / 2).max(1)
+    }
+
+    /// A stretch of the run is a page's worth (see [`RunDeadlines`]).
+    pub fn stretch_limits(&self) -> StretchLimits {
+        StretchLimits {
+            messages: self.page_len(),
+            bytes: self.page_bytes(),
+        }
+    }
 }
 
 /// The stored messages of a queue that are not in memory: positions `first_seq..end_seq`
@@ -49,10 +66,26 @@ pub struct PagedRun {
     pub bytes: u64,
 }
 
+/// What a page is read for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageKind {
+    /// Its messages join the head in memory, in front of consumers (or of a head-only
+    /// expiry that must see them at the head).
+    Head,
+    /// Its due messages expire where they are (on-time expiry of a stretch of the run); the
+    /// others stay in the store only.
+    Expiry,
+}
+
 /// A page to read: up to `limit` stored messages at positions `from_seq..end_seq`, handed
 /// back to [`crate::queue::QueueState::page_in`] with `generation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageRequest {
+    /// What the page is for.
+    pub kind: PageKind,
+    /// Asked for because a deadline passed: an owner on a manual clock reads it at once, so
+    /// that advancing the clock plays out the expiry it causes before it returns.
+    pub due: bool,
     /// Which run it reads: a purge or a delete starts another, and a page of an earlier one
     /// is dropped when it comes back.
     pub generation: u64,
@@ -94,4 +127,34 @@ pub struct Page {
     /// The read reached the end of the run as its request knew it (`PageRequest::end_seq`):
     /// nothing more is stored up to there. The run may have grown since.
     pub exhausted: bool,
+}
+
+/// The page `request` asks for, from `stored`: up to `request.limit` stored messages from its
+/// first position on, in position order (what the store returned for that limit), stopping
+/// at the request's end or once `max_bytes` of bodies are read (at least one message).
+pub fn assemble_page(stored: Vec<StoredEntry>, request: PageRequest, max_bytes: u64) -> Page {
+    let mut page = Page {
+        exhausted: stored.len() < request.limit,
+        entries: Vec::with_capacity(stored.len()),
+        next_seq: request.from_seq,
+        skipped: 0,
+    };
+    let mut bytes = 0;
+    for entry in stored {
+        if entry.seq >= request.end_seq {
+            page.exhausted = true;
+            break;
+        }
+        if bytes >= max_bytes && !page.entries.is_empty() {
+            page.exhausted = false;
+            break;
+        }
+        bytes += entry.message.body_len() as u64;
+        page.next_seq = entry.seq + 1;
+        page.entries.push(entry);
+    }
+    if page.exhausted {
+        page.next_seq = request.end_seq;
+    }
+    page
 }
