@@ -135,6 +135,7 @@ impl BrokerState {
                 window_messages: config.limits.queue_window_messages.max(1),
                 window_bytes: config.limits.queue_window_bytes.max(1),
             },
+            manual_clock.is_some(),
         );
         let mut vhosts: HashMap<String, Arc<VHost>> = HashMap::new();
         for name in std::iter::once("/").chain(config.vhosts.iter().map(String::as_str)) {

@@ -29,9 +29,10 @@ use super::vhost::VHost;
 
 mod kept_dead_letters;
 pub(crate) mod page_reader;
-mod store_progress;
+mod store_writes;
 
-use store_progress::StoreProgress;
+use dwellmq_core::queue::StoreProgress;
+use store_writes::StoreWrites;
 
 /// Pages a `basic.get` reads at most before it answers: a run whose first pages hold only
 /// expired messages answers get-empty rather than hold the channel for long.
@@ -258,10 +259,25 @@ impl Queue {
         ticket: Option<&Arc<PublishTicket>>,
         command: impl FnOnce(&mut QueueState<Arc<Consumer>>, u64, &mut Effects<Arc<Consumer>>) -> R,
     ) -> R {
+        let (result, page) = self.run_command(time, ticket, command);
+        if let Some(request) = page {
+            self.read(request);
+        }
+        result
+    }
+
+    /// Runs one command and carries out its effects; returns its result and the read of the
+    /// run the queue asked for after it, which the caller must have done.
+    fn run_command<R>(
+        self: &Arc<Self>,
+        time: Time,
+        ticket: Option<&Arc<PublishTicket>>,
+        command: impl FnOnce(&mut QueueState<Arc<Consumer>>, u64, &mut Effects<Arc<Consumer>>) -> R,
+    ) -> (R, Option<PageRequest>) {
         let mut after = Aftermath::default();
         let mut now = None;
         let mut group = None;
-        let result = {
+        let (result, page) = {
             let mut guard = self.inner.lock();
             let Inner {
                 state,
@@ -272,7 +288,9 @@ impl Queue {
                 now = Some(self.runtime.clock.now_ms());
             }
             // Without the clock no outcome depends on the time passed (`uses_clock`).
-            let result = command(state, now.unwrap_or(0), effects);
+            let now_ms = now.unwrap_or(0);
+            let result = command(state, now_ms, effects);
+            let mut writes = StoreWrites::default();
             if !effects.is_empty() {
                 // A dead-lettered message leaves this queue's store records and enters its
                 // targets' in one commit: a crash loses neither (the store retries the group
@@ -280,34 +298,31 @@ impl Queue {
                 if self.store_id.get().is_some() && effects.has_dead_letters() {
                     group = self.runtime.store.as_ref().map(|store| store.group());
                 }
-                self.apply(state, effects, &mut after, ticket);
+                self.apply(state, effects, &mut after, ticket, &mut writes);
             }
             // After the deliveries: a message handed back by one of them settles too.
-            state.settle();
-            let page = self.progress.as_ref().and_then(|progress| {
-                state.spill(
+            state.settle(now_ms, effects);
+            if let Some(progress) = &self.progress {
+                state.write_missing(
                     self.runtime.memory.pressed(),
-                    |seq| progress.is_lost(seq),
+                    progress.as_ref(),
                     SPILLS_IN_FLIGHT.saturating_sub(progress.spills_in_flight()),
                     effects,
                 );
-                if !effects.is_empty() {
-                    self.apply(state, effects, &mut after, ticket);
-                }
-                state.page(|seq| progress.is_stored(seq))
-            });
+            }
+            if !effects.is_empty() {
+                self.apply(state, effects, &mut after, ticket, &mut writes);
+            }
+            let page = self
+                .progress
+                .as_ref()
+                .and_then(|progress| state.page(progress.as_ref(), now_ms));
+            // Under the queue's lock: the store sees a message's persist before its state
+            // changes and its removal.
+            self.submit(writes);
             packed.set(state.packed_footprint());
             (result, page)
         };
-        let (result, page) = result;
-        if let Some(request) = page {
-            if !self.runtime.page_reader.request(self, request) {
-                // The next command asks again (not this one: no thread may start at all).
-                let mut inner = self.inner.lock();
-                let Inner { state, effects, .. } = &mut *inner;
-                state.page_in(request, None, 0, effects);
-            }
-        }
         if let Some(target) = &after.dead_letter_target {
             let now = now.unwrap_or_else(|| self.runtime.clock.now_ms());
             if after.at_least_once {
@@ -320,7 +335,22 @@ impl Queue {
         if after.expire {
             self.expire();
         }
-        result
+        (result, page)
+    }
+
+    /// Has the page reader read `request` (and what the queue asks for next), or reads it
+    /// here: when a deadline asked for it under the manual clock (so that `advance` plays
+    /// its expiry out before it returns), or when no reader thread can start.
+    fn read(self: &Arc<Self>, first: PageRequest) {
+        let mut next = Some(first);
+        while let Some(request) = next.take() {
+            let at_once = request.due && self.runtime.manual_clock;
+            if !at_once && self.runtime.page_reader.request(self, request) {
+                return;
+            }
+            let page = self.read_page(request, &[]);
+            next = self.take_page(request, page);
+        }
     }
 
     fn apply(
@@ -329,11 +359,8 @@ impl Queue {
         effects: &mut Effects<Arc<Consumer>>,
         after: &mut Aftermath,
         ticket: Option<&Arc<PublishTicket>>,
+        writes: &mut StoreWrites,
     ) {
-        // Forgets and state changes: one detached submission per command.
-        let mut detached = Vec::new();
-        // Spills: one submission per command, its completion telling each one's commit.
-        let (mut spills, mut spilled_seqs) = (Vec::new(), Vec::new());
         // Added once after the loop, under the same lock: one atomic add per batch of
         // deliveries, not per message.
         let mut delivered = 0;
@@ -359,7 +386,9 @@ impl Queue {
                             // A no-ack delivery settles the message: it leaves the store now
                             // that it went out (one handed back stays stored).
                             if let (true, Some(&queue)) = (forget, self.store_id.get()) {
-                                detached.push(dwellmq_store::Op::Forget { queue, seq });
+                                writes
+                                    .detached
+                                    .push(dwellmq_store::Op::Forget { queue, seq });
                             }
                             if redelivered {
                                 QueueCounters::add(&self.counters.redeliver, 1);
@@ -382,7 +411,7 @@ impl Queue {
                     if let (true, Some(forgotten)) = (at_least_once, forgotten) {
                         // The record stays until the copies are written, in their commit.
                         if self.store_id.get().is_some() {
-                            detached.pop();
+                            writes.detached.pop();
                         }
                         seq = Some(forgotten);
                     }
@@ -405,7 +434,7 @@ impl Queue {
                 } => self.persist(seq, message, expires_at, delivered, ticket),
                 Effect::SetState { seq, state } => {
                     if let Some(&queue) = self.store_id.get() {
-                        detached.push(dwellmq_store::Op::SetState {
+                        writes.detached.push(dwellmq_store::Op::SetState {
                             queue,
                             seq,
                             state: dwellmq_store::DeliveryState {
@@ -420,7 +449,9 @@ impl Queue {
                 }
                 Effect::Forget { seq } => {
                     if let Some(&queue) = self.store_id.get() {
-                        detached.push(dwellmq_store::Op::Forget { queue, seq });
+                        writes
+                            .detached
+                            .push(dwellmq_store::Op::Forget { queue, seq });
                     }
                     just_forgot = Some(seq);
                 }
@@ -429,8 +460,8 @@ impl Queue {
                     message,
                     expires_at,
                 } => {
-                    spilled_seqs.push(seq);
-                    spills.push(dwellmq_store::Op::Spill {
+                    writes.written_seqs.push(seq);
+                    writes.writes.push(dwellmq_store::Op::Spill {
                         spill: self.spill_id,
                         seq,
                         expires_at_ms: expires_at.unwrap_or(0),
@@ -444,8 +475,25 @@ impl Queue {
                         },
                     });
                 }
+                Effect::Rewrite {
+                    seq,
+                    message,
+                    expires_at,
+                } => {
+                    if let Some(&queue) = self.store_id.get() {
+                        writes.rewritten_seqs.push(seq);
+                        writes.writes.push(dwellmq_store::Op::Persist {
+                            queue,
+                            seq,
+                            expires_at_ms: expires_at.unwrap_or(0),
+                            delivered: false,
+                            message: dwellmq_store::Payload::Message(message),
+                        });
+                    }
+                }
+                Effect::RemovalsMark { mark } => writes.removals_mark = Some(mark),
                 Effect::Unspill { from_seq, end_seq } => {
-                    detached.push(dwellmq_store::Op::Unspill {
+                    writes.detached.push(dwellmq_store::Op::Unspill {
                         spill: self.spill_id,
                         from_seq,
                         end_seq,
@@ -453,7 +501,7 @@ impl Queue {
                 }
                 Effect::ForgetRun { from_seq, end_seq } => {
                     if let Some(&queue) = self.store_id.get() {
-                        detached.push(dwellmq_store::Op::ForgetRange {
+                        writes.detached.push(dwellmq_store::Op::ForgetRange {
                             queue,
                             from_seq,
                             end_seq,
@@ -466,51 +514,36 @@ impl Queue {
             QueueCounters::add(&self.counters.deliver, delivered);
             self.totals().delivered(delivered, delivered_auto_ack);
         }
-        if let (false, Some(store)) = (detached.is_empty(), &self.runtime.store) {
-            store.submit_detached(detached);
-        }
-        if !spills.is_empty() {
-            self.submit_spills(spills, spilled_seqs);
-        }
     }
 
-    /// Runs the paging steps with no command (a failed spill is written again).
+    /// Submits a command's store writes (under the queue's lock).
+    fn submit(self: &Arc<Self>, writes: StoreWrites) {
+        let Some(store) = &self.runtime.store else {
+            return;
+        };
+        writes.submit(store_writes::Reporting {
+            store,
+            progress: self.progress.as_ref(),
+            queue: Arc::downgrade(self),
+        });
+    }
+
+    /// Runs the paging steps with no command (a failed write is written again).
     pub(crate) fn nudge(self: &Arc<Self>) {
         self.nudge_pending
             .store(false, std::sync::atomic::Ordering::Release);
         self.run_at(Time::IfUsed, |_, _, _| ());
     }
 
-    /// Writes a command's spills; each message may leave memory once they are committed.
-    fn submit_spills(self: &Arc<Self>, spills: Vec<dwellmq_store::Op>, seqs: Vec<u64>) {
-        let (Some(store), Some(progress)) = (&self.runtime.store, &self.progress) else {
-            return;
-        };
-        for &seq in &seqs {
-            progress.spilling(seq);
+    /// Has the page reader nudge this queue (see `nudge`): at once after its writes
+    /// committed, a little later after they failed. One nudge pending at a time.
+    fn request_nudge(self: &Arc<Self>, failed: bool) {
+        if !self
+            .nudge_pending
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            self.runtime.page_reader.nudge(Arc::downgrade(self), failed);
         }
-        let progress = Arc::clone(progress);
-        let (queue, runtime) = (Arc::downgrade(self), Arc::clone(&self.runtime));
-        store.submit(
-            spills,
-            Box::new(move |outcome: dwellmq_store::Completion| {
-                for seq in seqs {
-                    progress.spilled(seq, outcome.is_ok());
-                }
-                if let Err(e) = &outcome {
-                    tracing::warn!(error = %e, "spilling messages failed; they are spilled again");
-                }
-                let Some(strong) = queue.upgrade() else {
-                    return;
-                };
-                if !strong
-                    .nudge_pending
-                    .swap(true, std::sync::atomic::Ordering::AcqRel)
-                {
-                    runtime.page_reader.nudge(queue, outcome.is_err());
-                }
-            }),
-        );
     }
 
     /// A message unpacked from the ready list is charged again on its own from its delivery:
@@ -523,7 +556,7 @@ impl Queue {
     }
 
     fn persist(
-        &self,
+        self: &Arc<Self>,
         seq: u64,
         message: Arc<Message>,
         expires_at: Option<u64>,
@@ -541,12 +574,21 @@ impl Queue {
             message: dwellmq_store::Payload::Message(message),
         };
         let progress = self.progress.clone();
+        let queue = Arc::downgrade(self);
         super::persist::submit_counted(store, vec![op], ticket, move |outcome| {
             if let Err(e) = outcome {
-                tracing::warn!(error = %e, "persisting a message failed");
+                tracing::warn!(error = %e, "persisting a message failed; it is persisted again");
             }
-            if let Some(progress) = progress {
-                progress.completed(seq, outcome.is_ok());
+            let Some(progress) = progress else {
+                return;
+            };
+            progress.completed(seq, outcome.is_ok());
+            // What is committed may leave memory even if no command comes (a burst of
+            // publishes handled before its first commit, then silence); a failed one,
+            // which holds back everything behind it, is written again. One nudge is
+            // pending per queue at a time, so a commit of many costs one.
+            if let Some(queue) = queue.upgrade() {
+                queue.request_nudge(outcome.is_err());
             }
         });
     }
@@ -562,7 +604,7 @@ impl Queue {
             return None;
         };
         let source = self.stored_source();
-        let max_bytes = self.runtime.paging.window_bytes / 2;
+        let max_bytes = self.runtime.paging.page_bytes();
         let mut pauses = pauses.iter();
         loop {
             match page_reader::read_page(store, source, request, max_bytes) {
@@ -587,9 +629,24 @@ impl Queue {
         }
     }
 
-    /// A page read for `request` (`None`: the read failed) joins the queue.
+    /// A page read for `request` (`None`: the read failed) joins the queue (or expires
+    /// what is due where it is).
     pub(crate) fn page_in(self: &Arc<Self>, request: PageRequest, page: Option<Page>) {
-        self.run(|state, now, fx| state.page_in(request, page, now, fx));
+        if let Some(next) = self.take_page(request, page) {
+            self.read(next);
+        }
+    }
+
+    /// As `page_in`; returns the next read the queue asks for.
+    fn take_page(
+        self: &Arc<Self>,
+        request: PageRequest,
+        page: Option<Page>,
+    ) -> Option<PageRequest> {
+        self.run_command(Time::Now, None, |state, now, fx| {
+            state.page_in(request, page, now, fx)
+        })
+        .1
     }
 
     /// Brings the queue back from the store without reading its messages: the store holds

@@ -89,6 +89,10 @@ pub(crate) struct Runtime {
     pub(crate) paging: dwellmq_core::paging::Paging,
     /// Reads paging queues' pages off their locks.
     pub(crate) page_reader: super::queue::page_reader::PageReader,
+    /// The clock moves only when told (the test double): a read of a queue's run that a
+    /// deadline asks for is done at once, so that advancing the clock plays out its expiry
+    /// before it returns.
+    pub(crate) manual_clock: bool,
     /// The last spill id given to a paging queue (names its spilled records; per process,
     /// as the spill table is dropped at start).
     spill_ids: std::sync::atomic::AtomicU64,
@@ -102,6 +106,7 @@ impl Runtime {
         name_seed: Option<u64>,
         store: Option<Arc<Store>>,
         paging: dwellmq_core::paging::Paging,
+        manual_clock: bool,
     ) -> Arc<Self> {
         let now = clock.now_ms();
         let names = Arc::new(NameGenerator::new(name_seed));
@@ -130,6 +135,7 @@ impl Runtime {
             kept_exchanges: Default::default(),
             paging,
             page_reader: Default::default(),
+            manual_clock,
             spill_ids: Default::default(),
             reply_consumers: Arc::new(super::reply_to::ReplyConsumers::new(Arc::clone(&names))),
             names,
@@ -146,6 +152,7 @@ impl Runtime {
             None,
             None,
             dwellmq_core::paging::Paging::DEFAULT,
+            false,
         )
     }
 

@@ -6,7 +6,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use dwellmq_core::paging::{Page, PageRequest, StoredEntry};
+use dwellmq_core::paging::{assemble_page, Page, PageRequest, StoredEntry};
 use dwellmq_store::{Snapshot, Store, StoreError, StoredMessage};
 use parking_lot::Mutex;
 
@@ -203,34 +203,15 @@ pub(crate) fn read_page(
 ) -> Result<Page, StoreError> {
     let snapshot: Snapshot = store.snapshot()?;
     let stored = read_merged(&snapshot, source, request.from_seq, request.limit)?;
-    let mut page = Page {
-        entries: Vec::with_capacity(stored.len()),
-        next_seq: request.from_seq,
-        skipped: 0,
-        exhausted: stored.len() < request.limit,
-    };
-    let mut bytes = 0;
-    for (message, spilled) in stored {
-        if message.seq >= request.end_seq {
-            page.exhausted = true;
-            break;
-        }
-        if bytes >= max_bytes && !page.entries.is_empty() {
-            page.exhausted = false;
-            break;
-        }
-        bytes += message.message.body_len() as u64;
-        page.next_seq = message.seq + 1;
-        page.entries.push(StoredEntry {
+    let stored = stored
+        .into_iter()
+        .map(|(message, spilled)| StoredEntry {
             seq: message.seq,
             expires_at: (message.expires_at_ms != 0).then_some(message.expires_at_ms),
             redelivered: message.state.redelivered,
             spilled,
             message: message.message,
-        });
-    }
-    if page.exhausted {
-        page.next_seq = request.end_seq;
-    }
-    Ok(page)
+        })
+        .collect();
+    Ok(assemble_page(stored, request, max_bytes))
 }
