@@ -18,6 +18,7 @@ mod failure_paths;
 mod http_definition_writes;
 mod kept_exchange;
 mod large_messages;
+mod message_life;
 mod non_ascii_names;
 mod paging;
 mod restart;
