@@ -8,6 +8,7 @@ mod common;
 #[path = "../http_client/mod.rs"]
 mod http_client;
 
+mod access_write_failures;
 mod at_least_once_dead_letters;
 mod data_dir;
 mod delayed_listing_unreadable;
