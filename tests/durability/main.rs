@@ -17,6 +17,7 @@ mod delayed_on_disk;
 mod durability_faults;
 mod failure_paths;
 mod http_definition_writes;
+mod kept_dead_letters_memory;
 mod kept_exchange;
 mod large_messages;
 mod non_ascii_names;
