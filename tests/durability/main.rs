@@ -19,6 +19,7 @@ mod failure_paths;
 mod http_definition_writes;
 mod kept_dead_letters_memory;
 mod kept_exchange;
+mod kept_exchange_due;
 mod kept_queue_paged;
 mod large_messages;
 mod non_ascii_names;
