@@ -140,12 +140,12 @@ async fn kept_dead_letters_are_charged_while_kept_and_released_when_they_go() {
         .await
         .expect("purged");
     assert_eq!(purged, MESSAGES as u32);
-    broker.settle().await.expect("settled");
-    let left = broker.memory_used();
-    eprintln!("counted once they went: {left}");
-    assert!(
-        left.abs() < 64 * 1024,
-        "no charge outlives the kept messages: {left}"
-    );
+    // The dead copies' persists hold their charges until the store's writer is done with
+    // them.
+    eventually("no charge outlives the kept messages", || {
+        broker.memory_used().abs() < 64 * 1024
+    })
+    .await;
+    eprintln!("counted once they went: {}", broker.memory_used());
     broker.shutdown().await;
 }
