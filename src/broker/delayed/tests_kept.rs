@@ -226,3 +226,36 @@ fn a_kept_exchanges_message_cannot_be_cancelled_by_its_id_alone() {
     let snapshot = temp.store.snapshot().expect("snapshot");
     assert_eq!(snapshot.delayed_count().expect("count"), 3, "still kept");
 }
+
+#[test]
+fn a_page_read_while_an_exchange_is_taken_back_is_read_again_with_its_messages() {
+    let temp = TempStore::new("disk-tier-kept-refill");
+    let x = exchanges();
+    let memory = MemoryMonitor::new(u64::MAX);
+    let delayed = restart_keeping(&temp, &x, (10, |i| DAY_MS + i), (0, |i| i), 0, &memory);
+    // Nothing fell due while down, and the main window finds nothing it may read.
+    assert_eq!(delayed.next_wake(), None);
+    // One for the other exchange, due among the kept ones: the main window must read again.
+    delayed.hold(&x.other.0, &x.other.1, message(0), DAY_MS + 5);
+    temp.store.write(Vec::new()).expect("commit");
+    let read = delayed.disk.lock().as_mut().and_then(|d| d.begin_refill());
+    let read = read.expect("the main window reads ahead");
+    // The exchange is taken back while the page, which leaves its messages out, is read.
+    delayed.reattach_kept(&x.kept.0, &x.kept.1, (10, 80), 0);
+    let page = read.read();
+    assert_eq!(page.as_ref().map(Vec::len).ok(), Some(1));
+    delayed
+        .disk
+        .lock()
+        .as_mut()
+        .expect("a disk tier")
+        .end_refill(page);
+
+    // Had the page been merged, the window would have read past the kept ones due before it.
+    let (released, _) = serve_until(&delayed, &temp.store, DAY_MS + 100);
+    assert_eq!(released, 11);
+    assert_holds_in_order(&x.kept.2, 10);
+    assert_eq!(x.other.2.message_count(), 1);
+    let lateness = delayed.lateness.snapshot();
+    assert_eq!((lateness.count, lateness.sum_ms), (11, 0), "each on time");
+}

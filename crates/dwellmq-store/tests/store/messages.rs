@@ -257,7 +257,7 @@ fn hold_for(exchange: &str, due_ms: u64, seq: u64, body: &[u8]) -> Op {
 }
 
 #[test]
-fn the_index_can_be_read_without_some_exchanges_submitted_or_committed() {
+fn the_index_can_be_read_without_some_exchanges() {
     let dir = Scratch::new("delayed-skipping");
     let store = Store::open(dir.path()).expect("open");
     store
