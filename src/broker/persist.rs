@@ -238,11 +238,11 @@ pub(crate) fn exchange_declared(
                 // Only now: had the write failed, the exchange's deletion would have dropped
                 // them with its own.
                 if vhost.is_current(&exchange) {
-                    let (count, bytes) = kept.held;
-                    vhost
-                        .runtime()
+                    let runtime = vhost.runtime();
+                    let now_ms = runtime.clock.now_ms();
+                    runtime
                         .delayed
-                        .reattach_kept(&vhost, &exchange, count, bytes);
+                        .reattach_kept(&vhost, &exchange, kept.held, now_ms);
                 }
             }
             (Err(e), None) => {

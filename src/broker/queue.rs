@@ -659,6 +659,20 @@ impl Queue {
         bytes: u64,
         next_seq: u64,
     ) {
+        self.restore_run(first_seq, count, bytes, next_seq);
+        self.read_first_page();
+    }
+
+    /// As [`Queue::restore_paged`] without the first page, for a queue not in its vhost yet
+    /// (a kept one a declare takes back): it reads it once it is, so that what dies at its
+    /// head has somewhere to go.
+    pub(crate) fn restore_run(
+        self: &Arc<Self>,
+        first_seq: u64,
+        count: u64,
+        bytes: u64,
+        next_seq: u64,
+    ) {
         if let Some(progress) = &self.progress {
             progress.stored_below(next_seq);
         }
@@ -672,8 +686,11 @@ impl Queue {
             state.restore_paged(run, now, fx);
             state.restore(Vec::new(), next_seq, now, fx);
         });
-        // One page at once (bounded, whatever the backlog): a short queue is then in memory
-        // as before, and what expired at its head while the broker was down expires at start.
+    }
+
+    /// One page at once (bounded, whatever the backlog): a short queue is then in memory as
+    /// before, and what expired at its head while the broker was down expires at start.
+    pub(crate) fn read_first_page(self: &Arc<Self>) {
         self.read_for(self.runtime.paging.page_len());
     }
 

@@ -627,14 +627,15 @@ impl VHost {
         QueueTotals::bump(&self.runtime.queue_totals.created);
         queue.start(self.me.clone());
         if let Some(bindings) = kept_bindings {
-            // As a restore would: its kept bindings whose source exists are back, what expired
-            // meanwhile dies, deadlines are armed.
+            // As a restore would: its kept bindings whose source exists are back, a paging
+            // queue's first page is read, what expired meanwhile dies, deadlines are armed.
             for (binding, reported) in bindings {
                 match super::persist::recover::restore_binding_in(self, &binding) {
                     Ok(()) => self.runtime.kept_queues.binding_reattached(reported),
                     Err(why) => tracing::info!(%reported, %why, "a kept binding stays kept"),
                 }
             }
+            queue.read_first_page();
             queue.tick();
         }
         Ok(queue)

@@ -8,6 +8,7 @@ mod common;
 #[path = "../http_client/mod.rs"]
 mod http_client;
 
+mod access_write_failures;
 mod at_least_once_dead_letters;
 mod data_dir;
 mod delayed_listing_unreadable;
@@ -16,7 +17,10 @@ mod delayed_on_disk;
 mod durability_faults;
 mod failure_paths;
 mod http_definition_writes;
+mod kept_dead_letters_memory;
 mod kept_exchange;
+mod kept_exchange_due;
+mod kept_queue_paged;
 mod large_messages;
 mod message_life;
 mod non_ascii_names;

@@ -288,9 +288,23 @@ impl HeldView {
     /// As [`Snapshot::delayed_ids`]: up to `limit` held ids of every exchange in (due, seq)
     /// order, strictly after `after`.
     pub fn delayed_ids(&self, after: Option<DeadlineId>, limit: usize) -> Result<Vec<DeadlineId>> {
+        self.delayed_ids_skipping(after, limit, &|_, _| false)
+    }
+
+    /// As [`Snapshot::delayed_ids_skipping`]: the same, without the ids of the exchanges
+    /// `skip` names.
+    pub fn delayed_ids_skipping(
+        &self,
+        after: Option<DeadlineId>,
+        limit: usize,
+        skip: &dyn Fn(&str, &str) -> bool,
+    ) -> Result<Vec<DeadlineId>> {
         let wanted = limit.saturating_add(self.releases_from(after));
-        let ids = self.snapshot.delayed_ids(after, wanted)?;
-        let holds = self.holds_from(after, false).map(|(id, _)| id);
+        let ids = self.snapshot.delayed_ids_skipping(after, wanted, skip)?;
+        let holds = self
+            .holds_from(after, false)
+            .filter(|(_, hold)| !skip(&hold.vhost, &hold.exchange))
+            .map(|(id, _)| id);
         Ok(self.merge(ids, holds, limit))
     }
 

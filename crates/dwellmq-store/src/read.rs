@@ -465,10 +465,21 @@ impl Snapshot {
     /// (keys only: no body is read). A far tier refills from here. Each exchange's ids are
     /// read from `after` on and merged (there are few exchanges).
     pub fn delayed_ids(&self, after: Option<DeadlineId>, limit: usize) -> Result<Vec<DeadlineId>> {
+        self.delayed_ids_skipping(after, limit, &|_, _| false)
+    }
+
+    /// As [`Snapshot::delayed_ids`], without the ids of the exchanges `skip` names (by vhost
+    /// and exchange): a far tier leaves those of exchanges it does not serve where they are.
+    pub fn delayed_ids_skipping(
+        &self,
+        after: Option<DeadlineId>,
+        limit: usize,
+        skip: &dyn Fn(&str, &str) -> bool,
+    ) -> Result<Vec<DeadlineId>> {
         let table = self.table(HELD_DUE)?;
         let mut out = Vec::new();
-        for (_, _, row) in self.held_by()? {
-            if row.count == 0 {
+        for (vhost, exchange, row) in self.held_by()? {
+            if row.count == 0 || skip(vhost, exchange) {
                 continue;
             }
             let ids = match after {

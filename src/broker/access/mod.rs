@@ -6,6 +6,7 @@
 //! generation number, which is how channels learn that what they cached is stale.
 
 mod cache;
+mod in_flight;
 pub(crate) mod password;
 pub(crate) mod permission;
 mod stored;
@@ -19,6 +20,7 @@ use dwellmq_store::{Op, PermissionDef, Store, UserDef};
 use parking_lot::RwLock;
 
 pub(crate) use cache::{AccessCache, Principal};
+use in_flight::InFlight;
 use password::{HashingAlgorithm, PasswordError, PasswordHash};
 pub(crate) use permission::{Operation, Permission, ResourceKind};
 
@@ -61,19 +63,37 @@ pub(crate) enum AccessError {
     NoSuchVhost(String),
 }
 
+/// A permission's key: (vhost, user).
+type PermissionKey = (String, String);
+
 #[derive(Default)]
 struct Tables {
     users: BTreeMap<String, Arc<User>>,
     /// By (vhost, user): the order RabbitMQ lists them in.
-    permissions: BTreeMap<(String, String), Arc<Permission>>,
+    permissions: BTreeMap<PermissionKey, Arc<Permission>>,
+    /// Changes whose write is in flight: what a failed one takes back.
+    users_in_flight: InFlight<String, User>,
+    permissions_in_flight: InFlight<PermissionKey, Permission>,
+}
+
+/// What store writes' completions reach (on the writer thread).
+#[derive(Default)]
+struct Shared {
+    tables: RwLock<Tables>,
+    /// Bumped on every change.
+    generation: AtomicU64,
+}
+
+/// One change in flight, as its write's completion names it.
+enum Written {
+    User(String, u64),
+    Permission(PermissionKey, u64),
 }
 
 /// Users and permissions.
 #[derive(Default)]
 pub(crate) struct Access {
-    tables: RwLock<Tables>,
-    /// Bumped on every change.
-    generation: AtomicU64,
+    shared: Arc<Shared>,
     /// Where runtime changes are written (set once the stored ones are applied at start).
     store: OnceLock<Arc<Store>>,
 }
@@ -131,8 +151,10 @@ impl Access {
             );
         }
         Ok(Access {
-            tables: RwLock::new(tables),
-            generation: AtomicU64::new(0),
+            shared: Arc::new(Shared {
+                tables: RwLock::new(tables),
+                generation: AtomicU64::new(0),
+            }),
             store: OnceLock::new(),
         })
     }
@@ -149,7 +171,7 @@ impl Access {
     ) -> usize {
         let mut applied = 0;
         {
-            let mut tables = self.tables.write();
+            let mut tables = self.shared.tables.write();
             for def in users {
                 match stored::user_from_record(def) {
                     Ok(stored::StoredUser::Present(user)) => {
@@ -193,51 +215,83 @@ impl Access {
         applied
     }
 
-    /// Submits a change to the store, if there is one. A failure is logged and reported to
-    /// whoever awaits the returned [`Stored`]; a deletion is retried by the store until it is
-    /// written.
-    fn write(&self, ops: Vec<Op>) -> Stored {
+    /// Submits a change to the store, if there is one (under the tables' lock: the store sees
+    /// changes in the order memory does), `written` naming what it changed. A failure is
+    /// logged, takes the change back (see [`in_flight`]) and is then reported to whoever
+    /// awaits the returned [`Stored`]; a deletion is retried by the store until it is written.
+    fn write(&self, tables: &mut Tables, ops: Vec<Op>, written: Vec<Written>) -> Stored {
         let Some(store) = self.store.get() else {
             return Stored(None);
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // A completion on this thread came from inside `submit` (the store is closed): it
+        // cannot take the lock this thread holds, so it leaves its outcome here.
+        let submitter = std::thread::current().id();
+        let inline = Arc::new(parking_lot::Mutex::new(None));
+        let (shared, inline_slot) = (Arc::clone(&self.shared), Arc::clone(&inline));
         store.submit(ops, move |outcome| {
             if let Err(e) = &outcome {
-                tracing::error!(error = %e, "writing a user or permission change failed");
+                tracing::error!(error = %e, "writing a user or permission change failed; it is taken back");
             }
+            let failed = outcome.is_err();
+            if std::thread::current().id() == submitter {
+                *inline_slot.lock() = Some((failed, written));
+            } else {
+                let mut tables = shared.tables.write();
+                let undone = tables.finish(written, failed);
+                drop(tables);
+                if undone {
+                    shared.changed();
+                }
+            }
+            // Only now: the answer comes after the change is taken back.
             let _ = tx.send(outcome.map(|_| ()).map_err(|e| e.to_string()));
         });
+        if let Some((failed, written)) = inline.lock().take() {
+            tables.finish(written, failed);
+        }
         Stored(Some(rx))
     }
 
     /// The generation: changes whenever users or permissions do.
     pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        self.shared.generation.load(Ordering::Acquire)
     }
 
     fn changed(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.shared.changed();
+    }
+
+    fn has_store(&self) -> bool {
+        self.store.get().is_some()
     }
 
     pub(crate) fn user(&self, name: &str) -> Option<Arc<User>> {
-        self.tables.read().users.get(name).cloned()
+        self.shared.tables.read().users.get(name).cloned()
     }
 
     /// Every user, by name.
     pub(crate) fn users(&self) -> Vec<Arc<User>> {
-        self.tables.read().users.values().cloned().collect()
+        self.shared.tables.read().users.values().cloned().collect()
     }
 
     /// Adds or replaces a user; true if it is new. The change is in effect at once; the
-    /// returned [`Stored`] says when it is on disk.
+    /// returned [`Stored`] says when it is on disk (if it cannot be written, the user it
+    /// replaced, or none, is in effect again by then).
     pub(crate) fn put_user(&self, user: User) -> (bool, Stored) {
-        let mut tables = self.tables.write();
-        // Submitted under the lock: the store sees changes in the order memory does.
-        let stored = self.write(vec![Op::PutUser(stored::user_record(&user))]);
-        let created = tables
-            .users
-            .insert(user.name.clone(), Arc::new(user))
-            .is_none();
+        let mut tables = self.shared.tables.write();
+        let ops = vec![Op::PutUser(stored::user_record(&user))];
+        let (name, put) = (user.name.clone(), Arc::new(user));
+        let replaced = tables.users.insert(name.clone(), Arc::clone(&put));
+        let created = replaced.is_none();
+        let stored = if self.has_store() {
+            let id = tables
+                .users_in_flight
+                .begin(name.clone(), Some(put), replaced);
+            self.write(&mut tables, ops, vec![Written::User(name, id)])
+        } else {
+            Stored(None)
+        };
         drop(tables);
         self.changed();
         (created, stored)
@@ -245,15 +299,17 @@ impl Access {
 
     /// Removes a user and its permissions; false if there was none.
     pub(crate) fn delete_user(&self, name: &str) -> (bool, Stored) {
-        let mut tables = self.tables.write();
-        let existed = tables.users.remove(name).is_some();
+        let mut tables = self.shared.tables.write();
+        let replaced = tables.users.remove(name);
+        let existed = replaced.is_some();
         // Only an actual deletion is marked: a mark for a name that never existed would delete
         // a user added to the configuration later.
         let mut ops = Vec::new();
         if existed {
             ops.push(Op::PutUser(stored::user_deleted(name)));
         }
-        tables.permissions.retain(|(vhost, user), _| {
+        let mut permissions = Vec::new();
+        tables.permissions.retain(|(vhost, user), permission| {
             let keep = user != name;
             if !keep {
                 // Marked cleared, so that a configured permission does not come back if the
@@ -261,13 +317,30 @@ impl Access {
                 ops.push(Op::PutPermission(stored::permission_record(
                     vhost, user, None,
                 )));
+                permissions.push(((vhost.clone(), user.clone()), Arc::clone(permission)));
             }
             keep
         });
-        let stored = if ops.is_empty() {
+        let stored = if ops.is_empty() || !self.has_store() {
             Stored(None)
         } else {
-            self.write(ops)
+            // Deletions are never taken back, but a failed change before them must not put
+            // back what they deleted.
+            let mut written = Vec::new();
+            if let Some(replaced) = replaced {
+                let name = name.to_owned();
+                let id = tables
+                    .users_in_flight
+                    .begin(name.clone(), None, Some(replaced));
+                written.push(Written::User(name, id));
+            }
+            for (key, replaced) in permissions {
+                let id = tables
+                    .permissions_in_flight
+                    .begin(key.clone(), None, Some(replaced));
+                written.push(Written::Permission(key, id));
+            }
+            self.write(&mut tables, ops, written)
         };
         drop(tables);
         self.changed();
@@ -276,7 +349,8 @@ impl Access {
 
     /// The user's permissions in `vhost`.
     pub(crate) fn permission(&self, vhost: &str, user: &str) -> Option<Arc<Permission>> {
-        self.tables
+        self.shared
+            .tables
             .read()
             .permissions
             .get(&(vhost.to_string(), user.to_string()))
@@ -285,7 +359,8 @@ impl Access {
 
     /// Every (vhost, user, permission), by vhost then user.
     pub(crate) fn permissions(&self) -> Vec<(String, String, Arc<Permission>)> {
-        self.tables
+        self.shared
+            .tables
             .read()
             .permissions
             .iter()
@@ -293,23 +368,33 @@ impl Access {
             .collect()
     }
 
-    /// Sets a user's permissions in a vhost; true if the user had none there.
+    /// Sets a user's permissions in a vhost; true if the user had none there. In effect at
+    /// once; if it cannot be written, what it replaced (or none) is in effect again by the
+    /// time the returned [`Stored`] says so.
     pub(crate) fn set_permission(
         &self,
         vhost: &str,
         user: &str,
         permission: Permission,
     ) -> (bool, Stored) {
-        let mut tables = self.tables.write();
-        let stored = self.write(vec![Op::PutPermission(stored::permission_record(
+        let mut tables = self.shared.tables.write();
+        let ops = vec![Op::PutPermission(stored::permission_record(
             vhost,
             user,
             Some(&permission),
-        ))]);
-        let created = tables
-            .permissions
-            .insert((vhost.to_string(), user.to_string()), Arc::new(permission))
-            .is_none();
+        ))];
+        let key = (vhost.to_string(), user.to_string());
+        let put = Arc::new(permission);
+        let replaced = tables.permissions.insert(key.clone(), Arc::clone(&put));
+        let created = replaced.is_none();
+        let stored = if self.has_store() {
+            let id = tables
+                .permissions_in_flight
+                .begin(key.clone(), Some(put), replaced);
+            self.write(&mut tables, ops, vec![Written::Permission(key, id)])
+        } else {
+            Stored(None)
+        };
         drop(tables);
         self.changed();
         (created, stored)
@@ -317,17 +402,21 @@ impl Access {
 
     /// Removes a user's permissions in a vhost; false if there were none.
     pub(crate) fn clear_permission(&self, vhost: &str, user: &str) -> (bool, Stored) {
-        let mut tables = self.tables.write();
-        let existed = tables
-            .permissions
-            .remove(&(vhost.to_string(), user.to_string()))
-            .is_some();
-        let stored = if existed {
-            self.write(vec![Op::PutPermission(stored::permission_record(
-                vhost, user, None,
-            ))])
-        } else {
-            Stored(None)
+        let mut tables = self.shared.tables.write();
+        let key = (vhost.to_string(), user.to_string());
+        let replaced = tables.permissions.remove(&key);
+        let existed = replaced.is_some();
+        let stored = match replaced {
+            Some(replaced) if self.has_store() => {
+                let ops = vec![Op::PutPermission(stored::permission_record(
+                    vhost, user, None,
+                ))];
+                let id = tables
+                    .permissions_in_flight
+                    .begin(key.clone(), None, Some(replaced));
+                self.write(&mut tables, ops, vec![Written::Permission(key, id)])
+            }
+            _ => Stored(None),
         };
         drop(tables);
         self.changed();
@@ -338,6 +427,12 @@ impl Access {
     /// kind, even all empty).
     pub(crate) fn may_open(&self, user: &str, vhost: &str) -> bool {
         self.permission(vhost, user).is_some()
+    }
+}
+
+impl Shared {
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 }
 

@@ -309,6 +309,11 @@ impl DelayedMessages {
             let Some((key, bytes)) = stored else {
                 return Ok(None);
             };
+            if inner.book.kept.contains(&key) {
+                // Its exchange's definition was kept on disk: what it holds stays with it,
+                // for the declare that takes it back (a restore never deletes).
+                return Ok(None);
+            }
             if !disk.take(deadline, &view)? {
                 return Ok(None);
             }

@@ -14,7 +14,10 @@
 //! - `vanished`: ids taken out whose message the index no longer showed (a hold whose commit
 //!   failed, before its completion corrected the counts);
 //! - the catch-up window: after a restart, the messages that fell due while the broker was
-//!   down, released oldest first at [`CATCH_UP_PER_SECOND`] from the start on.
+//!   down, released oldest first at [`CATCH_UP_PER_SECOND`] from the start on;
+//! - the kept exchanges (their definitions did not restore): the windows never read their
+//!   ids, so their messages stay on disk, untouched and costing no RAM, however many fall
+//!   due, until a declare takes the exchange back ([`DiskTier::retake`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -52,26 +55,70 @@ impl ReleasedIds {
     }
 }
 
+/// The last id there can be: a range that never ends.
+const LAST_ID: DeadlineId = DeadlineId {
+    due_ms: u64::MAX,
+    seq: u64::MAX,
+};
+
+/// Exchanges (vhost, name) whose stored messages the tier leaves on disk: those the restore
+/// kept and no declare took back yet. Few; shared with reads outside the lock.
+#[derive(Debug, Clone, Default)]
+pub(super) struct KeptOnDisk(Arc<Vec<(String, String)>>);
+
+impl KeptOnDisk {
+    pub(super) fn new(exchanges: Vec<(String, String)>) -> KeptOnDisk {
+        KeptOnDisk(Arc::new(exchanges))
+    }
+
+    fn contains(&self, vhost: &str, exchange: &str) -> bool {
+        self.0.iter().any(|(v, x)| v == vhost && x == exchange)
+    }
+
+    /// Up to `limit` ids of the index strictly after `after`, without the kept exchanges'.
+    pub(super) fn read(
+        &self,
+        view: &HeldView,
+        after: Option<DeadlineId>,
+        limit: usize,
+    ) -> Result<Vec<DeadlineId>, StoreError> {
+        if self.0.is_empty() {
+            return view.delayed_ids(after, limit);
+        }
+        view.delayed_ids_skipping(after, limit, &|v, x| self.contains(v, x))
+    }
+
+    /// Takes `exchange` out; false if it was not kept.
+    fn remove(&mut self, vhost: &str, exchange: &str) -> bool {
+        if !self.contains(vhost, exchange) {
+            return false;
+        }
+        Arc::make_mut(&mut self.0).retain(|(v, x)| !(v == vhost && x == exchange));
+        true
+    }
+}
+
 /// Ids of one range of the index, in (due, seq) order.
 #[derive(Debug)]
 struct Window {
-    /// Every id the index shows at or before `loaded_to`, except those moved out.
+    /// Every id the index shows at or before `loaded_to`, except those moved out and those
+    /// of kept exchanges.
     ids: BTreeSet<DeadlineId>,
     /// The last index id read (or the start of the range).
     loaded_to: Option<DeadlineId>,
     /// The last refill found nothing more in the range.
     exhausted: bool,
-    /// The range ends with this due time.
-    due_max: u64,
+    /// The range ends with this id.
+    last: DeadlineId,
 }
 
 impl Window {
-    fn new(after: Option<DeadlineId>, due_max: u64) -> Window {
+    fn new(after: Option<DeadlineId>, last: DeadlineId) -> Window {
         Window {
             ids: BTreeSet::new(),
             loaded_to: after,
             exhausted: false,
-            due_max,
+            last,
         }
     }
 
@@ -80,7 +127,7 @@ impl Window {
     }
 
     fn in_range(&self, id: DeadlineId) -> bool {
-        id.due_ms <= self.due_max
+        id <= self.last
     }
 
     /// The earliest id, reading the next batch of the index if the window ran dry.
@@ -88,11 +135,10 @@ impl Window {
         &mut self,
         store: &Store,
         moved_out: &BTreeSet<DeadlineId>,
+        kept: &KeptOnDisk,
     ) -> Result<Option<DeadlineId>, StoreError> {
         if self.ids.is_empty() && !self.exhausted {
-            let ids = store
-                .held_view()?
-                .delayed_ids(self.loaded_to, WINDOW_BATCH)?;
+            let ids = kept.read(&store.held_view()?, self.loaded_to, WINDOW_BATCH)?;
             self.merge(ids, moved_out);
         }
         Ok(self.ids.first().copied())
@@ -155,8 +201,13 @@ struct CatchUp {
 impl CatchUp {
     /// When the next one in line is released.
     fn next_due_ms(&self) -> u64 {
-        self.start_ms + self.taken * 1_000 / CATCH_UP_PER_SECOND
+        slot_ms(self.start_ms, self.taken)
     }
+}
+
+/// When the catch-up started at `start_ms` releases its message number `taken`.
+fn slot_ms(start_ms: u64, taken: u64) -> u64 {
+    start_ms + taken * 1_000 / CATCH_UP_PER_SECOND
 }
 
 /// One message leaving the disk tier for the wheel.
@@ -172,8 +223,8 @@ pub(super) struct DiskTier {
     store: Arc<Store>,
     main: Window,
     catch_up: Option<CatchUp>,
-    /// Taken out into the wheel (or kept on disk for an exchange that did not restore), their
-    /// `Release` not submitted: at most a horizon's worth of messages, and the kept ones.
+    /// Taken out into the wheel, their `Release` not submitted: at most a horizon's worth of
+    /// messages.
     moved_out: BTreeSet<DeadlineId>,
     /// Taken out at a move-in though the index no longer showed them: failed holds whose
     /// completion has not corrected their exchange's counts yet ([`DiskTier::hold_failed`]).
@@ -181,6 +232,10 @@ pub(super) struct DiskTier {
     released: Arc<ReleasedIds>,
     /// A page of the index being read outside the lock ([`DiskTier::begin_refill`]).
     refilling: Option<Refilling>,
+    kept: KeptOnDisk,
+    /// The last catch-up's start and how many it took out: its last ones may still wait in
+    /// the wheel for their time, and a take-back's catch-up comes after them.
+    last_catch_up: (u64, u64),
 }
 
 /// What happened while a page of the index was being read outside the lock, from a view
@@ -198,28 +253,45 @@ struct Refilling {
     /// Ids taken out meanwhile (or no longer moved out because their `Release` was
     /// submitted): the view may still show them.
     taken: Vec<DeadlineId>,
+    /// An exchange was taken back meanwhile: the windows read the index again, and the page,
+    /// read without that exchange's ids, is dropped.
+    stale: bool,
 }
 
 /// A page of the index to read outside the lock, then hand to [`DiskTier::end_refill`].
 pub(super) struct RefillRead {
     pub(super) store: Arc<Store>,
     pub(super) after: Option<DeadlineId>,
+    kept: KeptOnDisk,
+}
+
+impl RefillRead {
+    /// Reads the page (outside the lock).
+    pub(super) fn read(&self) -> Result<Vec<DeadlineId>, StoreError> {
+        self.kept
+            .read(&self.store.held_view()?, self.after, WINDOW_BATCH)
+    }
 }
 
 impl DiskTier {
     /// The tier over `store` at `now_ms`: those held due at or before `now_ms` are caught up
-    /// with, the others wait for their time. `released` is where releases of its ids are
-    /// noted.
-    pub(super) fn new(store: Arc<Store>, now_ms: u64, released: Arc<ReleasedIds>) -> DiskTier {
+    /// with, the others wait for their time; those of `kept` exchanges stay on disk.
+    /// `released` is where releases of its ids are noted.
+    pub(super) fn new(
+        store: Arc<Store>,
+        now_ms: u64,
+        released: Arc<ReleasedIds>,
+        kept: KeptOnDisk,
+    ) -> DiskTier {
         let start = DeadlineId {
             due_ms: now_ms,
             seq: u64::MAX,
         };
         DiskTier {
             store,
-            main: Window::new(Some(start), u64::MAX),
+            main: Window::new(Some(start), LAST_ID),
             catch_up: Some(CatchUp {
-                window: Window::new(None, now_ms),
+                window: Window::new(None, start),
                 start_ms: now_ms,
                 taken: 0,
             }),
@@ -227,7 +299,54 @@ impl DiskTier {
             vanished: BTreeSet::new(),
             released,
             refilling: None,
+            kept,
+            last_catch_up: (now_ms, 0),
         }
+    }
+
+    /// A declare took back the kept exchange `exchange` of `vhost` at `now_ms`: its messages
+    /// are the tier's from now on. Those that fell due while it was kept are caught up with
+    /// as after a restart: oldest first, at [`CATCH_UP_PER_SECOND`] from `now_ms` on (after
+    /// what a catch-up under way has left); the others are released on time.
+    ///
+    /// Both windows read the index again, the catch-up up to `now_ms`, the main window after
+    /// it: what they handed out before is moved out or released (its `Release` submitted),
+    /// so it is not read again, and what they had not is.
+    pub(super) fn retake(&mut self, vhost: &str, exchange: &str, now_ms: u64) {
+        self.forget_released();
+        if !self.kept.remove(vhost, exchange) {
+            return;
+        }
+        let now = DeadlineId {
+            due_ms: now_ms,
+            seq: u64::MAX,
+        };
+        self.main = Window::new(Some(now), LAST_ID);
+        let (start_ms, taken) = match &self.catch_up {
+            Some(c) => (c.start_ms, c.taken),
+            None => self.last_catch_up,
+        };
+        // One that is behind (or over) starts afresh now: a bounded rate from now on.
+        let (start_ms, taken) = if slot_ms(start_ms, taken) < now_ms {
+            (now_ms, 0)
+        } else {
+            (start_ms, taken)
+        };
+        self.catch_up = Some(CatchUp {
+            window: Window::new(None, now),
+            start_ms,
+            taken,
+        });
+        if let Some(refilling) = self.refilling.as_mut() {
+            refilling.stale = true;
+        }
+    }
+
+    /// An id taken out of the index belongs to an exchange that is kept (the index read
+    /// before it was kept, which cannot happen while the tier leaves kept ones out): it is
+    /// left on disk, as it is, for the take-back's catch-up.
+    pub(super) fn leave_on_disk(&mut self, id: DeadlineId) {
+        self.moved_out.remove(&id);
     }
 
     pub(super) fn store(&self) -> &Arc<Store> {
@@ -338,10 +457,12 @@ impl DiskTier {
             after,
             held: Vec::new(),
             taken: Vec::new(),
+            stale: false,
         });
         Some(RefillRead {
             store: Arc::clone(&self.store),
             after,
+            kept: self.kept.clone(),
         })
     }
 
@@ -352,6 +473,11 @@ impl DiskTier {
         let Some(refilling) = self.refilling.take() else {
             return;
         };
+        if refilling.stale {
+            // The windows read the index again: what was held or taken meanwhile is in it.
+            self.forget_released();
+            return;
+        }
         let window = match (&mut self.catch_up, refilling.catch_up) {
             (Some(c), true) => Some(&mut c.window),
             (_, false) => Some(&mut self.main),
@@ -388,19 +514,20 @@ impl DiskTier {
     pub(super) fn next(&mut self) -> Result<Option<DeadlineId>, StoreError> {
         self.forget_released();
         let caught_up = match &mut self.catch_up {
-            Some(c) => match c.window.first(&self.store, &self.moved_out)? {
+            Some(c) => match c.window.first(&self.store, &self.moved_out, &self.kept)? {
                 Some(id) => Some(DeadlineId {
                     due_ms: c.next_due_ms(),
                     seq: id.seq,
                 }),
                 None => {
+                    self.last_catch_up = (c.start_ms, c.taken);
                     self.catch_up = None;
                     None
                 }
             },
             None => None,
         };
-        let on_time = self.main.first(&self.store, &self.moved_out)?;
+        let on_time = self.main.first(&self.store, &self.moved_out, &self.kept)?;
         Ok([caught_up, on_time].into_iter().flatten().min())
     }
 

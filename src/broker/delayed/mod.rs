@@ -22,6 +22,8 @@ mod release;
 #[cfg(test)]
 mod tests_disk;
 #[cfg(test)]
+mod tests_kept;
+#[cfg(test)]
 mod tests_model;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,7 +43,7 @@ use super::scheduler::{Entry, Locked, Scheduler, MOVE_IN_BATCH, RETIRED};
 use super::timer_thread::TimerControl;
 use super::vhost::{Routing, VHost};
 pub(crate) use control::{ListPage, PauseAt};
-use disk::{DiskTier, Leaving, ReleasedIds};
+use disk::{DiskTier, KeptOnDisk, Leaving, ReleasedIds};
 pub(crate) use held::Held;
 use held::{ExchangeKey, Kept, Target};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
@@ -92,12 +94,9 @@ pub(crate) struct Book {
     /// dropped) is dropped, not moved into the wheel.
     incarnations: BTreeMap<ExchangeKey, BTreeMap<u64, u64>>,
     /// Durable exchanges whose stored definition could not be restored: their held messages
-    /// stay on disk untouched (the disk mover leaves them where they are) until a restart
-    /// with a build or configuration that restores the exchange.
+    /// stay on disk untouched (the disk tier does not read their ids) until a declare takes
+    /// the exchange back, or a restart with a build or configuration that restores it.
     kept: std::collections::BTreeSet<ExchangeKey>,
-    /// The ids of kept exchanges' messages that came due and were left on disk: a declare
-    /// that takes the exchange back puts them back into the disk tier.
-    kept_due: BTreeMap<ExchangeKey, Vec<DeadlineId>>,
     unroutable: u64,
 }
 
@@ -216,10 +215,7 @@ impl DelayedMessages {
         let Some(read) = self.disk.lock().as_mut().and_then(|d| d.begin_refill()) else {
             return;
         };
-        let page = read
-            .store
-            .held_view()
-            .and_then(|view| view.delayed_ids(read.after, disk::WINDOW_BATCH));
+        let page = read.read();
         if let Some(disk) = self.disk.lock().as_mut() {
             disk.end_refill(page);
         }
@@ -235,10 +231,15 @@ impl DelayedMessages {
 
     /// Holds messages of durable exchanges beyond the horizon on disk only, from now on;
     /// `now_ms` is the start of the catch-up with those the store holds that fell due while
-    /// the broker was down.
+    /// the broker was down. Those of exchanges kept so far ([`DelayedMessages::keep_unrestored`])
+    /// stay on disk.
     pub(crate) fn attach_disk(&self, store: Arc<dwellmq_store::Store>, now_ms: u64) {
         let released = Arc::clone(self.released.get_or_init(Default::default));
-        *self.disk.lock() = Some(DiskTier::new(store, now_ms, released));
+        let mut disk = self.disk.lock();
+        let kept = self.scheduler.lock().book.kept.clone();
+        let kept = kept.iter().map(|(v, x)| (v.to_string(), x.to_string()));
+        let kept = KeptOnDisk::new(kept.collect());
+        *disk = Some(DiskTier::new(store, now_ms, released, kept));
     }
 
     /// Sets an exchange's counts to what the store holds for it (at start).
@@ -292,18 +293,22 @@ impl DelayedMessages {
     }
 
     /// A declare took back an exchange whose stored definition could not be restored, and
-    /// its definition is committed: the `count` messages (`bytes` of bodies) stored under its
-    /// name before it are its own from now on, and those that came due meanwhile go back into
-    /// the disk tier (released as a restart's catch-up would).
+    /// its definition is committed at `now_ms`: the `count` messages (`bytes` of bodies)
+    /// stored under its name before it are its own from now on, and the disk tier reads them:
+    /// those that fell due meanwhile are released as a restart's catch-up would, oldest
+    /// first at a bounded rate, the others on time.
     pub(crate) fn reattach_kept(
         &self,
         vhost: &Arc<VHost>,
         exchange: &Arc<Exchange>,
-        count: u64,
-        bytes: u64,
+        (count, bytes): (u64, u64),
+        now_ms: u64,
     ) {
         let key: ExchangeKey = (vhost.name.clone(), exchange.name.clone());
-        let due = {
+        // The disk tier's lock first (the lock order), so that no move-in comes between the
+        // book and the tier.
+        let mut disk = self.disk.lock();
+        {
             let mut inner = self.scheduler.lock();
             if !inner.book.kept.remove(&key) {
                 return;
@@ -319,11 +324,11 @@ impl DelayedMessages {
                 .entry(key.clone())
                 .or_default()
                 .insert(0, incarnation);
-            inner.book.kept_due.remove(&key).unwrap_or_default()
-        };
-        if let Some(disk) = self.disk.lock().as_mut() {
-            disk.put_back(due);
         }
+        if let Some(disk) = disk.as_mut() {
+            disk.retake(&vhost.name, &exchange.name, now_ms);
+        }
+        drop(disk);
         // The mover plans its next round anew.
         self.scheduler.wake();
     }
@@ -629,14 +634,9 @@ impl DelayedMessages {
                 });
                 if held.is_none() && inner.book.kept.contains(&key) {
                     // Its exchange's definition could not be restored: it stays on disk as it
-                    // is (still moved out, so the window does not take it out again, until a
-                    // declare takes the exchange back and puts it back).
-                    inner
-                        .book
-                        .kept_due
-                        .entry(key)
-                        .or_default()
-                        .push(leaving.stored);
+                    // is, for the declare that takes the exchange back (the tier does not read
+                    // kept exchanges' ids; this is a safety net, never a drop).
+                    disk.leave_on_disk(leaving.stored);
                     continue;
                 }
                 let Some(held) = held else {

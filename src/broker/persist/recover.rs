@@ -365,8 +365,11 @@ fn restore_queue(
     Ok((queue, count))
 }
 
-/// Loads the messages stored under a kept queue's id into `queue`, which a declare gave that
-/// id; returns how many. The caller ticks it once it is in its vhost.
+/// Takes back the messages stored under a kept queue's id into `queue`, which a declare gave
+/// that id, as a restart would: a paging queue as one run counted from the store, none of its
+/// messages read (the caller reads its first page, `Queue::read_first_page`, once it is in
+/// its vhost), any other with its messages loaded page by page. Returns how many. The caller
+/// ticks it once it is in its vhost.
 pub(crate) fn load_kept_messages(
     memory: &Arc<MemoryMonitor>,
     store: &Store,
@@ -374,6 +377,11 @@ pub(crate) fn load_kept_messages(
     kept: KeptQueue,
 ) -> Result<usize, StoreError> {
     let snapshot = store.snapshot()?;
+    if queue.pages() {
+        let stored = snapshot.queue_stored(kept.id)?;
+        queue.restore_run(stored.first_seq, stored.count, stored.bytes, kept.next_seq);
+        return Ok(stored.count as usize);
+    }
     load_messages(memory, &snapshot, queue, kept.id, kept.next_seq)
 }
 

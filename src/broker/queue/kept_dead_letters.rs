@@ -153,6 +153,9 @@ impl Queue {
                 // Deleted while this attempt ran: what it kept went with it.
                 continue;
             }
+            // Kept whole, out of the ready list and its bulk charge: charged on its own until
+            // it goes (a restored or delivered one already is).
+            self.charge_unpacked(&p.message);
             arm = arm.or(self.pending_dead_letters.keep(p, now_ms));
         }
         if let (false, Some(store)) = (marks.is_empty(), &self.runtime.store) {
@@ -209,6 +212,7 @@ impl Queue {
         }
         let now_ms = self.runtime.clock.now_ms();
         for (message, reason, seq) in kept {
+            self.charge_unpacked(&message);
             self.pending_dead_letters.keep(
                 PendingDeadLetter {
                     message,

@@ -257,6 +257,53 @@ fn hold_for(exchange: &str, due_ms: u64, seq: u64, body: &[u8]) -> Op {
 }
 
 #[test]
+fn the_index_can_be_read_without_some_exchanges() {
+    let dir = Scratch::new("delayed-skipping");
+    let store = Store::open(dir.path()).expect("open");
+    store
+        .write(vec![
+            hold_for("a", 1_000, 1, b"a1"),
+            hold_for("kept", 2_000, 2, b"k2"),
+            hold_for("a", 3_000, 3, b"a3"),
+            hold_for("kept", 4_000, 4, b"k4"),
+        ])
+        .expect("commit");
+    let pairs = |ids: Vec<DeadlineId>| ids.iter().map(|id| (id.due_ms, id.seq)).collect::<Vec<_>>();
+    let skip_kept = |_: &str, exchange: &str| exchange == "kept";
+    let snap = store.snapshot().unwrap();
+    assert_eq!(
+        pairs(snap.delayed_ids_skipping(None, 10, &skip_kept).unwrap()),
+        [(1_000, 1), (3_000, 3)]
+    );
+    // A full page of what is left, strictly after `after`.
+    let after = DeadlineId {
+        due_ms: 1_000,
+        seq: 1,
+    };
+    assert_eq!(
+        pairs(
+            snap.delayed_ids_skipping(Some(after), 1, &skip_kept)
+                .unwrap()
+        ),
+        [(3_000, 3)]
+    );
+    drop(snap);
+    // Through a view, the same.
+    store
+        .write(vec![
+            hold_for("kept", 500, 5, b"k0"),
+            hold_for("a", 600, 6, b"a0"),
+        ])
+        .expect("commit");
+    let view = store.held_view().unwrap();
+    assert_eq!(
+        pairs(view.delayed_ids_skipping(None, 10, &skip_kept).unwrap()),
+        [(600, 6), (1_000, 1), (3_000, 3)]
+    );
+    assert_eq!(view.delayed_ids(None, 10).unwrap().len(), 6);
+}
+
+#[test]
 fn each_exchange_has_its_own_due_order_and_counts_kept_without_a_scan() {
     let dir = Scratch::new("delayed-by-exchange");
     let store = Store::open(dir.path()).expect("open");
