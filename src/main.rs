@@ -24,6 +24,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if settings.check {
+        return check(&settings.config);
+    }
     let filter = EnvFilter::try_new(&settings.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
     // Colour codes only for a person at a terminal: piped into a file or a log collector they
     // are noise. https://no-color.org asks for none when NO_COLOR is set and not empty.
@@ -47,6 +50,29 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(serve(settings.config))
+}
+
+/// `--check`: the data directory's report on stdout; 0 when it is healthy.
+fn check(config: &dwellmq::BrokerConfig) -> ExitCode {
+    let Some(dir) = &config.data_dir else {
+        console::complain("--check needs a data directory (--data-dir DIR)");
+        return ExitCode::from(2);
+    };
+    match dwellmq::check_data_dir(dir) {
+        Ok(report) => {
+            let healthy = report.is_healthy();
+            let _ = console::print_lines(&[report.to_string()]);
+            if healthy {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            console::complain(format_args!("{}: {e}", dir.display()));
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Starts the broker, prints where it listens, and serves until a signal.

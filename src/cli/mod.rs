@@ -54,6 +54,12 @@ pub(crate) struct Cli {
     /// The config file's tables, which have no flags.
     #[command(flatten)]
     access: Access,
+    /// Report on the data directory (format, counts, integrity) without starting
+    ///
+    /// Opens the store read-only: nothing is written, repaired or upgraded. Exits 0
+    /// when the directory is healthy, 1 otherwise.
+    #[arg(long, help_heading = "Storage", verbatim_doc_comment)]
+    check: bool,
     /// Print help (-h: one line per option; --help: all of it)
     #[arg(short, long, action = clap::ArgAction::Help, help_heading = "Other")]
     help: Option<bool>,
@@ -67,6 +73,8 @@ pub(crate) struct Cli {
 pub(crate) struct Settings {
     pub(crate) config: BrokerConfig,
     pub(crate) log_level: String,
+    /// Report on the data directory instead of serving (`--check`).
+    pub(crate) check: bool,
 }
 
 /// Why the binary does not start.
@@ -164,7 +172,10 @@ where
             _ => Source::Default,
         }
     };
-    resolve::resolve(cli, file, &source).map_err(Stop::Invalid)
+    let check = cli.check;
+    let mut settings = resolve::resolve(cli, file, &source).map_err(Stop::Invalid)?;
+    settings.check = check;
+    Ok(settings)
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ pub(crate) fn resolve(
         .and_then(|clock| clock.clock())
         .unwrap_or(ClockConfig::System);
     config.name_seed = test_double.name_seed;
+    config.test_api = test_double.test_api.unwrap_or(false);
     config.expiry_mode = misc.expiry.map_or(ExpiryMode::OnTime, ExpiryMode::from);
     config.timer_realtime_priority = misc.timer_realtime_priority.map(|p| p.0);
     if !http_named {
@@ -51,6 +52,7 @@ pub(crate) fn resolve(
     Ok(Settings {
         config,
         log_level: misc.log_level.unwrap_or_else(|| "info".into()),
+        check: false,
     })
 }
 
@@ -104,6 +106,9 @@ fn apply_listen(config: &mut BrokerConfig, listen: Listen) -> Result<(), String>
             .as_mut()
             .ok_or("--tls-listen needs certfile and keyfile in the config file's [tls] table")?;
         tls.listen = addrs(list);
+    }
+    if let Some(hosts) = listen.http_allowed_hosts {
+        config.http_allowed_hosts = hosts;
     }
     Ok(())
 }

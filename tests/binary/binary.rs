@@ -525,3 +525,26 @@ async fn flags_override_the_config_file_and_the_environment_is_read() {
     let c = connect_url(&format!("{}/%2f", broker.url)).await.unwrap();
     round_trip(&c, "env").await;
 }
+
+/// `--check` reports on a data directory without starting a broker, and writes nothing: on a
+/// copy of the format-3 fixture (an older format, which a start would upgrade) it names the
+/// format, counts the records and exits 0; without a data directory it is a usage error.
+#[test]
+fn check_reports_on_a_data_directory_without_starting_or_writing() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("crates/dwellmq-store/tests/fixtures/format-3/dwellmq.redb");
+    let dir = std::env::temp_dir().join(format!("dwellmq-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("dwellmq.redb");
+    std::fs::copy(&fixture, &file).expect("copy the fixture");
+    let before = std::fs::read(&file).expect("read");
+    let out = run(&["--data-dir", dir.to_str().expect("utf-8"), "--check"]);
+    let report = text(&out.stdout);
+    assert!(out.status.success(), "{report} {}", text(&out.stderr));
+    assert!(report.contains("format 3"), "{report}");
+    assert_eq!(std::fs::read(&file).expect("read"), before, "the file is untouched");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = run(&["--in-memory", "--check"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--check needs a data directory"));
+}

@@ -43,6 +43,19 @@ settings! {
         #[toml = "tls.listen"]
         #[arg(long, env = "DWELLMQ_TLS_LISTEN", value_name = "ADDR", value_delimiter = ',')]
         tls_listen: Vec<Addr>,
+
+        /// Host names the HTTP listener answers to, repeatable
+        ///
+        /// Besides localhost and IP addresses: a Host header naming anything else is
+        /// refused with 403, so that a DNS-rebinding page cannot reach the API.
+        #[toml = "http_allowed_hosts"]
+        #[arg(
+            long,
+            env = "DWELLMQ_HTTP_ALLOWED_HOSTS",
+            value_name = "NAME",
+            value_delimiter = ','
+        )]
+        http_allowed_hosts: Vec<String>,
     }
 }
 

@@ -27,5 +27,20 @@ settings! {
         #[toml = "name_seed"]
         #[arg(long, env = "DWELLMQ_NAME_SEED", value_name = "N")]
         name_seed: u64,
+
+        /// Serve the test double's /test/... endpoints on the system clock too
+        ///
+        /// They exist with --manual-clock; otherwise only with this flag (reset, faults,
+        /// inspection: a test harness's, never an operator's).
+        #[toml = "test_api"]
+        #[arg(
+            long,
+            env = "DWELLMQ_TEST_API",
+            value_name = "BOOL",
+            num_args = 0..=1,
+            default_missing_value = "true",
+            value_parser = crate::cli::values::switch
+        )]
+        test_api: bool,
     }
 }
