@@ -25,4 +25,5 @@ mod restart_state;
 mod shell_sim;
 mod spilling;
 mod support;
+mod wall_clock_steps;
 mod write_failures;
