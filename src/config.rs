@@ -276,9 +276,14 @@ impl Default for Limits {
 /// Which clock drives the broker's deadlines (delays, TTLs, expiries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ClockConfig {
-    /// Wall-clock time.
+    /// The host's wall clock as read at start, advanced by monotonic time: a step of the
+    /// host's clock while the broker runs moves no deadline (the rule is in docs/compat.md).
     #[default]
     System,
+    /// The system clock, but reading the wall clock at start from `wall` (the host's plus an
+    /// offset a test steps): tests of what a step of the wall clock does.
+    #[doc(hidden)]
+    SystemWithTestWall(&'static dwellmq_timer::SteppableWall),
     /// Time moves only through `BrokerHandle::advance` / `set_now`; starts at `start_ms`
     /// (milliseconds since the Unix epoch).
     Manual {
@@ -457,6 +462,13 @@ impl BrokerConfig {
     /// The same, with a manual clock starting at `start_ms`.
     pub fn with_manual_clock(mut self, start_ms: u64) -> Self {
         self.clock = ClockConfig::Manual { start_ms };
+        self
+    }
+
+    /// The same, on the system clock reading the wall clock from `wall`, which a test steps.
+    #[doc(hidden)]
+    pub fn with_test_wall(mut self, wall: &'static dwellmq_timer::SteppableWall) -> Self {
+        self.clock = ClockConfig::SystemWithTestWall(wall);
         self
     }
 

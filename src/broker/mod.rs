@@ -115,7 +115,10 @@ impl BrokerState {
         disk: Arc<disk_alarm::DiskAlarm>,
     ) -> Arc<Self> {
         let (clock, manual_clock): (SharedClock, _) = match config.clock {
-            ClockConfig::System => (Arc::new(SystemClock), None),
+            ClockConfig::System => (Arc::new(SystemClock::new()), None),
+            ClockConfig::SystemWithTestWall(wall) => {
+                (Arc::new(SystemClock::anchored_to(wall)), None)
+            }
             ClockConfig::Manual { start_ms } => {
                 let manual = Arc::new(ManualClock::new(start_ms));
                 (manual.clone(), Some(manual))

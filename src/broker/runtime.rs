@@ -146,7 +146,7 @@ impl Runtime {
     #[cfg(test)]
     pub(crate) fn standalone() -> Arc<Self> {
         Self::new(
-            Arc::new(dwellmq_timer::SystemClock),
+            Arc::new(dwellmq_timer::SystemClock::new()),
             MemoryMonitor::new(u64::MAX),
             ExpiryMode::OnTime,
             None,

@@ -5,8 +5,10 @@
 //! connection tasks that are busy parsing a large read batch (a release a few milliseconds late
 //! is what this broker exists to avoid), and `park_timeout` wakes with sub-millisecond
 //! precision where the runtime's timer rounds up to whole milliseconds. It sleeps until the next
-//! deadline and is unparked early when a message needs it sooner. Under a manual clock there is
-//! no such thread: `BrokerHandle::advance` releases what is due itself.
+//! deadline and is unparked early when a message needs it sooner. How long to sleep is asked of
+//! the broker's clock (`Clock::until`), which counts monotonic time: a step of the host's wall
+//! clock neither wakes it early nor keeps it asleep. Under a manual clock there is no such
+//! thread: `BrokerHandle::advance` releases what is due itself.
 //!
 //! With a data directory a second thread, the disk mover, moves messages held on disk into the
 //! wheel a horizon before they are due. Reading their bodies from the store, and waiting for
@@ -16,7 +18,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::BrokerState;
 
@@ -93,7 +95,7 @@ fn run(state: &BrokerState) {
                 scheduler.release_due(now, &state.delayed);
                 scheduler.move_in(now, Some(MOVE_IN_BUDGET), &state.delayed);
             }
-            Some(due) => std::thread::park_timeout(until_wall_ms(due)),
+            Some(due) => std::thread::park_timeout(state.clock.until(due)),
             None => std::thread::park(),
         }
     }
@@ -120,18 +122,10 @@ fn run_disk_mover(state: &BrokerState) {
                     std::thread::park_timeout(MOVER_RETRY);
                 }
             }
-            Some(at) => std::thread::park_timeout(until_wall_ms(at)),
+            Some(at) => std::thread::park_timeout(state.clock.until(at)),
             None => std::thread::park(),
         }
     }
-}
-
-/// Time from now until the wall-clock millisecond `due_ms` starts, at microsecond precision.
-fn until_wall_ms(due_ms: u64) -> Duration {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    Duration::from_millis(due_ms).saturating_sub(now)
 }
 
 /// Puts the calling thread under `SCHED_FIFO` at `priority`; logs and carries on if refused.

@@ -31,4 +31,5 @@ mod shell_sim;
 mod spilling;
 mod support;
 mod upgraded_store;
+mod wall_clock_steps;
 mod write_failures;

@@ -5,7 +5,8 @@
 //! asks it for [`TimerWheel::next_due`] to know how long to sleep, and
 //! calls [`TimerWheel::advance`] with the time from its [`Clock`] when it
 //! wakes. Nothing here does IO, spawns tasks or reads the system clock,
-//! except [`SystemClock`]; tests use [`ManualClock`] and are deterministic.
+//! except [`SystemClock`] (the wall clock once, then monotonic time) and its
+//! [`WallSource`]s; tests use [`ManualClock`] and are deterministic.
 //!
 //! # Design
 //!
@@ -55,7 +56,9 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod clock;
+mod system_clock;
 mod wheel;
 
-pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
+pub use clock::{Clock, ManualClock, SharedClock};
+pub use system_clock::{HostWall, SteppableWall, SystemClock, WallSource};
 pub use wheel::{Fired, TimerKey, TimerWheel};
