@@ -32,7 +32,7 @@ pub use dwellmq_core::schedule::DeadlineId;
 pub use error::{Result, StoreError};
 pub use lag::HeldView;
 pub use layout::{DB_FILE, FORMAT_VERSION, LOCK_FILE};
-pub use open::{ForgetCache, StoreOptions};
+pub use open::{ForgetCache, StoreOptions, SyncDir};
 pub use ops::{Completion, Done, Op, Receipt};
 pub use read::{QueueStored, Recovery, Snapshot};
 pub use records::{

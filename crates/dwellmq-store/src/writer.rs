@@ -386,10 +386,7 @@ impl Writer {
         let path = &self.opener.path;
         let verify = self.verify_on_open.get();
         if verify {
-            match &self.opener.options.forget_cache {
-                Some(forget) => forget(path),
-                None => forget_cached_pages(path),
-            }
+            crate::backend::forget_cached_pages(&self.opener.options, path);
         }
         let mut db = self.opener.open()?;
         if verify {
@@ -432,31 +429,6 @@ impl Writer {
         }
         tracing::warn!("store readers kept the failed handle open; reopening may be refused");
     }
-}
-
-/// Asks the kernel to drop the file's cached pages, so that a reopen reads what the disk holds
-/// (clean pages go; after a failed fsync its pages are clean but never reached the disk).
-fn forget_cached_pages(path: &std::path::Path) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        match std::fs::File::open(path) {
-            Ok(file) => {
-                // SAFETY: a plain advisory call on an open descriptor this function owns.
-                let rc = unsafe {
-                    libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
-                };
-                if rc != 0 {
-                    tracing::warn!(path = %path.display(), rc, "dropping the store file's cached pages failed");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "opening the store file to drop its cached pages")
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = path;
 }
 
 /// Drops a persist and a forget of the same message (and a hold and a release of the same

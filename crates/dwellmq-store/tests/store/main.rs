@@ -6,6 +6,7 @@ mod common;
 
 mod crash;
 mod definitions;
+mod disk_model;
 mod faults;
 mod group_commit;
 mod held_lag;
