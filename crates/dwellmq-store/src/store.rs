@@ -259,7 +259,19 @@ impl Store {
     /// and verifies it with its next probe) this is `Closed` at once: it never waits for the
     /// writer, whose completions may need the caller's locks.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        Snapshot::new(&self.db, &self.path)
+        self.open_snapshot()
+    }
+
+    /// A snapshot; when the open handle refuses it (a read failed, and redb refuses every
+    /// later operation on a handle that saw an I/O error), the writer is asked to reopen the
+    /// file, so that reads work again without waiting for a write to fail first.
+    fn open_snapshot(&self) -> Result<Snapshot> {
+        let snapshot = Snapshot::new(&self.db, &self.path);
+        if matches!(snapshot, Err(StoreError::Closed)) && self.db.read().is_some() {
+            self.counters.reopen_wanted.store(true, Ordering::Release);
+            self.submit_detached(Vec::new());
+        }
+        snapshot
     }
 
     /// The held-message index as submitted: [`Store::snapshot`] with the holds submitted and
@@ -268,7 +280,7 @@ impl Store {
     /// hold leaves it (its submitter heard of the failure); a failed release stays hidden, as
     /// the writer retries it until it commits. Never waits for the writer, as `snapshot`.
     pub fn held_view(&self) -> Result<HeldView> {
-        self.lag.view(|| Snapshot::new(&self.db, &self.path))
+        self.lag.view(|| self.open_snapshot())
     }
 
     /// Whether a hold of `id` is submitted and not settled: not committed yet, or carried into

@@ -50,6 +50,9 @@ pub(crate) struct Counters {
     pub(crate) next_queue_id: AtomicU64,
     /// Numbers the groups (see [`Submission::group`]).
     pub(crate) next_group: AtomicU64,
+    /// A snapshot found the handle refusing reads after a failed read: the writer reopens the
+    /// file before its next batch (see [`crate::Store::snapshot`]).
+    pub(crate) reopen_wanted: std::sync::atomic::AtomicBool,
     /// Commits carrying a message write still to fail on purpose
     /// ([`crate::Store::fail_next_commits`]).
     pub(crate) commits_to_fail: AtomicU64,
@@ -261,16 +264,7 @@ impl Writer {
                 path: self.opener.path.clone(),
             });
         }
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.write(&db, batch)));
-        drop(db);
-        let result = match outcome {
-            Ok(result) => result,
-            Err(panic) => Err(StoreError::Database {
-                path: self.opener.path.clone(),
-                reason: format!("the commit panicked: {}", panic_message(&panic)),
-            }),
-        };
-        match result {
+        match self.write_batch(db, batch) {
             Ok(()) => {
                 self.carry.clear();
                 self.alarms.set(StoreAlarm::WritesFailing, false);
@@ -299,14 +293,61 @@ impl Writer {
         }
     }
 
-    fn write(&self, db: &redb::Database, batch: &[Submission]) -> Result<(), StoreError> {
+    /// Writes and commits `batch` on `db`. A handle that a failed read elsewhere (a
+    /// snapshot's) left refusing every operation refuses the transaction before anything is
+    /// written: the file is reopened and the batch written on the new handle, instead of
+    /// failing it for a fault that was not its own.
+    fn write_batch(&self, db: Arc<redb::Database>, batch: &[Submission]) -> Result<(), StoreError> {
+        let written = self.write_caught(&db, batch);
+        drop(db);
+        match written {
+            Err(Written::Refused(e)) => {
+                tracing::info!(error = %e, "the store handle refused a write after a failed read; reopening it");
+                self.close_database();
+                let db = self.database()?;
+                let written = self.write_caught(&db, batch);
+                written.map_err(Written::into_error)
+            }
+            other => other.map_err(Written::into_error),
+        }
+    }
+
+    fn write_caught(&self, db: &redb::Database, batch: &[Submission]) -> Result<(), Written> {
+        match catch_unwind(AssertUnwindSafe(|| self.write(db, batch))) {
+            Ok(result) => result,
+            Err(panic) => Err(Written::Failed(StoreError::Database {
+                path: self.opener.path.clone(),
+                reason: format!("the commit panicked: {}", panic_message(&panic)),
+            })),
+        }
+    }
+
+    fn write(&self, db: &redb::Database, batch: &[Submission]) -> Result<(), Written> {
         let path = &self.opener.path;
-        let mut tx = db.begin_write().map_err(|e| tx_error(path, e))?;
+        let mut tx = match db.begin_write() {
+            Ok(tx) => tx,
+            Err(TransactionError::Storage(StorageError::PreviousIo)) => {
+                return Err(Written::Refused(StoreError::Closed))
+            }
+            Err(e) => return Err(Written::Failed(tx_error(path, e))),
+        };
+        self.fill(&mut tx, batch)
+            .and_then(|()| tx.commit().map_err(|e| commit_error(path, e)))
+            .map_err(Written::Failed)
+    }
+
+    /// Applies the carry and `batch` in `tx`, with the counters and indexes they change.
+    fn fill(
+        &self,
+        tx: &mut redb::WriteTransaction,
+        batch: &[Submission],
+    ) -> Result<(), StoreError> {
+        let path = &self.opener.path;
         tx.set_durability(Durability::Immediate)
             .map_err(|e| database_error(path, &e))?;
         tx.set_quick_repair(self.opener.options.quick_repair);
         {
-            let mut tables = Tables::open(&tx).map_err(|e| database_error(path, &e))?;
+            let mut tables = Tables::open(tx).map_err(|e| database_error(path, &e))?;
             let all = self.carry.iter().chain(batch.iter().flat_map(|s| &s.ops));
             let mut forgets = Vec::new();
             for op in all {
@@ -340,7 +381,7 @@ impl Writer {
                 )
                 .map_err(|e| storage_error(path, e))?;
         }
-        tx.commit().map_err(|e| commit_error(path, e))
+        Ok(())
     }
 
     /// Whether this commit is one a test asked to fail: the next ones carrying a message write.
@@ -380,6 +421,10 @@ impl Writer {
     /// what the disk holds (the file's cached pages dropped first) and verified, or not at all
     /// (the alarm stays on, and the next probe tries again).
     fn database(&self) -> Result<Arc<redb::Database>, StoreError> {
+        if self.counters.reopen_wanted.swap(false, Ordering::AcqRel) {
+            tracing::info!("reopening the store file after a failed read");
+            self.close_database();
+        }
         if let Some(db) = self.db.read().as_ref() {
             return Ok(db.clone());
         }
@@ -428,6 +473,22 @@ impl Writer {
             }
         }
         tracing::warn!("store readers kept the failed handle open; reopening may be refused");
+    }
+}
+
+/// How a write went wrong.
+enum Written {
+    /// The handle refused it before anything was written (a failed read poisoned it).
+    Refused(StoreError),
+    /// It failed (maybe after some of it reached the disk).
+    Failed(StoreError),
+}
+
+impl Written {
+    fn into_error(self) -> StoreError {
+        match self {
+            Written::Refused(e) | Written::Failed(e) => e,
+        }
     }
 }
 

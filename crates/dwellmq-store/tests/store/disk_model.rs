@@ -41,6 +41,41 @@ fn read_seqs(store: &Store) -> Vec<u64> {
     }
 }
 
+#[test]
+fn a_single_read_error_fails_that_read_and_the_store_reads_and_writes_again() {
+    let dir = Scratch::new("disk-read-error");
+    {
+        let store = Store::open(dir.path()).expect("open");
+        store.write(vec![persist(1), persist(2)]).expect("commit");
+        store.close();
+    }
+    let (mut options, faults) = faulty_options();
+    // No cache of redb's own: every read reaches the disk.
+    options.cache_bytes = 0;
+    let store = Store::open_with(dir.path(), options).expect("open");
+    faults.fail_next_reads.store(1, Ordering::SeqCst);
+    // The read that meets it fails; the handle then refuses every operation (redb's rule
+    // after an I/O error) until the writer reopens the file, which a snapshot asks for.
+    let failed = store.snapshot().and_then(|s| seqs(&s));
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(faults.stats().read_errors, 1);
+    assert_eq!(
+        read_seqs(&store),
+        [1, 2],
+        "reads work again, without a write"
+    );
+    // A later read error poisons the handle again: the next write is not failed for it.
+    faults.fail_next_reads.store(1, Ordering::SeqCst);
+    assert!(store.snapshot().and_then(|s| seqs(&s)).is_err());
+    store
+        .write(vec![persist(3)])
+        .expect("the write is not failed for a read's error");
+    assert_eq!(read_seqs(&store), [1, 2, 3]);
+    assert!(!store.writes_failing());
+    assert_eq!(store.stats().failed_commits, 0);
+    store.close();
+}
+
 /// A new store file is on disk only once its directory is: the store fsyncs the data
 /// directory before it acknowledges anything, so a power cut after the first commit finds it.
 #[test]
