@@ -12,6 +12,7 @@
 mod alarm;
 mod apply;
 mod backend;
+mod carry;
 mod codec;
 mod error;
 pub mod faults;

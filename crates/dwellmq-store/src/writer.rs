@@ -15,6 +15,7 @@ use redb::{CommitError, Durability, StorageError, TransactionError};
 
 use crate::alarm::{Alarms, StoreAlarm};
 use crate::apply::Tables;
+use crate::carry::Carry;
 use crate::error::StoreError;
 use crate::id_hash::IdHashMap;
 use crate::lag::{Lag, LagKeys};
@@ -65,10 +66,9 @@ pub(crate) struct Writer {
     alarms: Arc<Alarms>,
     /// Taken while a batch is gathered (see [`crate::Store::group`]).
     gate: Arc<parking_lot::RwLock<()>>,
-    /// What failed commits must still write, in submission order, retried first in the next
-    /// commit: every submission that removes something, whole, and every submission of a group
-    /// that does (see [`Writer::keep_for_retry`]).
-    carry: Vec<Op>,
+    /// What failed commits must still write, retried first in the next commit (see
+    /// [`Carry::keep`]).
+    carry: Carry,
     /// A commit failed since the file was last opened: the next open first drops the file's
     /// cached pages and then verifies the file, so that the writer never goes on from pages
     /// the disk may not hold (after a failed fsync the kernel may keep them, marked clean).
@@ -96,7 +96,7 @@ impl Writer {
             counters,
             alarms,
             gate,
-            carry: Vec::new(),
+            carry: Carry::default(),
             verify_on_open: std::cell::Cell::new(false),
             lag,
             releases_after_completions: LagKeys::default(),
@@ -213,8 +213,7 @@ impl Writer {
     fn commit(&mut self, batch: &mut [Submission], probe: bool) -> Completion {
         // Before the batch is elided: a hold and its release that meet in it are settled too.
         let in_batch = LagKeys::of(batch.iter().flat_map(|s| &s.ops));
-        let in_carry = LagKeys::of(&self.carry);
-        let carried = self.carry.len();
+        let in_carry = LagKeys::of(self.carry.ops());
         let result = self.commit_batch(batch, probe);
         match &result {
             Ok(_) => {
@@ -222,8 +221,10 @@ impl Writer {
                 self.lag.settled(&in_carry);
             }
             Err(_) => {
-                let kept = LagKeys::of(&self.carry[carried.min(self.carry.len())..]);
-                let mut failed = in_batch.without(&kept);
+                // What the carry no longer holds: the batch's ops it did not keep, and those
+                // it dropped as superseded (a release carried twice is settled once).
+                let kept = LagKeys::of(self.carry.ops());
+                let mut failed = in_carry.and(in_batch).without(&kept);
                 self.releases_after_completions = failed.take_releases();
                 self.lag.settled(&failed);
             }
@@ -249,7 +250,7 @@ impl Writer {
             Err(e) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store reopen failed");
-                self.keep_for_retry(batch);
+                self.carry.keep(batch);
                 self.alarms.set(StoreAlarm::WritesFailing, true);
                 return Err(e);
             }
@@ -259,7 +260,7 @@ impl Writer {
             self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("a store commit failed (injected by a test)");
             // Nothing was written, as for a real failure; the disk works, so no alarm.
-            self.keep_for_retry(batch);
+            self.carry.keep(batch);
             return Err(StoreError::Injected {
                 path: self.opener.path.clone(),
             });
@@ -279,7 +280,7 @@ impl Writer {
             Err(e) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store commit failed");
-                self.keep_for_retry(batch);
+                self.carry.keep(batch);
                 self.alarms.set(StoreAlarm::WritesFailing, true);
                 self.verify_on_open.set(true);
                 // redb refuses every later operation on a handle that saw an I/O error: reopen
@@ -348,7 +349,11 @@ impl Writer {
         tx.set_quick_repair(self.opener.options.quick_repair);
         {
             let mut tables = Tables::open(tx).map_err(|e| database_error(path, &e))?;
-            let all = self.carry.iter().chain(batch.iter().flat_map(|s| &s.ops));
+            let all = self
+                .carry
+                .ops()
+                .iter()
+                .chain(batch.iter().flat_map(|s| &s.ops));
             let mut forgets = Vec::new();
             for op in all {
                 match op {
@@ -395,26 +400,6 @@ impl Writer {
             && to_fail
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
                 .is_ok()
-    }
-
-    /// Keeps what a failed commit must still write. A removal (or a state write: see
-    /// [`Op::is_retried`]) is never given up, and it is never written without what it was
-    /// submitted with: a submission holding one is retried whole, and so is every submission
-    /// of a group in which one does (a delayed release's queue copies and the
-    /// removal of its hold; a dead-lettering's removal from its queue and its copies). A
-    /// submission of plain writes is not retried: its submitter heard of the failure (the
-    /// publisher is nacked) and nothing confirmed depends on it.
-    fn keep_for_retry(&mut self, batch: &[Submission]) {
-        let must_retry = |s: &Submission| s.ops.iter().any(Op::is_retried);
-        let groups: Vec<u64> = batch
-            .iter()
-            .filter(|s| must_retry(s))
-            .filter_map(|s| s.group)
-            .collect();
-        let kept = batch
-            .iter()
-            .filter(|s| must_retry(s) || s.group.is_some_and(|g| groups.contains(&g)));
-        self.carry.extend(kept.flat_map(|s| &s.ops).cloned());
     }
 
     /// The open database, reopening it if a failure closed it: after a failed commit, from

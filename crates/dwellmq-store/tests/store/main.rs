@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod carry;
 mod crash;
 mod definitions;
 mod disk_model;
