@@ -1,10 +1,12 @@
 //! What a failed commit carries into the next one: every removal, once (however often it was
-//! submitted while the disk failed).
+//! submitted while the disk failed), and a replayed write counted once when the failed commit
+//! had reached the disk after all.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::common::{faulty_options, packed, payload, Scratch};
+use dwellmq_store::faults::{DiskModel, Reach};
 use dwellmq_store::{DeadlineId, DeliveryState, Op, Store, StoreError};
 
 fn persist(queue: u64, seq: u64) -> Op {
@@ -105,5 +107,70 @@ fn a_store_that_keeps_failing_carries_each_removal_once() {
     assert!(snapshot.queue_messages(2, 0, 10).expect("read").is_empty());
     assert_eq!(snapshot.delayed_count().expect("count"), 0);
     drop(snapshot);
+    store.close();
+}
+
+/// A dead-lettering into a delayed exchange: the removal from its queue and the hold, in one
+/// group. Its commit's last fsync fails after everything had reached the disk: the commit is
+/// there, though its submitters heard it failed, and the writer replays the group. The hold is
+/// counted once, and indexed once.
+#[test]
+fn a_replayed_hold_whose_failed_commit_reached_the_disk_is_counted_once() {
+    let dir = Scratch::new("carry-replayed-hold");
+    let (options, faults) = faulty_options();
+    faults.set_model(DiskModel {
+        at_failed_sync: Reach::Everything,
+        ..DiskModel::default()
+    });
+    let store = Store::open_with(dir.path(), options).expect("open");
+    store
+        .write(vec![persist(1, 1), persist(1, 9)])
+        .expect("commit");
+    let id = DeadlineId {
+        due_ms: 5_000,
+        seq: 7,
+    };
+    // The commit's first fsync (its pages) succeeds; the second (the header that makes it
+    // the current one) fails, after the header reached the disk.
+    faults.fail_syncs(1, 1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let _group = store.group();
+        for ops in [vec![Op::Forget { queue: 1, seq: 1 }], vec![hold(id)]] {
+            let tx = tx.clone();
+            store.submit(ops, move |outcome| {
+                let _ = tx.send(outcome.is_ok());
+            });
+        }
+    }
+    for _ in 0..2 {
+        assert!(
+            !rx.recv().expect("completion"),
+            "the commit was reported failed"
+        );
+    }
+    assert_eq!(faults.stats().failed_syncs, 1);
+    // It reached the disk all the same: the writer reopened the file from the disk.
+    assert_eq!(
+        readable(&store).delayed_ids(None, 10).expect("read"),
+        [id],
+        "the failed commit is on disk"
+    );
+    // The writer replays the group with the next commit.
+    store.write(Vec::new()).expect("commit");
+    let expect_counts = |store: &Store| {
+        let snapshot = readable(store);
+        let counts = snapshot.delayed_counts().expect("counts");
+        assert_eq!(counts.len(), 1, "{counts:?}");
+        assert_eq!(counts[0].2, 1, "the hold is counted once: {counts:?}");
+        assert_eq!(snapshot.delayed_ids(None, 10).expect("read"), [id]);
+        assert_eq!(snapshot.delayed_count().expect("count"), 1);
+        let left = snapshot.queue_messages(1, 0, 10).expect("read");
+        assert_eq!(left.iter().map(|m| m.seq).collect::<Vec<_>>(), [9]);
+    };
+    expect_counts(&store);
+    store.close();
+    let store = Store::open(dir.path()).expect("reopen");
+    expect_counts(&store);
     store.close();
 }
