@@ -242,8 +242,13 @@ impl Writer {
         let writes = batch.iter().map(|s| s.ops.len()).sum::<usize>() + self.carry.len();
         if writes == 0 && !probe {
             // Nothing to write; an empty submission still gets the file reopened after a
-            // failure (`Store::snapshot` asks for that).
-            return self.database().map(|_| Receipt { commit: None });
+            // failure (`Store::snapshot` asks for that). A file that cannot be reopened is a
+            // failing disk: the alarm's probes try again until it can.
+            let reopened = self.database().map(|_| Receipt { commit: None });
+            if reopened.is_err() {
+                self.alarms.set(StoreAlarm::WritesFailing, true);
+            }
+            return reopened;
         }
         let db = match self.database() {
             Ok(db) => db,

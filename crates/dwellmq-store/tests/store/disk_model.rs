@@ -73,6 +73,28 @@ fn a_single_read_error_fails_that_read_and_the_store_reads_and_writes_again() {
     assert_eq!(read_seqs(&store), [1, 2, 3]);
     assert!(!store.writes_failing());
     assert_eq!(store.stats().failed_commits, 0);
+    // A disk that cannot be read at all for a while: once it can, reads work again by
+    // themselves (the writer's probes reopen the file), without a write.
+    faults.fail_reads.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(
+        store.snapshot().and_then(|s| seqs(&s)),
+        Err(StoreError::Closed)
+    ) {
+        assert!(Instant::now() < deadline, "reads kept working");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The writer was asked to reopen the file: wait until it tried, and failed.
+    let errors = faults.stats().read_errors;
+    while faults.stats().read_errors == errors {
+        assert!(
+            Instant::now() < deadline,
+            "the writer never tried to reopen the file"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    faults.fail_reads.store(false, Ordering::SeqCst);
+    assert_eq!(read_seqs(&store), [1, 2, 3]);
     store.close();
 }
 
