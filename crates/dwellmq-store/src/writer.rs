@@ -69,9 +69,10 @@ pub(crate) struct Writer {
     /// What failed commits must still write, retried first in the next commit (see
     /// [`Carry::keep`]).
     carry: Carry,
-    /// A commit failed since the file was last opened: the next open first drops the file's
-    /// cached pages and then verifies the file, so that the writer never goes on from pages
-    /// the disk may not hold (after a failed fsync the kernel may keep them, marked clean).
+    /// A commit (or a reopen) failed since the file was last opened: the next open verifies
+    /// the file (every reopen first drops the file's cached pages, so that the writer never
+    /// goes on from pages the disk may not hold: after a failed fsync the kernel may keep
+    /// them, marked clean).
     verify_on_open: std::cell::Cell<bool>,
     /// The commit lag list of the held index ([`crate::Store::held_view`]).
     lag: Arc<Lag>,
@@ -420,10 +421,14 @@ impl Writer {
         }
         let path = &self.opener.path;
         let verify = self.verify_on_open.get();
-        if verify {
-            crate::backend::forget_cached_pages(&self.opener.options, path);
-        }
-        let mut db = self.opener.open()?;
+        // Every reopen reads what the disk holds, whatever closed the file: closing it (redb
+        // writes its header then) or a reopen that failed may have failed an fsync too, and
+        // neither tells.
+        crate::backend::forget_cached_pages(&self.opener.options, path);
+        let mut db = self.opener.open().inspect_err(|_| {
+            // It may have failed in an fsync (of its repair): verify the next one.
+            self.verify_on_open.set(true);
+        })?;
         if verify {
             match db.check_integrity() {
                 Ok(true) => {}

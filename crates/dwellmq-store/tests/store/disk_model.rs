@@ -343,3 +343,30 @@ fn a_start_reads_the_disk_not_pages_an_earlier_failed_fsync_left_in_the_cache() 
     assert_eq!(faults.stats().lost_page_reads, 0);
     store.close();
 }
+
+/// Reopening the file writes too (redb's repair of a handle that was not closed cleanly, the
+/// header a close writes), and its fsync can fail: the next reopen must not read what it lost.
+/// Here a failed read has the writer reopen the file, and that reopen's fsync fails.
+#[test]
+fn a_reopen_whose_own_fsync_failed_is_followed_by_one_that_reads_the_disk() {
+    let dir = Scratch::new("disk-reopen-fsync");
+    let (mut options, faults) = faulty_options();
+    options.cache_bytes = 0;
+    options.retry_interval = Duration::from_millis(20);
+    let store = Store::open_with(dir.path(), options).expect("open");
+    store.write(vec![persist(1)]).expect("commit");
+    let commits = faults.syncs.load(Ordering::SeqCst);
+    store.write(vec![persist(2)]).expect("commit");
+    let syncs_per_commit = faults.syncs.load(Ordering::SeqCst) - commits;
+    // A read fails; the snapshot after it asks the writer to reopen the file, and every
+    // fsync of that reopen fails.
+    faults.fail_next_reads.store(1, Ordering::SeqCst);
+    assert!(store.snapshot().and_then(|s| seqs(&s)).is_err());
+    faults.fail_syncs(0, syncs_per_commit + 2);
+    assert!(read_seqs(&store) == [1, 2]);
+    assert!(faults.stats().failed_syncs > 0, "{:?}", faults.stats());
+    assert_eq!(faults.stats().lost_page_reads, 0, "{:?}", faults.stats());
+    store.write(vec![persist(3)]).expect("commit");
+    assert_eq!(read_seqs(&store), [1, 2, 3]);
+    store.close();
+}
