@@ -269,7 +269,16 @@ impl Store {
         let snapshot = Snapshot::new(&self.db, &self.path);
         if matches!(snapshot, Err(StoreError::Closed)) && self.db.read().is_some() {
             self.counters.reopen_wanted.store(true, Ordering::Release);
-            self.submit_detached(Vec::new());
+            // Straight into the channel, taking no other lock: `held_view` calls this under
+            // the commit lag's mutex.
+            if let Some(sender) = self.sender.read().as_ref() {
+                let _ = sender.send(Submission {
+                    ops: Vec::new(),
+                    weight: 0,
+                    done: None,
+                    group: None,
+                });
+            }
         }
         snapshot
     }
