@@ -3,7 +3,8 @@
 //!     cargo run --release -p dwellmq-store --example simulate -- --seconds 3600 [--first-seed N]
 //!
 //! Runs seed after seed (500 steps each) until the time is up; a failed check panics with
-//! the seed, which `--first-seed N --seeds 1` replays.
+//! the seed, which `--first-seed N --seeds 1` replays. Odd seeds commit in one phase, even
+//! ones in two (see `tests/sim/mod.rs`).
 
 #[path = "../tests/sim/mod.rs"]
 mod sim;
@@ -43,20 +44,29 @@ fn main() {
                 std::process::exit(1);
             });
         ran += 1;
-        total.steps += report.steps;
-        total.power_cuts += report.power_cuts;
-        total.commits_ok += report.commits_ok;
-        total.commits_failed += report.commits_failed;
-        total.records_checked += report.records_checked;
+        total.add(&report);
     }
+    let f = total.faults;
     println!(
-        "{ran} seeds from {first_seed} in {:.0} s: {} steps, {} commits ok, {} failed, {} power cuts, {} records checked, no violation",
+        "{ran} seeds from {first_seed} in {:.0} s: {} steps, {} commits ok, {} failed, {} power cuts \
+         ({} in a commit's fsync), {} records checked; disk: {} failed fsyncs (pages written \
+         {} / lost {}), {} pages written at cuts ({} torn, {} lost), {} read errors, {} lost \
+         pages read; no violation",
         started.elapsed().as_secs_f64(),
         total.steps,
         total.commits_ok,
         total.commits_failed,
         total.power_cuts,
-        total.records_checked
+        total.cuts_in_flight,
+        total.records_checked,
+        f.failed_syncs,
+        f.failed_sync_pages_written,
+        f.failed_sync_pages_lost,
+        f.cut_pages_written,
+        f.torn_pages,
+        f.cut_pages_lost,
+        f.read_errors,
+        f.lost_page_reads,
     );
 }
 

@@ -313,6 +313,13 @@ impl<'t> Tables<'t> {
                 exchange,
                 message,
             } => {
+                let seq_key = id.seq.to_be_bytes();
+                if self.held_messages.get(&seq_key[..])?.is_some() {
+                    // Held already (a seq is held once): a hold replayed after a commit that
+                    // failed late, when its pages had reached the disk all the same. Counted
+                    // and indexed once.
+                    return Ok(());
+                }
                 let body_octets = message.body_len() as u64;
                 let name = self.held_name(vhost, exchange);
                 let counted = self.count_held(&name, 1, body_octets);
@@ -338,9 +345,7 @@ impl<'t> Tables<'t> {
                     body_octets,
                 };
                 let len = HELD_HEADER + body.len();
-                let mut slot = self
-                    .held_messages
-                    .insert_reserve(&id.seq.to_be_bytes()[..], len)?;
+                let mut slot = self.held_messages.insert_reserve(&seq_key[..], len)?;
                 let out = slot.as_mut();
                 header.write(&mut out[..HELD_HEADER]);
                 body.write(&mut out[HELD_HEADER..]);

@@ -85,18 +85,18 @@ impl LagKeys {
         self.holds.is_empty() && self.releases.is_empty()
     }
 
+    /// Both lists' keys.
+    pub(crate) fn and(mut self, other: LagKeys) -> LagKeys {
+        self.holds.extend(other.holds);
+        self.releases.extend(other.releases);
+        self
+    }
+
     /// Leaves out one key for each of `kept`'s (those a failed commit carries into the next).
+    /// Sorted merges: a carry may hold many thousands.
     pub(crate) fn without(mut self, kept: &LagKeys) -> LagKeys {
-        for id in &kept.holds {
-            if let Some(at) = self.holds.iter().position(|h| h == id) {
-                self.holds.swap_remove(at);
-            }
-        }
-        for id in &kept.releases {
-            if let Some(at) = self.releases.iter().position(|r| r == id) {
-                self.releases.swap_remove(at);
-            }
-        }
+        self.holds = multiset_minus(self.holds, &kept.holds);
+        self.releases = multiset_minus(self.releases, &kept.releases);
         self
     }
 
@@ -107,6 +107,22 @@ impl LagKeys {
             releases: std::mem::take(&mut self.releases),
         }
     }
+}
+
+/// `from` less one `id` for each in `less` (each counted as often as it occurs).
+fn multiset_minus(mut from: Vec<DeadlineId>, less: &[DeadlineId]) -> Vec<DeadlineId> {
+    if less.is_empty() {
+        return from;
+    }
+    let mut less = less.to_vec();
+    from.sort_unstable();
+    less.sort_unstable();
+    let mut less = less.into_iter().peekable();
+    from.retain(|id| {
+        while less.next_if(|l| l < id).is_some() {}
+        less.next_if_eq(id).is_none()
+    });
+    from
 }
 
 fn is_lagged(op: &Op) -> bool {
@@ -365,5 +381,26 @@ impl HeldView {
             }
         }
         Ok(count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_takes_out_one_key_for_each_kept_one() {
+        let id = |seq| DeadlineId { due_ms: 1, seq };
+        let keys = LagKeys {
+            holds: vec![id(3), id(1), id(2)],
+            releases: vec![id(5), id(4), id(5), id(6)],
+        };
+        let kept = LagKeys {
+            holds: vec![id(2), id(9)],
+            releases: vec![id(5), id(6), id(6)],
+        };
+        let left = keys.without(&kept);
+        assert_eq!(left.holds, [id(1), id(3)]);
+        assert_eq!(left.releases, [id(4), id(5)]);
     }
 }

@@ -12,6 +12,7 @@
 mod alarm;
 mod apply;
 mod backend;
+mod carry;
 mod codec;
 mod error;
 pub mod faults;
@@ -37,7 +38,7 @@ pub use migrate::inspect::{inspect, Inspection, Opens, PageCheck};
 pub use migrate::tally::{QueueTally, Tally};
 pub use migrate::tally_held::HeldTally;
 pub use migrate::OLDEST_FORMAT;
-pub use open::{ForgetCache, StoreOptions};
+pub use open::{ForgetCache, StoreOptions, SyncDir};
 pub use ops::{Completion, Done, Op, Receipt};
 pub use read::{QueueStored, Recovery, Snapshot};
 pub use records::{

@@ -50,10 +50,17 @@ pub struct StoreOptions {
     /// verified (so that nothing the disk does not hold is read back); `None`: the kernel's
     /// (`posix_fadvise(DONTNEED)` on Linux). The fault backend brings its own.
     pub forget_cache: Option<ForgetCache>,
+    /// Makes a directory's entries durable (`fsync` of the directory), called once the
+    /// database file exists: a new file's entry is not on disk until then. `None`: the real
+    /// fsync. The fault backend brings its own.
+    pub sync_dir: Option<SyncDir>,
 }
 
 /// See [`StoreOptions::forget_cache`].
 pub type ForgetCache = Arc<dyn Fn(&Path) + Send + Sync>;
+
+/// See [`StoreOptions::sync_dir`].
+pub type SyncDir = Arc<dyn Fn(&Path) -> io::Result<()> + Send + Sync>;
 
 impl Default for StoreOptions {
     fn default() -> Self {
@@ -69,6 +76,7 @@ impl Default for StoreOptions {
             backlog_low: 32 << 20,
             retry_interval: std::time::Duration::from_millis(500),
             forget_cache: None,
+            sync_dir: None,
         }
     }
 }

@@ -73,9 +73,14 @@ impl Snapshot {
         // No handle: the store is closed, or the writer could not reopen the file after a
         // write failure yet (it tries again with every batch).
         let db = slot.read().clone().ok_or(StoreError::Closed)?;
-        let tx = db.begin_read().map_err(|e| StoreError::Database {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
+        let tx = db.begin_read().map_err(|e| match e {
+            // A failed read left the handle refusing everything until the writer reopens the
+            // file (the store asks it to).
+            redb::TransactionError::Storage(redb::StorageError::PreviousIo) => StoreError::Closed,
+            e => StoreError::Database {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            },
         })?;
         Ok(Snapshot {
             tx,

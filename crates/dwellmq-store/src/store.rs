@@ -71,10 +71,18 @@ impl Store {
     /// not a dwellmq store, or is damaged, is an error naming it and is left as it is.
     pub fn open_with(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
+        let dir_is_new = !dir.exists();
         let lock = lock_dir(&dir)?;
         let opener = Opener::new(&dir, options);
         let path = opener.path.clone();
+        // A start reads what the disk holds, not pages a failed fsync left in the kernel's
+        // cache (an earlier store in this process, or a process that died before its writer
+        // reopened the file, may have left some).
+        crate::backend::forget_cached_pages(&opener.options, &path);
         let (db, upgraded_from) = opener.open_upgrading()?;
+        // The file (and the lock file) may have just been created: their entries reach the
+        // disk with the directory's fsync, before anything is acknowledged.
+        sync_dirs(&opener.options, &dir, dir_is_new)?;
         crate::open::drop_spilled(&db, &path)?;
         let db = Arc::new(db);
         let counters = Arc::new(Counters::default());
@@ -260,7 +268,28 @@ impl Store {
     /// and verifies it with its next probe) this is `Closed` at once: it never waits for the
     /// writer, whose completions may need the caller's locks.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        Snapshot::new(&self.db, &self.path)
+        self.open_snapshot()
+    }
+
+    /// A snapshot; when the open handle refuses it (a read failed, and redb refuses every
+    /// later operation on a handle that saw an I/O error), the writer is asked to reopen the
+    /// file, so that reads work again without waiting for a write to fail first.
+    fn open_snapshot(&self) -> Result<Snapshot> {
+        let snapshot = Snapshot::new(&self.db, &self.path);
+        if matches!(snapshot, Err(StoreError::Closed)) && self.db.read().is_some() {
+            self.counters.reopen_wanted.store(true, Ordering::Release);
+            // Straight into the channel, taking no other lock: `held_view` calls this under
+            // the commit lag's mutex.
+            if let Some(sender) = self.sender.read().as_ref() {
+                let _ = sender.send(Submission {
+                    ops: Vec::new(),
+                    weight: 0,
+                    done: None,
+                    group: None,
+                });
+            }
+        }
+        snapshot
     }
 
     /// The held-message index as submitted: [`Store::snapshot`] with the holds submitted and
@@ -269,7 +298,7 @@ impl Store {
     /// hold leaves it (its submitter heard of the failure); a failed release stays hidden, as
     /// the writer retries it until it commits. Never waits for the writer, as `snapshot`.
     pub fn held_view(&self) -> Result<HeldView> {
-        self.lag.view(|| Snapshot::new(&self.db, &self.path))
+        self.lag.view(|| self.open_snapshot())
     }
 
     /// Whether a hold of `id` is submitted and not settled: not committed yet, or carried into
@@ -347,6 +376,25 @@ impl Drop for Store {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Makes the data directory's entries durable, and the directory's own entry in its parent if
+/// this start created it.
+fn sync_dirs(options: &StoreOptions, dir: &Path, dir_is_new: bool) -> Result<()> {
+    crate::backend::sync_dir(options, dir)
+        .map_err(|e| StoreError::io(dir, "syncing the data directory", e))?;
+    let parent = dir.parent().map(|p| match p.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => p,
+    });
+    if let Some(parent) = parent.filter(|_| dir_is_new) {
+        // The directory was just created: its own entry is durable with its parent's fsync.
+        // Best effort: the parent may not be ours to open.
+        if let Err(e) = crate::backend::sync_dir(options, parent) {
+            tracing::warn!(dir = %parent.display(), error = %e, "syncing the data directory's parent");
+        }
+    }
+    Ok(())
 }
 
 fn fail(submission: Submission) {

@@ -15,6 +15,7 @@ use redb::{CommitError, Durability, StorageError, TransactionError};
 
 use crate::alarm::{Alarms, StoreAlarm};
 use crate::apply::Tables;
+use crate::carry::Carry;
 use crate::error::StoreError;
 use crate::id_hash::IdHashMap;
 use crate::lag::{Lag, LagKeys};
@@ -50,6 +51,9 @@ pub(crate) struct Counters {
     pub(crate) next_queue_id: AtomicU64,
     /// Numbers the groups (see [`Submission::group`]).
     pub(crate) next_group: AtomicU64,
+    /// A snapshot found the handle refusing reads after a failed read: the writer reopens the
+    /// file before its next batch (see [`crate::Store::snapshot`]).
+    pub(crate) reopen_wanted: std::sync::atomic::AtomicBool,
     /// Commits carrying a message write still to fail on purpose
     /// ([`crate::Store::fail_next_commits`]).
     pub(crate) commits_to_fail: AtomicU64,
@@ -62,13 +66,13 @@ pub(crate) struct Writer {
     alarms: Arc<Alarms>,
     /// Taken while a batch is gathered (see [`crate::Store::group`]).
     gate: Arc<parking_lot::RwLock<()>>,
-    /// What failed commits must still write, in submission order, retried first in the next
-    /// commit: every submission that removes something, whole, and every submission of a group
-    /// that does (see [`Writer::keep_for_retry`]).
-    carry: Vec<Op>,
-    /// A commit failed since the file was last opened: the next open first drops the file's
-    /// cached pages and then verifies the file, so that the writer never goes on from pages
-    /// the disk may not hold (after a failed fsync the kernel may keep them, marked clean).
+    /// What failed commits must still write, retried first in the next commit (see
+    /// [`Carry::keep`]).
+    carry: Carry,
+    /// A commit (or a reopen) failed since the file was last opened: the next open verifies
+    /// the file (every reopen first drops the file's cached pages, so that the writer never
+    /// goes on from pages the disk may not hold: after a failed fsync the kernel may keep
+    /// them, marked clean).
     verify_on_open: std::cell::Cell<bool>,
     /// The commit lag list of the held index ([`crate::Store::held_view`]).
     lag: Arc<Lag>,
@@ -93,7 +97,7 @@ impl Writer {
             counters,
             alarms,
             gate,
-            carry: Vec::new(),
+            carry: Carry::default(),
             verify_on_open: std::cell::Cell::new(false),
             lag,
             releases_after_completions: LagKeys::default(),
@@ -210,8 +214,7 @@ impl Writer {
     fn commit(&mut self, batch: &mut [Submission], probe: bool) -> Completion {
         // Before the batch is elided: a hold and its release that meet in it are settled too.
         let in_batch = LagKeys::of(batch.iter().flat_map(|s| &s.ops));
-        let in_carry = LagKeys::of(&self.carry);
-        let carried = self.carry.len();
+        let in_carry = LagKeys::of(self.carry.ops());
         let result = self.commit_batch(batch, probe);
         match &result {
             Ok(_) => {
@@ -219,8 +222,10 @@ impl Writer {
                 self.lag.settled(&in_carry);
             }
             Err(_) => {
-                let kept = LagKeys::of(&self.carry[carried.min(self.carry.len())..]);
-                let mut failed = in_batch.without(&kept);
+                // What the carry no longer holds: the batch's ops it did not keep, and those
+                // it dropped as superseded (a release carried twice is settled once).
+                let kept = LagKeys::of(self.carry.ops());
+                let mut failed = in_carry.and(in_batch).without(&kept);
                 self.releases_after_completions = failed.take_releases();
                 self.lag.settled(&failed);
             }
@@ -238,15 +243,20 @@ impl Writer {
         let writes = batch.iter().map(|s| s.ops.len()).sum::<usize>() + self.carry.len();
         if writes == 0 && !probe {
             // Nothing to write; an empty submission still gets the file reopened after a
-            // failure (`Store::snapshot` asks for that).
-            return self.database().map(|_| Receipt { commit: None });
+            // failure (`Store::snapshot` asks for that). A file that cannot be reopened is a
+            // failing disk: the alarm's probes try again until it can.
+            let reopened = self.database().map(|_| Receipt { commit: None });
+            if reopened.is_err() {
+                self.alarms.set(StoreAlarm::WritesFailing, true);
+            }
+            return reopened;
         }
         let db = match self.database() {
             Ok(db) => db,
             Err(e) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store reopen failed");
-                self.keep_for_retry(batch);
+                self.carry.keep(batch);
                 self.alarms.set(StoreAlarm::WritesFailing, true);
                 return Err(e);
             }
@@ -256,21 +266,12 @@ impl Writer {
             self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("a store commit failed (injected by a test)");
             // Nothing was written, as for a real failure; the disk works, so no alarm.
-            self.keep_for_retry(batch);
+            self.carry.keep(batch);
             return Err(StoreError::Injected {
                 path: self.opener.path.clone(),
             });
         }
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.write(&db, batch)));
-        drop(db);
-        let result = match outcome {
-            Ok(result) => result,
-            Err(panic) => Err(StoreError::Database {
-                path: self.opener.path.clone(),
-                reason: format!("the commit panicked: {}", panic_message(&panic)),
-            }),
-        };
-        match result {
+        match self.write_batch(db, batch) {
             Ok(()) => {
                 self.carry.clear();
                 self.alarms.set(StoreAlarm::WritesFailing, false);
@@ -285,7 +286,7 @@ impl Writer {
             Err(e) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store commit failed");
-                self.keep_for_retry(batch);
+                self.carry.keep(batch);
                 self.alarms.set(StoreAlarm::WritesFailing, true);
                 self.verify_on_open.set(true);
                 // redb refuses every later operation on a handle that saw an I/O error: reopen
@@ -299,15 +300,66 @@ impl Writer {
         }
     }
 
-    fn write(&self, db: &redb::Database, batch: &[Submission]) -> Result<(), StoreError> {
+    /// Writes and commits `batch` on `db`. A handle that a failed read elsewhere (a
+    /// snapshot's) left refusing every operation refuses the transaction before anything is
+    /// written: the file is reopened and the batch written on the new handle, instead of
+    /// failing it for a fault that was not its own.
+    fn write_batch(&self, db: Arc<redb::Database>, batch: &[Submission]) -> Result<(), StoreError> {
+        let written = self.write_caught(&db, batch);
+        drop(db);
+        match written {
+            Err(Written::Refused(e)) => {
+                tracing::info!(error = %e, "the store handle refused a write after a failed read; reopening it");
+                self.close_database();
+                let db = self.database()?;
+                let written = self.write_caught(&db, batch);
+                written.map_err(Written::into_error)
+            }
+            other => other.map_err(Written::into_error),
+        }
+    }
+
+    fn write_caught(&self, db: &redb::Database, batch: &[Submission]) -> Result<(), Written> {
+        match catch_unwind(AssertUnwindSafe(|| self.write(db, batch))) {
+            Ok(result) => result,
+            Err(panic) => Err(Written::Failed(StoreError::Database {
+                path: self.opener.path.clone(),
+                reason: format!("the commit panicked: {}", panic_message(&panic)),
+            })),
+        }
+    }
+
+    fn write(&self, db: &redb::Database, batch: &[Submission]) -> Result<(), Written> {
         let path = &self.opener.path;
-        let mut tx = db.begin_write().map_err(|e| tx_error(path, e))?;
+        let mut tx = match db.begin_write() {
+            Ok(tx) => tx,
+            Err(TransactionError::Storage(StorageError::PreviousIo)) => {
+                return Err(Written::Refused(StoreError::Closed))
+            }
+            Err(e) => return Err(Written::Failed(tx_error(path, e))),
+        };
+        self.fill(&mut tx, batch)
+            .and_then(|()| tx.commit().map_err(|e| commit_error(path, e)))
+            .map_err(Written::Failed)
+    }
+
+    /// Applies the carry and `batch` in `tx`, with the counters and indexes they change.
+    fn fill(
+        &self,
+        tx: &mut redb::WriteTransaction,
+        batch: &[Submission],
+    ) -> Result<(), StoreError> {
+        let path = &self.opener.path;
         tx.set_durability(Durability::Immediate)
             .map_err(|e| database_error(path, &e))?;
         tx.set_quick_repair(self.opener.options.quick_repair);
         {
-            let mut tables = Tables::open(&tx).map_err(|e| database_error(path, &e))?;
-            let all = self.carry.iter().chain(batch.iter().flat_map(|s| &s.ops));
+            let mut tables = Tables::open(tx).map_err(|e| database_error(path, &e))?;
+            let all = self
+                .carry
+                .ops()
+                .iter()
+                .chain(batch.iter().flat_map(|s| &s.ops));
             let mut forgets = Vec::new();
             for op in all {
                 match op {
@@ -340,7 +392,7 @@ impl Writer {
                 )
                 .map_err(|e| storage_error(path, e))?;
         }
-        tx.commit().map_err(|e| commit_error(path, e))
+        Ok(())
     }
 
     /// Whether this commit is one a test asked to fail: the next ones carrying a message write.
@@ -356,42 +408,27 @@ impl Writer {
                 .is_ok()
     }
 
-    /// Keeps what a failed commit must still write. A removal (or a state write: see
-    /// [`Op::is_retried`]) is never given up, and it is never written without what it was
-    /// submitted with: a submission holding one is retried whole, and so is every submission
-    /// of a group in which one does (a delayed release's queue copies and the
-    /// removal of its hold; a dead-lettering's removal from its queue and its copies). A
-    /// submission of plain writes is not retried: its submitter heard of the failure (the
-    /// publisher is nacked) and nothing confirmed depends on it.
-    fn keep_for_retry(&mut self, batch: &[Submission]) {
-        let must_retry = |s: &Submission| s.ops.iter().any(Op::is_retried);
-        let groups: Vec<u64> = batch
-            .iter()
-            .filter(|s| must_retry(s))
-            .filter_map(|s| s.group)
-            .collect();
-        let kept = batch
-            .iter()
-            .filter(|s| must_retry(s) || s.group.is_some_and(|g| groups.contains(&g)));
-        self.carry.extend(kept.flat_map(|s| &s.ops).cloned());
-    }
-
     /// The open database, reopening it if a failure closed it: after a failed commit, from
     /// what the disk holds (the file's cached pages dropped first) and verified, or not at all
     /// (the alarm stays on, and the next probe tries again).
     fn database(&self) -> Result<Arc<redb::Database>, StoreError> {
+        if self.counters.reopen_wanted.swap(false, Ordering::AcqRel) {
+            tracing::info!("reopening the store file after a failed read");
+            self.close_database();
+        }
         if let Some(db) = self.db.read().as_ref() {
             return Ok(db.clone());
         }
         let path = &self.opener.path;
         let verify = self.verify_on_open.get();
-        if verify {
-            match &self.opener.options.forget_cache {
-                Some(forget) => forget(path),
-                None => forget_cached_pages(path),
-            }
-        }
-        let mut db = self.opener.open()?;
+        // Every reopen reads what the disk holds, whatever closed the file: closing it (redb
+        // writes its header then) or a reopen that failed may have failed an fsync too, and
+        // neither tells.
+        crate::backend::forget_cached_pages(&self.opener.options, path);
+        let mut db = self.opener.open().inspect_err(|_| {
+            // It may have failed in an fsync (of its repair): verify the next one.
+            self.verify_on_open.set(true);
+        })?;
         if verify {
             match db.check_integrity() {
                 Ok(true) => {}
@@ -434,29 +471,20 @@ impl Writer {
     }
 }
 
-/// Asks the kernel to drop the file's cached pages, so that a reopen reads what the disk holds
-/// (clean pages go; after a failed fsync its pages are clean but never reached the disk).
-fn forget_cached_pages(path: &std::path::Path) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        match std::fs::File::open(path) {
-            Ok(file) => {
-                // SAFETY: a plain advisory call on an open descriptor this function owns.
-                let rc = unsafe {
-                    libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
-                };
-                if rc != 0 {
-                    tracing::warn!(path = %path.display(), rc, "dropping the store file's cached pages failed");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "opening the store file to drop its cached pages")
-            }
+/// How a write went wrong.
+enum Written {
+    /// The handle refused it before anything was written (a failed read poisoned it).
+    Refused(StoreError),
+    /// It failed (maybe after some of it reached the disk).
+    Failed(StoreError),
+}
+
+impl Written {
+    fn into_error(self) -> StoreError {
+        match self {
+            Written::Refused(e) | Written::Failed(e) => e,
         }
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = path;
 }
 
 /// Drops a persist and a forget of the same message (and a hold and a release of the same

@@ -1,25 +1,33 @@
-//! A deterministic simulation of the store under the disk fault model: one seed drives
-//! persists, forgets, delayed holds, releases (a queue copy and the hold's removal in one
-//! group), dead-letterings (a removal and a copy in one submission), failing writes, failing
-//! fsyncs, a full disk and power cuts. After every power cut the store is opened on what the
-//! disk held and checked against a model of what was confirmed:
-//! - every confirmed message not confirmed forgotten is there, once, with its body;
-//! - nothing confirmed forgotten (or released) comes back;
-//! - a release or dead-lettering whose commit failed is there whole or not at all (never the
-//!   removal without the copy, never both);
-//! - the file opens and verifies.
+//! A deterministic simulation of the store under the disk fault model, failing as real disks
+//! fail (`DiskModel::realistic`: at a power cut some unsynced pages reach the disk, some torn
+//! at a 512-octet sector; a failed fsync wrote some of its pages first; single reads fail).
+//! One seed drives persists, forgets, delayed holds, releases (a queue copy and the hold's
+//! removal in one group), dead-letterings (a removal and a copy in one submission, into a
+//! queue or a delayed exchange), failing writes, fsyncs (all of them for a while, or one at a
+//! chosen point of a commit), reads and a full disk, and power cuts, between commits or in the
+//! middle of one. Odd seeds commit in one phase (redb's recovery of a torn commit runs), even
+//! ones in two (quick repair). After every power cut the store is opened on what the disk held
+//! and checked against a model of what was acknowledged:
+//! - every acknowledged message or hold not acknowledged gone is there, once, with its body;
+//! - nothing acknowledged forgotten (or released) comes back;
+//! - what was not acknowledged (a failed commit, or one in flight at the cut) is there whole
+//!   or not at all: a release or dead-lettering never as the removal without the copy, or both;
+//! - each delayed exchange's stored count and octets match what its index holds;
+//! - the file opens and verifies, and the store never read a page the disk did not hold.
 //!
 //! Used by `tests/store/simulate.rs` (fixed seeds) and `examples/simulate.rs` (long runs).
 
 #![allow(dead_code)]
 
+mod check;
+mod cut;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
-use dwellmq_store::faults::Faults;
-use dwellmq_store::{Completion, DeadlineId, Op, Payload, Store};
+use dwellmq_store::faults::{DiskModel, FaultStats, Faults};
+use dwellmq_store::{Completion, DeadlineId, Op, Payload, Store, StoreOptions};
 
 /// splitmix64: small, fast, and the same on every platform.
 pub struct Rng(u64);
@@ -49,11 +57,12 @@ impl Rng {
 /// What the model expects of one record after a power cut.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Expect {
-    /// Confirmed: it must be there, with this body.
+    /// Acknowledged: it must be there, with this body.
     Must(Vec<u8>),
-    /// Confirmed gone: it must not be there.
+    /// Acknowledged gone: it must not be there.
     Gone,
-    /// Its write failed (the submitter was told): it may be there, with this body, or not.
+    /// Its write was not acknowledged (it failed, or was in flight at the cut): it may be
+    /// there, with this body, or not.
     May(Vec<u8>),
 }
 
@@ -64,8 +73,9 @@ enum Key {
     Held(u64),
 }
 
-/// Two records of which exactly one must be there: a group whose commit failed is retried
-/// whole, so after a power cut either nothing of it or all of it is on disk.
+/// Two records of which exactly one must be there: a group whose commit was not acknowledged
+/// is retried whole (or was in flight whole), so after a power cut either nothing of it or
+/// all of it is on disk.
 #[derive(Debug, Clone)]
 struct OneOf {
     before: Key,
@@ -80,11 +90,40 @@ pub struct Report {
     pub commits_ok: u64,
     pub commits_failed: u64,
     pub power_cuts: u64,
+    /// Power cuts taken while a commit was in its fsync.
+    pub cuts_in_flight: u64,
     pub records_checked: u64,
+    /// What the disk model did, over every generation of the run.
+    pub faults: FaultStats,
+}
+
+impl Report {
+    /// Adds `other`'s figures to these.
+    pub fn add(&mut self, other: &Report) {
+        self.steps += other.steps;
+        self.commits_ok += other.commits_ok;
+        self.commits_failed += other.commits_failed;
+        self.power_cuts += other.power_cuts;
+        self.cuts_in_flight += other.cuts_in_flight;
+        self.records_checked += other.records_checked;
+        add_faults(&mut self.faults, &other.faults);
+    }
+}
+
+fn add_faults(to: &mut FaultStats, from: &FaultStats) {
+    to.cut_pages_written += from.cut_pages_written;
+    to.cut_pages_lost += from.cut_pages_lost;
+    to.torn_pages += from.torn_pages;
+    to.failed_syncs += from.failed_syncs;
+    to.failed_sync_pages_written += from.failed_sync_pages_written;
+    to.failed_sync_pages_lost += from.failed_sync_pages_lost;
+    to.read_errors += from.read_errors;
+    to.lost_page_reads += from.lost_page_reads;
 }
 
 /// One simulated run.
 pub struct Sim {
+    seed: u64,
     rng: Rng,
     root: PathBuf,
     generation: u64,
@@ -95,9 +134,16 @@ pub struct Sim {
     pairs: Vec<OneOf>,
     next_seq: u64,
     report: Report,
+    /// The next commit is cut in flight: the fsync it waits in, from now (see `cut.rs`).
+    cut_at_sync: Option<u64>,
+    /// The image of the disk a cut in flight took.
+    cut_image: Option<PathBuf>,
 }
 
 const QUEUES: u64 = 3;
+
+/// Delayed exchanges: holds go to the first, dead-letterings into the second.
+const EXCHANGES: [&str; 2] = ["d", "dlx-delayed"];
 
 impl Sim {
     /// A run of `seed` in a fresh directory under `root` (removed when done).
@@ -105,6 +151,7 @@ impl Sim {
         let root = root.join(format!("sim-{seed}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let mut sim = Sim {
+            seed,
             rng: Rng::new(seed),
             root,
             generation: 0,
@@ -115,25 +162,31 @@ impl Sim {
             pairs: Vec::new(),
             next_seq: 1,
             report: Report::default(),
+            cut_at_sync: None,
+            cut_image: None,
         };
-        sim.open_generation();
+        sim.generation = 1;
+        sim.dir = sim.root.join("gen-1");
+        std::fs::create_dir_all(&sim.dir).expect("a directory");
+        sim.open_store("the first open");
         sim
     }
 
-    fn open_generation(&mut self) {
-        self.generation += 1;
-        self.dir = self.root.join(format!("gen-{}", self.generation));
-        std::fs::create_dir_all(&self.dir).expect("a directory");
-        self.faults = Arc::new(Faults::default());
+    /// Opens the store in the current generation's directory, on a fresh disk model.
+    fn open_store(&mut self, when: &str) {
+        let disk = DiskModel::realistic(self.seed.wrapping_mul(1_000_003) ^ self.generation);
+        self.faults = Arc::new(Faults::with_model(disk));
+        let store = Store::open_with(&self.dir, self.options())
+            .unwrap_or_else(|e| panic!("seed {} {when}: the store does not open: {e}", self.seed));
+        self.store = Some(store);
+    }
+
+    fn options(&self) -> StoreOptions {
         let mut options = dwellmq_store::faults::options(self.faults.clone());
         options.retry_interval = std::time::Duration::from_millis(20);
-        let store = Store::open_with(&self.dir, options).unwrap_or_else(|e| {
-            panic!(
-                "generation {}: the store does not open: {e}",
-                self.generation
-            )
-        });
-        self.store = Some(store);
+        // Odd seeds commit in one phase: a torn commit is found by redb's checksums.
+        options.quick_repair = self.seed.is_multiple_of(2);
+        options
     }
 
     fn store(&self) -> &Store {
@@ -147,6 +200,7 @@ impl Sim {
         }
         self.clear_faults();
         self.power_cut();
+        self.absorb_fault_stats();
         let report = self.report;
         if let Some(store) = self.store.take() {
             store.close();
@@ -158,12 +212,14 @@ impl Sim {
     fn step(&mut self) {
         self.report.steps += 1;
         match self.rng.below(100) {
-            0..=29 => self.persist(),
-            30..=44 => self.forget(),
-            45..=59 => self.hold(),
-            60..=71 => self.release(),
-            72..=79 => self.dead_letter(),
-            80..=91 => self.toggle_fault(),
+            0..=25 => self.persist(),
+            26..=39 => self.forget(),
+            40..=52 => self.hold(),
+            53..=63 => self.release(),
+            64..=69 => self.dead_letter(),
+            70..=74 => self.dead_letter_to_delayed(),
+            75..=88 => self.toggle_fault(),
+            89..=94 => self.cut_in_flight(),
             _ => self.power_cut(),
         }
     }
@@ -187,10 +243,16 @@ impl Sim {
         Payload::Message(message)
     }
 
-    /// Submits `submissions` (in one group when there are several) and waits for each.
+    /// Submits `submissions` (in one group when there are several) and waits for each:
+    /// whether all were acknowledged (always `false` for a commit cut in flight, whose image
+    /// may or may not hold it).
     fn commit(&mut self, submissions: Vec<Vec<Op>>) -> bool {
         let (tx, rx) = mpsc::channel::<Completion>();
         let count = submissions.len();
+        if let Some(at) = self.cut_at_sync {
+            self.faults.pause_after(at);
+        }
+        let syncs_before = self.faults.syncs.load(std::sync::atomic::Ordering::SeqCst);
         {
             let store = self.store.as_ref().expect("open");
             let _group = (count > 1).then(|| store.group());
@@ -200,6 +262,10 @@ impl Sim {
                     let _ = tx.send(outcome);
                 });
             }
+        }
+        if let Some(at) = self.cut_at_sync.take() {
+            self.cut_during_commit(&rx, count, syncs_before + at + 1);
+            return false;
         }
         let mut ok = true;
         for _ in 0..count {
@@ -226,12 +292,8 @@ impl Sim {
             message: Self::payload(&body),
         };
         let ok = self.commit(vec![vec![op]]);
-        let expect = if ok {
-            Expect::Must(body)
-        } else {
-            Expect::May(body)
-        };
-        self.records.insert(Key::Message(queue, seq), expect);
+        self.records
+            .insert(Key::Message(queue, seq), expect(ok, body));
     }
 
     /// A record the model says is surely there, of the kind `pick` accepts.
@@ -273,28 +335,27 @@ impl Sim {
         }
     }
 
-    fn hold(&mut self) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let body = self.body(seq);
+    fn hold_op(&mut self, seq: u64, exchange: &str, body: &[u8]) -> Op {
         let due_ms = 1_000 + self.rng.below(1_000_000);
         // Held at various distances before its due time, so that buckets of every width
         // (and wide ones overlapping narrow ones) are read back in due order.
         let held_at_ms = due_ms.saturating_sub(1 << self.rng.below(21));
-        let op = Op::Hold {
+        Op::Hold {
             held_at_ms,
             id: DeadlineId { due_ms, seq },
             vhost: "/".into(),
-            exchange: "d".into(),
-            message: Self::payload(&body),
-        };
+            exchange: exchange.into(),
+            message: Self::payload(body),
+        }
+    }
+
+    fn hold(&mut self) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let body = self.body(seq);
+        let op = self.hold_op(seq, EXCHANGES[0], &body);
         let ok = self.commit(vec![vec![op]]);
-        let expect = if ok {
-            Expect::Must(body)
-        } else {
-            Expect::May(body)
-        };
-        self.records.insert(Key::Held(seq), expect);
+        self.records.insert(Key::Held(seq), expect(ok, body));
     }
 
     fn held_id(&self, seq: u64) -> Option<DeadlineId> {
@@ -324,17 +385,7 @@ impl Sim {
             message: Self::payload(&body),
         };
         let ok = self.commit(vec![vec![copy], vec![Op::Release { id }]]);
-        let copy_key = Key::Message(queue, copy_seq);
-        if ok {
-            self.records.insert(key, Expect::Gone);
-            self.records.insert(copy_key, Expect::Must(body));
-        } else {
-            self.pairs.push(OneOf {
-                before: key,
-                after: copy_key,
-                body,
-            });
-        }
+        self.settle_move(ok, key, Key::Message(queue, copy_seq), body);
     }
 
     /// A dead-lettering: the removal from one queue and the copy into another, in one
@@ -359,163 +410,47 @@ impl Sim {
                 message: Self::payload(&body),
             },
         ];
-        let copy_key = Key::Message(target, copy_seq);
-        if self.commit(vec![ops]) {
-            self.records.insert(key, Expect::Gone);
-            self.records.insert(copy_key, Expect::Must(body));
+        let ok = self.commit(vec![ops]);
+        self.settle_move(ok, key, Key::Message(target, copy_seq), body);
+    }
+
+    /// A dead-lettering into a delayed exchange: the removal from its queue and the hold, in
+    /// one group. A commit that fails late (after reaching the disk) replays the hold with the
+    /// removal: it must be counted once.
+    fn dead_letter_to_delayed(&mut self) {
+        let Some((key, body)) = self.pick_present(|k| matches!(k, Key::Message(..))) else {
+            return;
+        };
+        let Key::Message(queue, seq) = key else {
+            return;
+        };
+        let held_seq = self.next_seq;
+        self.next_seq += 1;
+        let hold = self.hold_op(held_seq, EXCHANGES[1], &body);
+        let ok = self.commit(vec![vec![Op::Forget { queue, seq }], vec![hold]]);
+        self.settle_move(ok, key, Key::Held(held_seq), body);
+    }
+
+    /// A move of a record (release, dead-lettering): done when acknowledged, else one of the
+    /// two until a power cut tells which.
+    fn settle_move(&mut self, ok: bool, from: Key, to: Key, body: Vec<u8>) {
+        if ok {
+            self.records.insert(from, Expect::Gone);
+            self.records.insert(to, Expect::Must(body));
         } else {
             self.pairs.push(OneOf {
-                before: key,
-                after: copy_key,
+                before: from,
+                after: to,
                 body,
             });
         }
     }
-
-    fn toggle_fault(&mut self) {
-        let switch = match self.rng.below(3) {
-            0 => &self.faults.fail_writes,
-            1 => &self.faults.fail_sync,
-            _ => &self.faults.disk_full,
-        };
-        let on = !switch.load(Ordering::SeqCst) && self.rng.chance(60);
-        switch.store(on, Ordering::SeqCst);
-    }
-
-    fn clear_faults(&self) {
-        for switch in [
-            &self.faults.fail_writes,
-            &self.faults.fail_sync,
-            &self.faults.disk_full,
-        ] {
-            switch.store(false, Ordering::SeqCst);
-        }
-    }
-
-    /// The power goes now: the store is opened again on what the disk held, and checked.
-    fn power_cut(&mut self) {
-        self.report.power_cuts += 1;
-        let image = self.root.join(format!("gen-{}-image", self.generation));
-        std::fs::create_dir_all(&image).expect("a directory");
-        let file = dwellmq_store::DB_FILE;
-        self.faults
-            .disk_image(&self.dir.join(file), &image.join(file))
-            .expect("the disk's image");
-        // The old store goes on in its own directory until it is closed: nothing of it
-        // reaches the image any more.
-        self.clear_faults();
-        if let Some(old) = self.store.take() {
-            old.close();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-        self.open_on(&image);
-        self.check();
-    }
-
-    fn open_on(&mut self, image: &Path) {
-        self.generation += 1;
-        self.dir = self.root.join(format!("gen-{}", self.generation));
-        std::fs::rename(image, &self.dir).expect("the image becomes the data directory");
-        self.faults = Arc::new(Faults::default());
-        let mut options = dwellmq_store::faults::options(self.faults.clone());
-        options.retry_interval = std::time::Duration::from_millis(20);
-        let store = Store::open_with(&self.dir, options).unwrap_or_else(|e| {
-            panic!(
-                "after power cut {}: the store does not open: {e}",
-                self.report.power_cuts
-            )
-        });
-        self.store = Some(store);
-    }
-
-    /// Checks what the disk held against the model, then settles the model on it.
-    fn check(&mut self) {
-        let on_disk = self.read_all();
-        let cut = self.report.power_cuts;
-        for (key, expect) in self.records.clone() {
-            if self.in_pair(key) {
-                continue;
-            }
-            self.report.records_checked += 1;
-            let found = on_disk.get(&key);
-            match (&expect, found) {
-                (Expect::Must(body), Some(stored)) => {
-                    assert_eq!(stored, body, "power cut {cut}: {key:?} came back changed")
-                }
-                (Expect::Must(_), None) => {
-                    panic!("power cut {cut}: confirmed {key:?} was lost")
-                }
-                (Expect::Gone, Some(_)) => {
-                    panic!("power cut {cut}: {key:?}, confirmed gone, came back")
-                }
-                (Expect::May(body), Some(stored)) => {
-                    assert_eq!(stored, body, "power cut {cut}: {key:?} came back changed");
-                    self.records.insert(key, Expect::Must(body.clone()));
-                }
-                (Expect::May(_), None) => {
-                    self.records.insert(key, Expect::Gone);
-                }
-                (Expect::Gone, None) => {}
-            }
-        }
-        for pair in std::mem::take(&mut self.pairs) {
-            self.report.records_checked += 2;
-            let before = on_disk.get(&pair.before);
-            let after = on_disk.get(&pair.after);
-            let (keep, drop) = match (before, after) {
-                (Some(_), None) => (pair.before, pair.after),
-                (None, Some(_)) => (pair.after, pair.before),
-                (Some(_), Some(_)) => panic!(
-                    "power cut {cut}: {:?} and {:?} both there: a group was split",
-                    pair.before, pair.after
-                ),
-                (None, None) => panic!(
-                    "power cut {cut}: neither {:?} nor {:?}: a group's removal was written without its copy",
-                    pair.before, pair.after
-                ),
-            };
-            assert_eq!(
-                on_disk.get(&keep),
-                Some(&pair.body),
-                "power cut {cut}: {keep:?} came back changed"
-            );
-            self.records.insert(keep, Expect::Must(pair.body.clone()));
-            self.records.insert(drop, Expect::Gone);
-        }
-        // Nothing is on disk that the model never wrote.
-        for key in on_disk.keys() {
-            assert!(
-                self.records.contains_key(key),
-                "power cut {cut}: {key:?} was never written"
-            );
-        }
-    }
-
-    fn read_all(&self) -> BTreeMap<Key, Vec<u8>> {
-        let snapshot = self.store().snapshot().expect("a snapshot after opening");
-        let mut out = BTreeMap::new();
-        for queue in 1..=QUEUES {
-            for stored in snapshot.queue_messages(queue, 0, usize::MAX).expect("read") {
-                out.insert(Key::Message(queue, stored.seq), body_of(&stored.message));
-            }
-        }
-        for id in snapshot.delayed_ids(None, usize::MAX).expect("read") {
-            let held = snapshot
-                .delayed_message(id)
-                .expect("read")
-                .expect("an indexed hold has its message");
-            out.insert(Key::Held(id.seq), body_of(&held.message));
-        }
-        assert_eq!(
-            snapshot.delayed_count().expect("count") as usize,
-            out.keys().filter(|k| matches!(k, Key::Held(_))).count(),
-            "the delayed count agrees with the index"
-        );
-        out
-    }
 }
 
-fn body_of(message: &dwellmq_core::PackedMessage) -> Vec<u8> {
-    let bytes = message.as_slice();
-    bytes[bytes.len() - message.body_len()..].to_vec()
+fn expect(acknowledged: bool, body: Vec<u8>) -> Expect {
+    if acknowledged {
+        Expect::Must(body)
+    } else {
+        Expect::May(body)
+    }
 }

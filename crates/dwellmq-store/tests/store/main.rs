@@ -4,8 +4,10 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod carry;
 mod crash;
 mod definitions;
+mod disk_model;
 mod faults;
 mod group_commit;
 mod held_lag;
