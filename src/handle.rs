@@ -7,6 +7,7 @@ mod inspect;
 mod listener_role;
 mod reset;
 mod restart;
+mod start;
 mod wait;
 
 use std::net::SocketAddr;
@@ -21,8 +22,7 @@ use dwellmq_timer::Clock;
 
 use crate::broker::delayed::{DelayedId, DelayedMessageInfo};
 use crate::broker::BrokerState;
-use crate::config::{BrokerConfig, Policy, PolicyConfig, PolicyError};
-use crate::server::{accept_loop, in_memory_loop};
+use crate::config::{Policy, PolicyError};
 pub(crate) use clock::{release_due, settle};
 pub(crate) use counters::counters;
 pub use counters::{Counters, DEATH_REASONS};
@@ -30,244 +30,12 @@ pub use dwellmq_core::queue::DeathReason;
 pub use faults::FaultError;
 pub(crate) use faults::{delay_deliveries, force_close};
 pub use inspect::PeekedMessage;
-use listener_role::bind;
 pub use listener_role::ListenerRole;
 pub(crate) use reset::reset;
 pub use reset::ResetError;
+pub use start::{Broker, StartError};
 pub(crate) use wait::check;
 pub use wait::{Condition, WaitTimeout};
-
-/// Why the broker could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StartError {
-    /// No listen address was configured.
-    #[error("no listen address configured")]
-    NoListenAddress,
-    /// The timer thread could not be started.
-    #[error("cannot start the timer thread: {0}")]
-    Timer(std::io::Error),
-    /// The memory watermark is not a fraction of 0 or more.
-    #[error("{0}")]
-    MemoryWatermark(String),
-    /// A configured policy was refused.
-    #[error("policy '{name}' in vhost '{vhost}': {source}")]
-    Policy {
-        /// The policy's name.
-        name: String,
-        /// Its vhost.
-        vhost: String,
-        /// Why.
-        source: PolicyError,
-    },
-    /// The data directory could not be opened (in use by another broker, a damaged or
-    /// foreign database file: the message names the file), or what it holds could not be
-    /// restored.
-    #[error("{0}")]
-    Store(String),
-    /// A configured user or permission was refused (a bad password hash or pattern, or
-    /// permissions for a user who is not configured).
-    #[error("{0}")]
-    Users(String),
-    /// The definitions file could not be read or applied.
-    #[error("cannot import definitions: {0}")]
-    Definitions(String),
-    /// The TLS settings could not be used.
-    #[error(transparent)]
-    Tls(#[from] crate::server::tls::TlsError),
-    /// No configured address could be bound.
-    #[error("cannot listen on {addr} ({role}): {source}")]
-    Bind {
-        /// The address that failed.
-        addr: SocketAddr,
-        /// What it was to serve.
-        role: ListenerRole,
-        /// The OS error.
-        source: std::io::Error,
-    },
-}
-
-/// Entry point for embedding.
-pub struct Broker;
-
-impl Broker {
-    /// Starts a broker inside the current tokio runtime and returns once it listens.
-    ///
-    /// Port 0 binds a free port; [`BrokerHandle::local_addr`] tells which. When several
-    /// addresses are configured (the default listens on IPv4 and IPv6 loopback), addresses
-    /// that cannot be bound are skipped with a warning as long as one succeeds.
-    pub async fn start(config: BrokerConfig) -> Result<BrokerHandle, StartError> {
-        if config.listen.is_empty() {
-            return Err(StartError::NoListenAddress);
-        }
-        config
-            .limits
-            .memory_high_watermark
-            .validate()
-            .map_err(StartError::MemoryWatermark)?;
-        let mut listeners = Vec::new();
-        let mut first_error = None;
-        for &addr in &config.listen {
-            match bind(addr, ListenerRole::Amqp).await {
-                Ok(listener) => listeners.push(listener),
-                Err(error) => {
-                    tracing::warn!(%addr, %error, "cannot listen");
-                    first_error.get_or_insert(error);
-                }
-            }
-        }
-        if listeners.is_empty() {
-            return Err(first_error.unwrap_or(StartError::NoListenAddress));
-        }
-        let addrs: Vec<SocketAddr> = listeners
-            .iter()
-            .filter_map(|l| l.local_addr().ok())
-            .collect();
-        let http_listener = match config.http {
-            Some(addr) => Some(bind(addr, ListenerRole::Http).await?),
-            None => None,
-        };
-        let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
-        let metrics_listener = match config.metrics {
-            Some(addr) => Some(bind(addr, ListenerRole::Metrics).await?),
-            None => None,
-        };
-        let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
-        // TLS: the certificates are read and checked before anything is served.
-        let mut tls_listeners = Vec::new();
-        if let Some(tls) = &config.tls {
-            let acceptor = crate::server::tls::acceptor(tls)?;
-            for &addr in &tls.listen {
-                let listener = bind(addr, ListenerRole::AmqpTls).await?;
-                tls_listeners.push((listener, acceptor.clone()));
-            }
-        }
-        let tls_addrs: Vec<SocketAddr> = tls_listeners
-            .iter()
-            .filter_map(|(l, _)| l.local_addr().ok())
-            .collect();
-        let definitions = config.definitions.clone();
-        let policies = config.policies.clone();
-        let access = crate::broker::access::Access::from_config(&config)
-            .map_err(|e| StartError::Users(e.to_string()))?;
-        let disk = crate::broker::disk_alarm::DiskAlarm::new();
-        let store = match config.data_dir.clone() {
-            // Opening may repair the file after a crash: file IO off the async workers.
-            Some(dir) => Some(Arc::new(
-                tokio::task::spawn_blocking({
-                    let options = crate::broker::persist::StoreSettings {
-                        faults: config.store_faults.clone(),
-                        after_batch: crate::server::channel::send_settled,
-                        alarm: disk.hook(),
-                        backlog_bytes: config.limits.store_backlog_bytes,
-                        cache_bytes: config.limits.store_cache_bytes,
-                    };
-                    move || crate::broker::persist::open(&dir, options)
-                })
-                .await
-                .map_err(|e| StartError::Store(e.to_string()))?
-                .map_err(|e| StartError::Store(e.to_string()))?,
-            )),
-            None => None,
-        };
-        let state = BrokerState::with_store(config, access, store, disk);
-        let restoring = Arc::clone(&state);
-        tokio::task::spawn_blocking(move || crate::broker::persist::recover::restore(&restoring))
-            .await
-            .map_err(|e| StartError::Store(e.to_string()))?
-            .map_err(|e| StartError::Store(e.to_string()))?;
-        for PolicyConfig { vhost, policy } in policies {
-            let name = policy.name.clone();
-            set_policy(&state, &vhost, policy).map_err(|source| StartError::Policy {
-                name,
-                vhost,
-                source,
-            })?;
-        }
-        if let Some(path) = definitions {
-            crate::http::definitions::import_file(&state, &path)
-                .map_err(StartError::Definitions)?;
-            tracing::info!(path = %path.display(), "definitions imported");
-        }
-        let (shutdown, shutdown_rx) = watch::channel(false);
-        let mut tasks: Vec<JoinHandle<()>> = listeners
-            .into_iter()
-            .map(|l| tokio::spawn(accept_loop(Arc::clone(&state), l, shutdown_rx.clone())))
-            .collect();
-        for (listener, acceptor) in tls_listeners {
-            tasks.push(tokio::spawn(crate::server::tls::accept_loop(
-                Arc::clone(&state),
-                listener,
-                acceptor,
-                shutdown_rx.clone(),
-            )));
-        }
-        if let Some(listener) = http_listener {
-            let serve = crate::http::serve(
-                Arc::clone(&state),
-                addrs.clone(),
-                listener,
-                shutdown_rx.clone(),
-            );
-            tasks.push(tokio::spawn(serve));
-        }
-        if let Some(listener) = metrics_listener {
-            let serve = crate::http::serve_metrics(
-                Arc::clone(&state),
-                addrs.clone(),
-                listener,
-                shutdown_rx.clone(),
-            );
-            tasks.push(tokio::spawn(serve));
-        }
-        if let Some(dir) = &state.config.data_dir {
-            // Checked once before the first connection, then every second.
-            let check = Arc::new(crate::broker::free_space::FreeSpaceCheck::new(
-                dir,
-                state.config.limits.disk_free_limit,
-                Arc::clone(&state.disk),
-            ));
-            check.check();
-            tasks.push(tokio::spawn(check.run(shutdown_rx.clone())));
-        }
-        let (in_memory, incoming) = mpsc::unbounded_channel();
-        tasks.push(tokio::spawn(in_memory_loop(
-            Arc::clone(&state),
-            incoming,
-            shutdown_rx,
-        )));
-        let timer_thread = match state.manual_clock {
-            None => Some(
-                crate::broker::timer_thread::spawn(Arc::clone(&state))
-                    .map_err(StartError::Timer)?,
-            ),
-            Some(_) => None,
-        };
-        for addr in &addrs {
-            tracing::info!(%addr, "listening");
-        }
-        for addr in &tls_addrs {
-            tracing::info!(%addr, "listening (TLS)");
-        }
-        if let Some(addr) = http_addr {
-            tracing::info!(%addr, "HTTP API listening");
-        }
-        if let Some(addr) = metrics_addr {
-            tracing::info!(%addr, "Prometheus metrics listening");
-        }
-        Ok(BrokerHandle {
-            state,
-            addrs,
-            tls_addrs,
-            http_addr,
-            metrics_addr,
-            shutdown,
-            tasks,
-            timer_thread,
-            in_memory,
-        })
-    }
-}
 
 /// Bytes each direction of an in-memory connection buffers before the writer waits for the
 /// reader (a socket's buffers play this part over TCP).

@@ -16,9 +16,9 @@ use super::error::{ApiError, ApiResult};
 use super::exchanges::broker_name;
 use super::extract::{JsonBody, PathOf};
 use super::fields::{json_to_table, short, table_to_json};
+use super::resource::{checked_vhost, committed, Listed};
 use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
-use crate::broker::persist::AwaitedWrites;
 use crate::broker::vhost::VHost;
 
 /// RabbitMQ's `properties_key`: the routing key, URL-quoted, then `~` and a hash of the
@@ -97,37 +97,16 @@ fn to_json(vhost: &VHost, bindings: impl Iterator<Item = Binding>) -> Json<Value
     Json(bindings.map(|b| binding_json(vhost, &b)).collect())
 }
 
-/// `GET /api/bindings`.
-pub(crate) async fn list_all(user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>) -> Json<Value> {
-    let list: Vec<Value> = api
-        .vhosts()
-        .iter()
-        .filter(|v| user.sees(&v.name))
-        .flat_map(|v| {
-            vhost_bindings(v)
-                .iter()
-                .map(|b| binding_json(v, b))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    Json(Value::Array(list))
-}
+/// `/api/bindings` and `/api/bindings/{vhost}`: listed as `resource` does it.
+pub(crate) struct Bindings;
 
-fn checked_vhost(api: &Api, user: &Authed<MANAGEMENT>, name: &str) -> ApiResult<Arc<VHost>> {
-    let vhost = api.vhost(name)?;
-    user.check_vhost(&vhost.name)?;
-    Ok(vhost)
-}
-
-/// `GET /api/bindings/{vhost}`.
-pub(crate) async fn list_vhost(
-    user: Authed<MANAGEMENT>,
-    State(api): State<Arc<Api>>,
-    PathOf(vhost): PathOf<String>,
-) -> ApiResult<Json<Value>> {
-    let vhost = checked_vhost(&api, &user, &vhost)?;
-    let all = vhost_bindings(&vhost);
-    Ok(to_json(&vhost, all.into_iter()))
+impl Listed for Bindings {
+    fn list(_api: &Api, vhost: &VHost) -> Vec<Value> {
+        vhost_bindings(vhost)
+            .iter()
+            .map(|b| binding_json(vhost, b))
+            .collect()
+    }
 }
 
 /// `GET /api/exchanges/{vhost}/{name}/bindings/source`.
@@ -260,10 +239,7 @@ pub(crate) async fn create(
         arguments: json_to_table(body.arguments.as_ref())?,
     };
     let key = properties_key(&binding.routing_key, &binding.arguments);
-    let written = AwaitedWrites::new();
-    vhost.bind_reporting(binding, written.writes())?;
-    // Answered once the binding is on disk, as RabbitMQ answers after its metadata store.
-    written.committed().await.map_err(ApiError::not_stored)?;
+    committed(|writes| Ok(vhost.bind_reporting(binding, writes)?)).await?;
     let mut headers = HeaderMap::new();
     if let Ok(location) = HeaderValue::from_str(&key) {
         headers.insert(header::LOCATION, location);
@@ -316,9 +292,7 @@ pub(crate) async fn delete(
     let vhost = checked_vhost(&api, &user, &vhost)?;
     let binding = find_one(&vhost, &source, &kind, &to, &props)?;
     permit_binding(&user, &vhost.name, &binding.source, &binding.destination)?;
-    let written = AwaitedWrites::new();
-    vhost.unbind_reporting(&binding, written.writes())?;
-    written.committed().await.map_err(ApiError::not_stored)?;
+    committed(|writes| Ok(vhost.unbind_reporting(&binding, writes)?)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

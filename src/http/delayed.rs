@@ -21,6 +21,7 @@ use super::auth::{Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::extract::{PathOf, QueryOf};
 use super::fields::table_to_json;
+use super::resource::checked_vhost;
 use super::Api;
 use crate::broker::delayed::{DelayedId, ListPage};
 use crate::broker::exchange::{Exchange, ExchangeKind};
@@ -73,8 +74,7 @@ fn delayed_exchange(
     vhost: &str,
     exchange: &str,
 ) -> ApiResult<(Arc<VHost>, Arc<Exchange>)> {
-    let vhost = api.vhost(vhost)?;
-    user.check_vhost(&vhost.name)?;
+    let vhost = checked_vhost(api, user, vhost)?;
     let exchange = vhost
         .exchange(exchange)
         .ok()

@@ -4,18 +4,18 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::auth::{Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
-use super::extract::{lenient_bool, JsonBody, PathOf, QueryOf};
+use super::extract::{lenient_bool, JsonBody, PathOf};
 use super::fields::{json_to_table, short, table_to_json};
+use super::resource::{checked_vhost, committed, created_status, Deletable, Listed, Named};
 use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::exchange::{DeclaredType, Exchange, ExchangeKind};
-use crate::broker::persist::{AwaitedWrites, DefinitionWrites};
+use crate::broker::persist::DefinitionWrites;
 use crate::broker::rates::RateKey;
 use crate::broker::vhost::{ExchangeSpec, VHost};
 
@@ -74,49 +74,53 @@ fn is_predeclared(name: &str) -> bool {
     name.is_empty() || name.starts_with("amq.")
 }
 
-fn vhost_exchanges(api: &Api, vhost: &VHost) -> Vec<Value> {
-    let mut exchanges = vhost.exchanges();
-    exchanges.sort_by(|a, b| a.name.cmp(&b.name));
-    exchanges
-        .iter()
-        .map(|x| exchange_json(api, vhost, x))
-        .collect()
+/// `/api/exchanges`: listed, shown and deleted as `resource` does it.
+pub(crate) struct Exchanges;
+
+impl Listed for Exchanges {
+    fn list(api: &Api, vhost: &VHost) -> Vec<Value> {
+        let mut exchanges = vhost.exchanges();
+        exchanges.sort_by(|a, b| a.name.cmp(&b.name));
+        exchanges
+            .iter()
+            .map(|x| exchange_json(api, vhost, x))
+            .collect()
+    }
 }
 
-/// `GET /api/exchanges`.
-pub(crate) async fn list_all(user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>) -> Json<Value> {
-    let list: Vec<Value> = api
-        .vhosts()
-        .iter()
-        .filter(|v| user.sees(&v.name))
-        .flat_map(|v| vhost_exchanges(&api, v))
-        .collect();
-    Json(Value::Array(list))
+impl Named for Exchanges {
+    fn show(api: &Api, vhost: &VHost, name: &str) -> Option<Value> {
+        let exchange = vhost.exchange(broker_name(name)).ok()?;
+        Some(exchange_json(api, vhost, &exchange))
+    }
 }
 
-/// `GET /api/exchanges/{vhost}`.
-pub(crate) async fn list_vhost(
-    user: Authed<MANAGEMENT>,
-    State(api): State<Arc<Api>>,
-    PathOf(vhost): PathOf<String>,
-) -> ApiResult<Json<Value>> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
-    Ok(Json(Value::Array(vhost_exchanges(&api, &vhost))))
-}
+impl Deletable for Exchanges {
+    type Query = DeleteQuery;
 
-/// `GET /api/exchanges/{vhost}/{name}`.
-pub(crate) async fn show(
-    user: Authed<MANAGEMENT>,
-    State(api): State<Arc<Api>>,
-    PathOf((vhost, name)): PathOf<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
-    let exchange = vhost
-        .exchange(broker_name(&name))
-        .map_err(|_| ApiError::not_found())?;
-    Ok(Json(exchange_json(&api, &vhost, &exchange)))
+    /// Configure permission on the exchange, as `exchange.delete` asks.
+    fn permit_delete<const N: u8>(user: &Authed<N>, vhost: &VHost, name: &str) -> ApiResult<()> {
+        user.check_vhost(&vhost.name)?;
+        let name = broker_name(name);
+        vhost.exchange(name).map_err(|_| ApiError::not_found())?;
+        user.permit(
+            &vhost.name,
+            Operation::Configure,
+            ResourceKind::Exchange,
+            name,
+        )
+    }
+
+    /// `?if-unused=true`: refused while it has bindings.
+    fn delete(
+        vhost: &Arc<VHost>,
+        name: &str,
+        query: DeleteQuery,
+        writes: DefinitionWrites<'_>,
+    ) -> ApiResult<()> {
+        vhost.delete_exchange_reporting(broker_name(name), query.if_unused, writes)?;
+        Ok(())
+    }
 }
 
 /// The body of `PUT /api/exchanges/{vhost}/{name}`.
@@ -138,9 +142,8 @@ pub(crate) fn yes() -> bool {
     true
 }
 
-/// Parses an exchange type (and, for delayed exchanges, `x-delayed-type`), as
-/// `exchange.declare` does.
-/// Declares an exchange; true if it was created (false: an equivalent one existed).
+/// Declares an exchange (its type, and for delayed exchanges `x-delayed-type`, parsed as
+/// `exchange.declare` parses them); true if it was created (false: an equivalent one existed).
 /// Its write reports to `writes`.
 pub(crate) fn declare_exchange(
     vhost: &VHost,
@@ -171,8 +174,7 @@ pub(crate) async fn declare(
     PathOf((vhost, name)): PathOf<(String, String)>,
     JsonBody(body): JsonBody<ExchangeBody>,
 ) -> ApiResult<StatusCode> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
+    let vhost = checked_vhost(&api, &user, &vhost)?;
     let name = broker_name(&name);
     user.permit(
         &vhost.name,
@@ -180,44 +182,13 @@ pub(crate) async fn declare(
         ResourceKind::Exchange,
         name,
     )?;
-    let written = AwaitedWrites::new();
-    let created = declare_exchange(&vhost, name, body, written.writes())?;
-    // Answered once the definition is on disk, as RabbitMQ answers after its metadata store.
-    written.committed().await.map_err(ApiError::not_stored)?;
-    Ok(if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::NO_CONTENT
-    })
+    let created = committed(|writes| declare_exchange(&vhost, name, body, writes)).await?;
+    Ok(created_status(created))
 }
 
+/// The query of `DELETE /api/exchanges/{vhost}/{name}`.
 #[derive(Deserialize)]
 pub(crate) struct DeleteQuery {
     #[serde(rename = "if-unused", default, deserialize_with = "lenient_bool")]
     if_unused: bool,
-}
-
-/// `DELETE /api/exchanges/{vhost}/{name}[?if-unused=true]`.
-pub(crate) async fn delete(
-    user: Authed<MANAGEMENT>,
-    State(api): State<Arc<Api>>,
-    PathOf((vhost, name)): PathOf<(String, String)>,
-    QueryOf(query): QueryOf<DeleteQuery>,
-) -> ApiResult<StatusCode> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
-    let name = broker_name(&name);
-    if vhost.exchange(name).is_err() {
-        return Err(ApiError::not_found());
-    }
-    user.permit(
-        &vhost.name,
-        Operation::Configure,
-        ResourceKind::Exchange,
-        name,
-    )?;
-    let written = AwaitedWrites::new();
-    vhost.delete_exchange_reporting(name, query.if_unused, written.writes())?;
-    written.committed().await.map_err(ApiError::not_stored)?;
-    Ok(StatusCode::NO_CONTENT)
 }

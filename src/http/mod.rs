@@ -24,6 +24,8 @@ mod policies;
 mod publish_get;
 mod queue_shape;
 mod queues;
+mod resource;
+mod routes;
 mod sampler;
 mod test_clock;
 mod test_faults;
@@ -37,7 +39,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -136,10 +137,7 @@ pub(crate) async fn serve_metrics(
         http,
         hosts: host::AllowedHosts::default(),
     });
-    let app = Router::new()
-        .route("/metrics", get(metrics::aggregated))
-        .route("/metrics/per-object", get(metrics::per_object))
-        .route("/metrics/detailed", get(metrics::detailed))
+    let app = routes::metrics()
         .fallback(|| async { ApiError::not_found() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(api)
@@ -157,14 +155,14 @@ pub(crate) async fn serve_metrics(
     }
 }
 
-/// Every route. Paths with a vhost take it percent-encoded (`%2F` for `/`). Every request
+/// Every route (`routes.rs`). Every request
 /// must name a host this listener answers to (`host.rs`); every state-changing one must be
 /// JSON (`json_only.rs`). The test double's endpoints exist only when the configuration asks
 /// for the test double (elsewhere they are 404, like any unknown path).
 fn router(api: Arc<Api>) -> Router {
-    let routes = api_routes();
+    let routes = routes::api();
     let routes = if api.state.config.serves_test_api() {
-        routes.merge(test_routes())
+        routes.merge(routes::test())
     } else {
         routes
     };
@@ -178,172 +176,4 @@ fn router(api: Arc<Api>) -> Router {
             host::check_host,
         ))
         .with_state(api)
-}
-
-/// The management API, the page and `/metrics`.
-fn api_routes() -> Router<Arc<Api>> {
-    Router::new()
-        .route("/", get(page::index))
-        .route("/api/overview", get(overview::overview))
-        .route("/api/whoami", get(overview::whoami))
-        .route("/api/vhosts", get(overview::vhosts))
-        .route(
-            "/api/vhosts/{vhost}",
-            get(overview::vhost)
-                .put(overview::put_vhost)
-                .delete(vhost_delete::delete_vhost),
-        )
-        .route(
-            "/api/vhosts/{vhost}/permissions",
-            get(users::permissions_of_vhost),
-        )
-        .route("/api/users", get(users::list))
-        .route(
-            "/api/users/{name}",
-            get(users::show).put(users::put).delete(users::delete),
-        )
-        .route(
-            "/api/users/{name}/permissions",
-            get(users::permissions_of_user),
-        )
-        .route("/api/permissions", get(users::permissions))
-        .route(
-            "/api/permissions/{vhost}/{user}",
-            get(users::show_permission)
-                .put(users::put_permission)
-                .delete(users::delete_permission),
-        )
-        .route("/api/health/checks/alarms", get(overview::alarms))
-        .route(
-            "/api/health/checks/definitions",
-            get(overview::unrestored_definitions),
-        )
-        .route("/api/aliveness-test/{vhost}", get(publish_get::aliveness))
-        .route("/api/connections", get(connections::list))
-        .route(
-            "/api/connections/{name}",
-            get(connections::show).delete(connections::close),
-        )
-        .route(
-            "/api/connections/{name}/channels",
-            get(connections::channels_of_connection),
-        )
-        .route("/api/channels", get(connections::channels))
-        .route("/api/consumers", get(connections::consumers))
-        .route("/api/exchanges", get(exchanges::list_all))
-        .route("/api/exchanges/{vhost}", get(exchanges::list_vhost))
-        .route(
-            "/api/exchanges/{vhost}/{name}",
-            get(exchanges::show)
-                .put(exchanges::declare)
-                .delete(exchanges::delete),
-        )
-        .route(
-            "/api/exchanges/{vhost}/{name}/publish",
-            post(publish_get::publish),
-        )
-        .route(
-            "/api/exchanges/{vhost}/{name}/bindings/source",
-            get(bindings::of_source),
-        )
-        .route(
-            "/api/exchanges/{vhost}/{name}/bindings/destination",
-            get(bindings::of_exchange_destination),
-        )
-        .route("/api/queues", get(queues::list_all))
-        .route("/api/queues/{vhost}", get(queues::list_vhost))
-        .route(
-            "/api/queues/{vhost}/{name}",
-            get(queues::show)
-                .put(queues::declare)
-                .delete(queues::delete),
-        )
-        .route("/api/queues/{vhost}/{name}/contents", delete(queues::purge))
-        .route("/api/queues/{vhost}/{name}/get", post(publish_get::get))
-        .route(
-            "/api/queues/{vhost}/{name}/bindings",
-            get(bindings::of_queue_destination),
-        )
-        .route("/api/bindings", get(bindings::list_all))
-        .route("/api/bindings/{vhost}", get(bindings::list_vhost))
-        .route(
-            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}",
-            get(bindings::between).post(bindings::create),
-        )
-        .route(
-            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
-            get(bindings::show).delete(bindings::delete),
-        )
-        .route(
-            "/api/definitions",
-            get(definitions::export).post(definitions::import_all),
-        )
-        .route(
-            "/api/definitions/{vhost}",
-            get(definitions::export_vhost).post(definitions::import_vhost),
-        )
-        .route("/api/delayed", get(delayed::list_exchanges))
-        .route(
-            "/api/delayed/{vhost}/{exchange}",
-            get(delayed::list_messages),
-        )
-        .route(
-            "/api/delayed/{vhost}/{exchange}/histogram",
-            get(delayed::histogram),
-        )
-        .route(
-            "/api/delayed/{vhost}/{exchange}/contents",
-            delete(delayed::purge),
-        )
-        .route(
-            "/api/delayed/{vhost}/{exchange}/messages/{id}",
-            delete(delayed::cancel),
-        )
-        .route("/api/policies", get(policies::list_all))
-        .route("/api/policies/{vhost}", get(policies::list_vhost))
-        .route(
-            "/api/policies/{vhost}/{name}",
-            get(policies::show)
-                .put(policies::put)
-                .delete(policies::delete),
-        )
-        .route("/metrics", get(metrics::aggregated))
-        .route("/metrics/per-object", get(metrics::per_object))
-        .route("/metrics/detailed", get(metrics::detailed))
-}
-
-/// The test double's endpoints (src/http/test_*.rs).
-fn test_routes() -> Router<Arc<Api>> {
-    Router::new()
-        .route("/test/clock", get(test_clock::show))
-        .route("/test/clock/advance", post(test_clock::advance))
-        .route("/test/queues/{vhost}/{name}", get(test_inspect::queue))
-        .route(
-            "/test/exchanges/{vhost}/{name}/held",
-            get(test_inspect::held),
-        )
-        .route("/test/counters", get(test_inspect::show_counters))
-        .route("/test/wait", post(test_wait::wait))
-        .route("/test/reset", post(test_reset::reset_broker))
-        .route(
-            "/test/restart",
-            get(test_faults::restarts).post(test_faults::restart),
-        )
-        .route("/test/faults/fail-writes", post(test_faults::fail_writes))
-        .route(
-            "/test/faults/close-connection",
-            post(test_faults::close_connection),
-        )
-        .route(
-            "/test/faults/close-channel",
-            post(test_faults::close_channel),
-        )
-        .route(
-            "/test/faults/nack-confirms",
-            post(test_faults::nack_confirms),
-        )
-        .route(
-            "/test/faults/delay/{vhost}/{queue}",
-            axum::routing::put(test_faults::set_delay).delete(test_faults::clear_delay),
-        )
 }

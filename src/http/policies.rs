@@ -5,16 +5,16 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::Json;
 use dwellmq_core::policy::{ApplyTo, Policy, PolicyDefinition, PolicyValue};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::auth::{Authed, ADMINISTRATOR, MANAGEMENT};
+use super::auth::{Authed, ADMINISTRATOR};
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, PathOf};
+use super::resource::{committed, created_status, Deletable, Listed, Named, NoQuery};
 use super::Api;
-use crate::broker::persist::{AwaitedWrites, DefinitionWrites};
+use crate::broker::persist::DefinitionWrites;
 use crate::broker::vhost::VHost;
 
 /// A policy as RabbitMQ writes it in JSON.
@@ -105,53 +105,47 @@ pub(crate) fn set(
         .map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
-fn listed(vhosts: &[Arc<VHost>]) -> Vec<Value> {
-    vhosts
-        .iter()
-        .flat_map(|v| {
-            v.policies()
-                .into_iter()
-                .map(|p| policy_json(&v.name, &p))
-                .collect::<Vec<_>>()
-        })
-        .collect()
+/// `/api/policies`: listed, shown and deleted as `resource` does it.
+pub(crate) struct Policies;
+
+impl Listed for Policies {
+    fn list(_api: &Api, vhost: &VHost) -> Vec<Value> {
+        vhost
+            .policies()
+            .iter()
+            .map(|p| policy_json(&vhost.name, p))
+            .collect()
+    }
 }
 
-/// `GET /api/policies`.
-pub(crate) async fn list_all(user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>) -> Json<Value> {
-    let visible: Vec<Arc<VHost>> = api
-        .vhosts()
-        .into_iter()
-        .filter(|v| user.sees(&v.name))
-        .collect();
-    Json(Value::Array(listed(&visible)))
+impl Named for Policies {
+    fn show(_api: &Api, vhost: &VHost, name: &str) -> Option<Value> {
+        let policy = vhost.policies().into_iter().find(|p| p.name == name)?;
+        Some(policy_json(&vhost.name, &policy))
+    }
 }
 
-/// `GET /api/policies/{vhost}`.
-pub(crate) async fn list_vhost(
-    user: Authed<MANAGEMENT>,
-    State(api): State<Arc<Api>>,
-    PathOf(vhost): PathOf<String>,
-) -> ApiResult<Json<Value>> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
-    Ok(Json(Value::Array(listed(&[vhost]))))
-}
+/// Deleting takes an administrator, and nothing more. A failed write is a 500; the removal
+/// holds in memory and the store retries it until it is written (as a user's deletion).
+impl Deletable for Policies {
+    type Query = NoQuery;
 
-/// `GET /api/policies/{vhost}/{name}`.
-pub(crate) async fn show(
-    user: Authed<MANAGEMENT>,
-    State(api): State<Arc<Api>>,
-    PathOf((vhost, name)): PathOf<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
-    let policy = vhost
-        .policies()
-        .into_iter()
-        .find(|p| p.name == name)
-        .ok_or_else(ApiError::not_found)?;
-    Ok(Json(policy_json(&vhost.name, &policy)))
+    fn permit_delete<const N: u8>(_user: &Authed<N>, _vhost: &VHost, _name: &str) -> ApiResult<()> {
+        Ok(())
+    }
+
+    fn delete(
+        vhost: &Arc<VHost>,
+        name: &str,
+        _query: NoQuery,
+        writes: DefinitionWrites<'_>,
+    ) -> ApiResult<()> {
+        if vhost.clear_policy(name, writes) {
+            Ok(())
+        } else {
+            Err(ApiError::not_found())
+        }
+    }
 }
 
 /// `PUT /api/policies/{vhost}/{name}`: 201 when created, 204 when replaced; answered once the
@@ -165,30 +159,7 @@ pub(crate) async fn put(
 ) -> ApiResult<StatusCode> {
     let vhost = api.vhost(&vhost)?;
     let existed = vhost.policies().iter().any(|p| p.name == name);
-    let written = AwaitedWrites::new();
-    set(&vhost, body.into_policy(&name)?, written.writes())?;
-    written.committed().await.map_err(ApiError::not_stored)?;
-    Ok(if existed {
-        StatusCode::NO_CONTENT
-    } else {
-        StatusCode::CREATED
-    })
-}
-
-/// `DELETE /api/policies/{vhost}/{name}`: answered once the removal is on disk. A failed write
-/// is a 500; the removal holds in memory and the store retries it until it is written (as a
-/// user's deletion).
-pub(crate) async fn delete(
-    _user: Authed<ADMINISTRATOR>,
-    State(api): State<Arc<Api>>,
-    PathOf((vhost, name)): PathOf<(String, String)>,
-) -> ApiResult<StatusCode> {
-    let vhost = api.vhost(&vhost)?;
-    let written = AwaitedWrites::new();
-    if vhost.clear_policy(&name, written.writes()) {
-        written.committed().await.map_err(ApiError::not_stored)?;
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::not_found())
-    }
+    let policy = body.into_policy(&name)?;
+    committed(|writes| set(&vhost, policy, writes)).await?;
+    Ok(created_status(!existed))
 }

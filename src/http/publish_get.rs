@@ -23,6 +23,7 @@ use super::exchanges::broker_name;
 use super::extract::{lenient_count, lenient_opt_count, JsonBody, PathOf};
 use super::fields::{json_to_properties, properties_to_json, short};
 use super::queues::find_queue;
+use super::resource::checked_vhost;
 use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::publish::{self, Prepared};
@@ -133,8 +134,7 @@ pub(crate) async fn publish(
     PathOf((vhost, name)): PathOf<(String, String)>,
     JsonBody(body): JsonBody<PublishBody>,
 ) -> ApiResult<Json<Value>> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
+    let vhost = checked_vhost(&api, &user, &vhost)?;
     user.permit(
         &vhost.name,
         Operation::Write,
@@ -263,8 +263,7 @@ pub(crate) async fn aliveness(
     State(api): State<Arc<Api>>,
     PathOf(vhost): PathOf<String>,
 ) -> ApiResult<Response> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
+    let vhost = checked_vhost(&api, &user, &vhost)?;
     let queue = vhost.declare_queue(
         QueueSpec {
             name: "aliveness-test".into(),

@@ -4,52 +4,65 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::auth::{Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::exchanges::yes;
-use super::extract::{lenient_bool, JsonBody, PathOf, QueryOf};
+use super::extract::{lenient_bool, JsonBody, PathOf};
 use super::fields::{json_to_table, short};
 use super::queue_shape::queue_json;
+use super::resource::{checked_vhost, committed, created_status, Deletable, Listed, Named};
 use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
-use crate::broker::persist::{AwaitedWrites, DefinitionWrites};
+use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::Queue;
 use crate::broker::vhost::{QueueSpec, VHost};
 
-fn vhost_queues(api: &Api, vhost: &VHost) -> Vec<Value> {
-    let connections = api.state.connections.list();
-    let mut queues = vhost.queues();
-    queues.sort_by(|a, b| a.name.cmp(&b.name));
-    queues
-        .iter()
-        .map(|q| queue_json(api, q, &connections))
-        .collect()
+/// `/api/queues`: listed, shown and deleted as `resource` does it.
+pub(crate) struct Queues;
+
+impl Listed for Queues {
+    fn list(api: &Api, vhost: &VHost) -> Vec<Value> {
+        let connections = api.state.connections.list();
+        let mut queues = vhost.queues();
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
+        queues
+            .iter()
+            .map(|q| queue_json(api, q, &connections))
+            .collect()
+    }
 }
 
-/// `GET /api/queues`.
-pub(crate) async fn list_all(user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>) -> Json<Value> {
-    let list: Vec<Value> = api
-        .vhosts()
-        .iter()
-        .filter(|v| user.sees(&v.name))
-        .flat_map(|v| vhost_queues(&api, v))
-        .collect();
-    Json(Value::Array(list))
+impl Named for Queues {
+    fn show(api: &Api, vhost: &VHost, name: &str) -> Option<Value> {
+        let queue = vhost.queue(name).ok()?;
+        Some(queue_json(api, &queue, &api.state.connections.list()))
+    }
 }
 
-/// `GET /api/queues/{vhost}`.
-pub(crate) async fn list_vhost(
-    user: Authed<MANAGEMENT>,
-    State(api): State<Arc<Api>>,
-    PathOf(vhost): PathOf<String>,
-) -> ApiResult<Json<Value>> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
-    Ok(Json(Value::Array(vhost_queues(&api, &vhost))))
+impl Deletable for Queues {
+    type Query = DeleteQuery;
+
+    /// Configure permission on the queue, as `queue.delete` asks.
+    fn permit_delete<const N: u8>(user: &Authed<N>, vhost: &VHost, name: &str) -> ApiResult<()> {
+        user.check_vhost(&vhost.name)?;
+        vhost.queue(name).map_err(|_| ApiError::not_found())?;
+        user.permit(&vhost.name, Operation::Configure, ResourceKind::Queue, name)
+    }
+
+    /// `?if-unused=true`: refused while it has consumers; `?if-empty=true`: while it holds
+    /// messages.
+    fn delete(
+        vhost: &Arc<VHost>,
+        name: &str,
+        query: DeleteQuery,
+        writes: DefinitionWrites<'_>,
+    ) -> ApiResult<()> {
+        vhost.delete_queue_reporting(name, query.if_unused, query.if_empty, None, writes)?;
+        Ok(())
+    }
 }
 
 /// The vhost and queue a path names, after checking access.
@@ -59,23 +72,8 @@ pub(crate) fn find_queue<const N: u8>(
     vhost: &str,
     name: &str,
 ) -> ApiResult<Arc<Queue>> {
-    let vhost = api.vhost(vhost)?;
-    user.check_vhost(&vhost.name)?;
+    let vhost = checked_vhost(api, user, vhost)?;
     vhost.queue(name).map_err(|_| ApiError::not_found())
-}
-
-/// `GET /api/queues/{vhost}/{name}`.
-pub(crate) async fn show(
-    user: Authed<MANAGEMENT>,
-    State(api): State<Arc<Api>>,
-    PathOf((vhost, name)): PathOf<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let queue = find_queue(&api, &user, &vhost, &name)?;
-    Ok(Json(queue_json(
-        &api,
-        &queue,
-        &api.state.connections.list(),
-    )))
 }
 
 /// The body of `PUT /api/queues/{vhost}/{name}`.
@@ -126,48 +124,24 @@ pub(crate) async fn declare(
     PathOf((vhost, name)): PathOf<(String, String)>,
     JsonBody(body): JsonBody<QueueBody>,
 ) -> ApiResult<StatusCode> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
+    let vhost = checked_vhost(&api, &user, &vhost)?;
     user.permit(
         &vhost.name,
         Operation::Configure,
         ResourceKind::Queue,
         &name,
     )?;
-    let written = AwaitedWrites::new();
-    let created = declare_queue(&vhost, &name, body, written.writes())?;
-    // Answered once the definition is on disk, as RabbitMQ answers after its metadata store.
-    written.committed().await.map_err(ApiError::not_stored)?;
-    Ok(if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::NO_CONTENT
-    })
+    let created = committed(|writes| declare_queue(&vhost, &name, body, writes)).await?;
+    Ok(created_status(created))
 }
 
+/// The query of `DELETE /api/queues/{vhost}/{name}`.
 #[derive(Deserialize)]
 pub(crate) struct DeleteQuery {
     #[serde(rename = "if-unused", default, deserialize_with = "lenient_bool")]
     if_unused: bool,
     #[serde(rename = "if-empty", default, deserialize_with = "lenient_bool")]
     if_empty: bool,
-}
-
-/// `DELETE /api/queues/{vhost}/{name}[?if-unused=true][&if-empty=true]`.
-pub(crate) async fn delete(
-    user: Authed<MANAGEMENT>,
-    State(api): State<Arc<Api>>,
-    PathOf((vhost, name)): PathOf<(String, String)>,
-    QueryOf(query): QueryOf<DeleteQuery>,
-) -> ApiResult<StatusCode> {
-    find_queue(&api, &user, &vhost, &name)?;
-    user.permit(&vhost, Operation::Configure, ResourceKind::Queue, &name)?;
-    let vhost = api.vhost(&vhost)?;
-    let written = AwaitedWrites::new();
-    let writes = written.writes();
-    vhost.delete_queue_reporting(&name, query.if_unused, query.if_empty, None, writes)?;
-    written.committed().await.map_err(ApiError::not_stored)?;
-    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `DELETE /api/queues/{vhost}/{name}/contents`: purges the ready messages.

@@ -24,6 +24,7 @@ use super::auth::{Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
 use super::extract::{PathOf, QueryOf};
 use super::fields::{properties_to_json, table_to_json};
+use super::resource::checked_vhost;
 use super::Api;
 use crate::broker::exchange::ExchangeKind;
 use crate::handle::counters;
@@ -44,8 +45,7 @@ pub(crate) async fn queue(
     PathOf((vhost, name)): PathOf<(String, String)>,
     QueryOf(query): QueryOf<PeekQuery>,
 ) -> ApiResult<Json<Value>> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
+    let vhost = checked_vhost(&api, &user, &vhost)?;
     let queue = vhost.queue(&name).map_err(|_| ApiError::not_found())?;
     let peek = query.peek.unwrap_or(DEFAULT_PEEK).min(MAX_PEEK);
     let retrying = queue.retrying();
@@ -134,8 +134,7 @@ pub(crate) async fn held(
     PathOf((vhost, name)): PathOf<(String, String)>,
     QueryOf(query): QueryOf<HeldQuery>,
 ) -> ApiResult<Json<Value>> {
-    let vhost = api.vhost(&vhost)?;
-    user.check_vhost(&vhost.name)?;
+    let vhost = checked_vhost(&api, &user, &vhost)?;
     let exchange = vhost
         .exchange(&name)
         .ok()

@@ -52,119 +52,183 @@ pub(crate) async fn negotiate<R: AsyncRead + Unpin>(
     peer: SocketAddr,
     external: Option<&str>,
 ) -> Result<Option<Negotiated>, FaultOrExit> {
-    let header = loop {
-        if let Some(header) = decode_protocol_header(buf) {
-            break header;
-        }
-        if reader.read_buf(buf).await.map_err(|_| FaultOrExit::Exit)? == 0 {
-            return Ok(None);
-        }
+    let mut handshake = Handshake {
+        state,
+        reader,
+        buf,
+        outbound,
     };
-    match header {
-        ProtocolHeader::Amqp091 => {}
-        ProtocolHeader::Other(AMQP_0_9_HEADER) => {
-            tracing::debug!("AMQP 0-9 protocol header; speaking 0-9-1");
-        }
-        ProtocolHeader::Other(raw) => {
-            tracing::debug!(?raw, "unsupported protocol header; answering with ours");
-            outbound.with(|sink| sink.raw(PROTOCOL_HEADER));
-            return Ok(None);
-        }
+    if !handshake.protocol_header().await? {
+        return Ok(None);
     }
     let limits = &state.config.limits;
     // Before tuning, frames are held to what the server will offer.
     let offered_frame_max = effective_frame_max(limits.frame_max, limits);
-    let mut start = server_start();
-    if external.is_some() {
-        // As rabbitmq_auth_mechanism_ssl: offered only to a peer with a verified certificate.
-        start.mechanisms = Bytes::from_static(b"PLAIN AMQPLAIN EXTERNAL");
-    }
-    outbound.send_method(0, &Method::ConnectionStart(start));
-
-    let start_ok = match read_frame(reader, buf, offered_frame_max).await? {
-        Method::ConnectionStartOk(m) => m,
-        other => return unexpected(outbound, &other),
+    let Some(started) = handshake.start(peer, external, offered_frame_max).await? else {
+        return Ok(None);
     };
-    let capabilities = client_capabilities(&start_ok.client_properties);
-    let user = match (start_ok.mechanism.as_str(), external) {
-        ("EXTERNAL", Some(name)) => authenticate_external(state, name)?,
-        _ => authenticate(state, &start_ok.mechanism, &start_ok.response, peer)?,
+    let Some(tuned) = handshake.tune(offered_frame_max).await? else {
+        return Ok(None);
     };
-
-    outbound.send_method(
-        0,
-        &Method::ConnectionTune(ConnectionTune {
-            channel_max: limits.channel_max,
-            frame_max: limits.frame_max,
-            heartbeat: limits.heartbeat_secs,
-        }),
-    );
-    let tune_ok = match read_frame(reader, buf, offered_frame_max).await? {
-        Method::ConnectionTuneOk(m) => m,
-        other => return unexpected(outbound, &other),
-    };
-    // As RabbitMQ's `validate_negotiated_integer_value`: frame_max first, then channel_max.
-    check_tuned(
-        "frame_max",
-        tune_ok.frame_max,
-        limits.frame_max,
-        FRAME_MIN_SIZE,
-    )?;
-    check_tuned(
-        "channel_max",
-        u32::from(tune_ok.channel_max),
-        u32::from(limits.channel_max),
-        CHANNEL_MIN,
-    )?;
-    let frame_max = negotiate_limit(tune_ok.frame_max, limits.frame_max);
-    let frame_max = effective_frame_max(frame_max, limits);
-    // 0 on both sides means "no limit": every channel number is usable.
-    let channel_max = match negotiate_limit(
-        u32::from(tune_ok.channel_max),
-        u32::from(limits.channel_max),
-    ) {
-        0 => u16::MAX,
-        n => n as u16,
-    };
-
-    let open = match read_frame(reader, buf, frame_max).await? {
-        Method::ConnectionOpen(m) => m,
-        other => return unexpected(outbound, &other),
-    };
-    let vhost_name = open.virtual_host.as_str();
-    // RabbitMQ's vhost access: the user has permissions there (of any kind).
-    let allowed = state.access.may_open(&user, vhost_name);
-    let vhost = match state.vhost(vhost_name) {
-        Some(vhost) if allowed => vhost,
-        Some(_) => {
-            return Err(Fault::new(
-                BrokerError::NotAllowed(format!(
-                    "access to vhost '{vhost_name}' refused for user '{user}'"
-                )),
-                10,
-                40,
-            )
-            .into())
-        }
-        None => {
-            return Err(Fault::new(
-                BrokerError::NotAllowed(format!("vhost {vhost_name} not found")),
-                10,
-                40,
-            )
-            .into())
-        }
+    let Some(vhost) = handshake.open(&started.user, tuned.frame_max).await? else {
+        return Ok(None);
     };
     outbound.send_method(0, &Method::ConnectionOpenOk);
     Ok(Some(Negotiated {
-        user,
+        user: started.user,
         vhost,
-        frame_max,
-        channel_max,
-        heartbeat_secs: tune_ok.heartbeat,
-        capabilities,
-        client_properties: start_ok.client_properties,
+        frame_max: tuned.frame_max,
+        channel_max: tuned.channel_max,
+        heartbeat_secs: tuned.heartbeat_secs,
+        capabilities: started.capabilities,
+        client_properties: started.client_properties,
     }))
+}
+
+/// The handshake's exchanges with one client: its frames read from `reader` into `buf`, ours
+/// sent through `outbound`.
+struct Handshake<'a, R> {
+    state: &'a BrokerState,
+    reader: &'a mut R,
+    buf: &'a mut BytesMut,
+    outbound: &'a Outbound,
+}
+
+/// What `connection.start-ok` settled: who the client is and what it can do.
+struct Started {
+    user: String,
+    capabilities: ClientCapabilities,
+    client_properties: FieldTable,
+}
+
+/// What `connection.tune-ok` settled.
+struct Tuned {
+    frame_max: u32,
+    channel_max: u16,
+    heartbeat_secs: u16,
+}
+
+impl<R: AsyncRead + Unpin> Handshake<'_, R> {
+    /// Reads the protocol header: true for AMQP 0-9-1 (or 0-9); for anything else our header
+    /// is queued, and false.
+    async fn protocol_header(&mut self) -> Result<bool, FaultOrExit> {
+        let header = loop {
+            if let Some(header) = decode_protocol_header(self.buf) {
+                break header;
+            }
+            let read = self.reader.read_buf(self.buf).await;
+            if read.map_err(|_| FaultOrExit::Exit)? == 0 {
+                return Ok(false);
+            }
+        };
+        match header {
+            ProtocolHeader::Amqp091 => Ok(true),
+            ProtocolHeader::Other(AMQP_0_9_HEADER) => {
+                tracing::debug!("AMQP 0-9 protocol header; speaking 0-9-1");
+                Ok(true)
+            }
+            ProtocolHeader::Other(raw) => {
+                tracing::debug!(?raw, "unsupported protocol header; answering with ours");
+                self.outbound.with(|sink| sink.raw(PROTOCOL_HEADER));
+                Ok(false)
+            }
+        }
+    }
+
+    /// `connection.start`, then the client's `start-ok`, authenticated.
+    async fn start(
+        &mut self,
+        peer: SocketAddr,
+        external: Option<&str>,
+        frame_max: u32,
+    ) -> Result<Option<Started>, FaultOrExit> {
+        let mut start = server_start();
+        if external.is_some() {
+            // As rabbitmq_auth_mechanism_ssl: offered only to a peer with a verified certificate.
+            start.mechanisms = Bytes::from_static(b"PLAIN AMQPLAIN EXTERNAL");
+        }
+        self.outbound
+            .send_method(0, &Method::ConnectionStart(start));
+        let start_ok = match read_frame(self.reader, self.buf, frame_max).await? {
+            Method::ConnectionStartOk(m) => m,
+            other => return unexpected(self.outbound, &other),
+        };
+        let capabilities = client_capabilities(&start_ok.client_properties);
+        let user = match (start_ok.mechanism.as_str(), external) {
+            ("EXTERNAL", Some(name)) => authenticate_external(self.state, name)?,
+            _ => authenticate(self.state, &start_ok.mechanism, &start_ok.response, peer)?,
+        };
+        Ok(Some(Started {
+            user,
+            capabilities,
+            client_properties: start_ok.client_properties,
+        }))
+    }
+
+    /// `connection.tune`, then the client's `tune-ok`, checked as RabbitMQ checks it.
+    async fn tune(&mut self, offered_frame_max: u32) -> Result<Option<Tuned>, FaultOrExit> {
+        let limits = &self.state.config.limits;
+        self.outbound.send_method(
+            0,
+            &Method::ConnectionTune(ConnectionTune {
+                channel_max: limits.channel_max,
+                frame_max: limits.frame_max,
+                heartbeat: limits.heartbeat_secs,
+            }),
+        );
+        let tune_ok = match read_frame(self.reader, self.buf, offered_frame_max).await? {
+            Method::ConnectionTuneOk(m) => m,
+            other => return unexpected(self.outbound, &other),
+        };
+        // As RabbitMQ's `validate_negotiated_integer_value`: frame_max first, then channel_max.
+        check_tuned(
+            "frame_max",
+            tune_ok.frame_max,
+            limits.frame_max,
+            FRAME_MIN_SIZE,
+        )?;
+        check_tuned(
+            "channel_max",
+            u32::from(tune_ok.channel_max),
+            u32::from(limits.channel_max),
+            CHANNEL_MIN,
+        )?;
+        let frame_max = negotiate_limit(tune_ok.frame_max, limits.frame_max);
+        // 0 on both sides means "no limit": every channel number is usable.
+        let channel_max = match negotiate_limit(
+            u32::from(tune_ok.channel_max),
+            u32::from(limits.channel_max),
+        ) {
+            0 => u16::MAX,
+            n => n as u16,
+        };
+        Ok(Some(Tuned {
+            frame_max: effective_frame_max(frame_max, limits),
+            channel_max,
+            heartbeat_secs: tune_ok.heartbeat,
+        }))
+    }
+
+    /// The client's `connection.open`: a vhost that exists and that `user` may open.
+    async fn open(
+        &mut self,
+        user: &str,
+        frame_max: u32,
+    ) -> Result<Option<Arc<VHost>>, FaultOrExit> {
+        let open = match read_frame(self.reader, self.buf, frame_max).await? {
+            Method::ConnectionOpen(m) => m,
+            other => return unexpected(self.outbound, &other),
+        };
+        let vhost_name = open.virtual_host.as_str();
+        // RabbitMQ's vhost access: the user has permissions there (of any kind).
+        let allowed = self.state.access.may_open(user, vhost_name);
+        let refusal = match self.state.vhost(vhost_name) {
+            Some(vhost) if allowed => return Ok(Some(vhost)),
+            Some(_) => format!("access to vhost '{vhost_name}' refused for user '{user}'"),
+            None => format!("vhost {vhost_name} not found"),
+        };
+        Err(Fault::new(BrokerError::NotAllowed(refusal), 10, 40).into())
+    }
 }
 
 /// The smallest channel_max a client may ask for (RabbitMQ's `CHANNEL_MIN`); 0 means no limit.
@@ -218,7 +282,7 @@ fn effective_frame_max(frame_max: u32, limits: &Limits) -> u32 {
 
 /// A method out of the negotiation sequence. The client's own `connection.close` is answered
 /// with `close-ok` (it is giving up, e.g. on the offered mechanisms); anything else is refused.
-fn unexpected(outbound: &Outbound, method: &Method) -> Result<Option<Negotiated>, FaultOrExit> {
+fn unexpected<T>(outbound: &Outbound, method: &Method) -> Result<Option<T>, FaultOrExit> {
     if let Method::ConnectionClose(close) = method {
         tracing::debug!(code = close.reply_code, text = %close.reply_text, "client closed during the handshake");
         outbound.send_method(0, &Method::ConnectionCloseOk);

@@ -14,6 +14,14 @@ const PROTOCOL: &str = "amqp091";
 const STREAM: &str = "rabbit_stream_queue";
 
 pub(crate) fn write(s: &Snapshot, out: &mut Exposition) {
+    publish_counters(s, out);
+    client_gauges(s, out);
+    delivery_counters(s, out);
+    message_sizes(s, out);
+}
+
+/// What publishers sent and what became of it.
+fn publish_counters(s: &Snapshot, out: &mut Exposition) {
     let t = &s.totals;
     let protocol = [("protocol", PROTOCOL)];
     for (name, help, value) in [
@@ -51,6 +59,10 @@ pub(crate) fn write(s: &Snapshot, out: &mut Exposition) {
         out.family(&format!("rabbitmq_global_{name}"), Kind::Counter, help)
             .sample(&protocol, value);
     }
+}
+
+fn client_gauges(s: &Snapshot, out: &mut Exposition) {
+    let protocol = [("protocol", PROTOCOL)];
     for (name, help, value) in [
         (
             "consumers",
@@ -62,6 +74,10 @@ pub(crate) fn write(s: &Snapshot, out: &mut Exposition) {
         out.family(&format!("rabbitmq_global_{name}"), Kind::Gauge, help)
             .sample(&protocol, value);
     }
+}
+
+/// What queues delivered and consumers settled, per queue type.
+fn delivery_counters(s: &Snapshot, out: &mut Exposition) {
     // Indices into `TypeTotals::counts`; delivered = consumed + got, either ack mode.
     let per_type: [(&str, &str, &[usize]); 8] = [
         (
@@ -116,7 +132,6 @@ pub(crate) fn write(s: &Snapshot, out: &mut Exposition) {
         }
         family.sample(&[("protocol", PROTOCOL), ("queue_type", STREAM)], 0);
     }
-    message_sizes(s, out);
 }
 
 fn message_sizes(s: &Snapshot, out: &mut Exposition) {

@@ -26,7 +26,6 @@ use super::delivery::{DeliveryChannel, Unacked};
 use crate::broker::access::{AccessCache, Operation, ResourceKind};
 use crate::broker::connections::ChannelSummary;
 use crate::broker::consumer::Consumer;
-use crate::broker::persist::{DefinitionWrites, PublishTicket};
 use crate::broker::queue::{ConnectionId, Queue};
 use crate::broker::rates::ChannelCounters;
 use crate::broker::stats::MessageCounts;
@@ -73,16 +72,6 @@ pub(crate) struct Channel {
     access: AccessCache,
     /// Message counters for the management API's rates.
     counters: ChannelCounters,
-    /// While a topology method is handled with a store: what its definition writes report to,
-    /// with the method's ids and its wait token; its reply waits for them (`reply`).
-    definitions: std::cell::Cell<Option<DefinitionWait>>,
-}
-
-/// A topology method's definition writes, which its reply waits for.
-struct DefinitionWait {
-    ticket: Arc<PublishTicket>,
-    token: u64,
-    ids: (u16, u16),
 }
 
 fn unexpected_frame(text: String) -> BrokerError {
@@ -103,7 +92,6 @@ impl Channel {
             settle_scratch: Vec::new(),
             access: AccessCache::default(),
             counters: ChannelCounters::default(),
-            definitions: std::cell::Cell::new(None),
         }
     }
 
@@ -151,49 +139,7 @@ impl Channel {
     }
 
     pub(super) fn reply(&self, cx: &ConnContext<'_>, method: Method) {
-        if let Some(wait) = self.definitions.take() {
-            if wait.ticket.is_used() {
-                cx.commit_wait.start(
-                    wait.token,
-                    self.id(),
-                    method,
-                    wait.ids,
-                    "the store could not write the definition",
-                );
-                // The method's own count: the commit may be reported from now on.
-                wait.ticket.complete(true);
-                return;
-            }
-            self.definitions.set(Some(wait));
-        }
         cx.outbound.send_method(self.id(), &method);
-    }
-
-    /// Handles a topology method whose durable definitions are written to the store: its
-    /// reply (declare-ok, bind-ok, delete-ok...) waits for their commit, as RabbitMQ's does.
-    fn writing_definitions(
-        &mut self,
-        cx: &mut ConnContext<'_>,
-        ids: (u16, u16),
-        handle: impl FnOnce(&mut Self, &mut ConnContext<'_>, DefinitionWrites<'_>) -> BrokerResult<()>,
-    ) -> BrokerResult<()> {
-        if cx.state.runtime.store.is_none() {
-            return handle(self, cx, DefinitionWrites::UNAWAITED);
-        }
-        let token = cx.commit_wait.token();
-        let wait = Arc::clone(cx.commit_wait);
-        let ticket = PublishTicket::new(move |committed, _| wait.finish(token, committed));
-        self.definitions.set(Some(DefinitionWait {
-            ticket: Arc::clone(&ticket),
-            token,
-            ids,
-        }));
-        let result = handle(self, cx, DefinitionWrites::reported_to(&ticket));
-        // No reply went out (nowait, or an error): nobody waits; the count is let go.
-        if let Some(wait) = self.definitions.take() {
-            wait.ticket.complete(true);
-        }
-        result
     }
 
     /// Handles a method frame for this (open) channel.
@@ -210,36 +156,15 @@ impl Channel {
         match method {
             Method::ChannelFlow(m) => self.channel_flow(cx, m),
             Method::ChannelFlowOk(_) => Ok(()),
-            Method::ExchangeDeclare(m) => {
-                self.writing_definitions(cx, (40, 10), |ch, cx, writes| {
-                    ch.exchange_declare(cx, m, writes)
-                })
-            }
-            Method::ExchangeDelete(m) => {
-                self.writing_definitions(cx, (40, 20), |ch, cx, writes| {
-                    ch.exchange_delete(cx, m, writes)
-                })
-            }
-            Method::ExchangeBind(m) => self.writing_definitions(cx, (40, 30), |ch, cx, writes| {
-                ch.exchange_bind(cx, m, writes)
-            }),
-            Method::ExchangeUnbind(m) => {
-                self.writing_definitions(cx, (40, 40), |ch, cx, writes| {
-                    ch.exchange_unbind(cx, m, writes)
-                })
-            }
-            Method::QueueDeclare(m) => self.writing_definitions(cx, (50, 10), |ch, cx, writes| {
-                ch.queue_declare(cx, m, writes)
-            }),
-            Method::QueueBind(m) => self
-                .writing_definitions(cx, (50, 20), |ch, cx, writes| ch.queue_bind(cx, m, writes)),
-            Method::QueueUnbind(m) => self.writing_definitions(cx, (50, 50), |ch, cx, writes| {
-                ch.queue_unbind(cx, m, writes)
-            }),
+            Method::ExchangeDeclare(_)
+            | Method::ExchangeDelete(_)
+            | Method::ExchangeBind(_)
+            | Method::ExchangeUnbind(_)
+            | Method::QueueDeclare(_)
+            | Method::QueueBind(_)
+            | Method::QueueUnbind(_)
+            | Method::QueueDelete(_) => self.on_topology(cx, method),
             Method::QueuePurge(m) => self.queue_purge(cx, m),
-            Method::QueueDelete(m) => self.writing_definitions(cx, (50, 40), |ch, cx, writes| {
-                ch.queue_delete(cx, m, writes)
-            }),
             Method::BasicQos(m) => self.basic_qos(cx, m),
             Method::BasicConsume(m) => self.basic_consume(cx, m),
             Method::BasicCancel(m) => self.basic_cancel(cx, m),

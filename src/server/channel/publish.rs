@@ -208,14 +208,7 @@ impl Channel {
         mut publication: Publication,
         tx_ticket: Option<&Arc<PublishTicket>>,
     ) {
-        let confirm_tag = match &mut self.mode {
-            PublishMode::Confirm { next_tag, .. } => {
-                let tag = *next_tag;
-                *next_tag += 1;
-                Some(tag)
-            }
-            _ => None,
-        };
+        let confirm_tag = self.next_confirm_tag();
         let first_on_channel = self.counters.publish == 0;
         let body_len = publication.message.body.len();
         cx.counts
@@ -227,54 +220,7 @@ impl Channel {
             .take()
             .or_else(|| cx.vhost.exchange(&publication.exchange).ok());
         let outcome = match &exchange {
-            Some(exchange) => {
-                // Taken out for the call, so that the channel can be borrowed meanwhile.
-                let mut routing = std::mem::take(&mut self.routing);
-                // A persistent message's confirm waits for the commits of its copies in
-                // durable queues, any message's for its copies held by durable delayed
-                // exchanges and in quorum queues (which keep every message); a transaction's
-                // ticket takes those copies too.
-                let mut confirm_ticket;
-                let mut transaction_ticket;
-                let make_ticket: Option<&mut dyn FnMut() -> Arc<PublishTicket>> =
-                    match (&self.mode, confirm_tag, tx_ticket) {
-                        (PublishMode::Confirm { confirms, .. }, Some(tag), _) => {
-                            confirm_ticket = move || {
-                                let confirms = Arc::clone(confirms);
-                                PublishTicket::new(move |ok, by| confirms.settled(tag, ok, by))
-                            };
-                            Some(&mut confirm_ticket)
-                        }
-                        (_, _, Some(tx_ticket)) => {
-                            transaction_ticket = move || Arc::clone(tx_ticket);
-                            Some(&mut transaction_ticket)
-                        }
-                        _ => None,
-                    };
-                let outgoing = publish::Outgoing {
-                    exchange,
-                    message: &publication.message,
-                    routing_key: &publication.routing_key,
-                    extra_keys: &publication.extra_keys,
-                    bcc: publication.bcc.as_ref(),
-                    // Due its delay after the publish reached the broker (its read), however
-                    // long the frames read with it took to handle.
-                    hold_until: (publication.delay_ms > 0)
-                        .then(|| cx.received_ms.saturating_add(publication.delay_ms)),
-                    mandatory: publication.mandatory,
-                    dead_lettered: false,
-                };
-                let outcome = publish::route_and_enqueue(
-                    &cx.state.runtime,
-                    cx.vhost,
-                    outgoing,
-                    &mut routing,
-                    make_ticket,
-                );
-                self.routing = routing;
-                self.counters.published(exchange, outcome.routed);
-                outcome
-            }
+            Some(exchange) => self.route(cx, exchange, &publication, confirm_tag, tx_ticket),
             None => {
                 self.counters.publish += 1;
                 publish::Outcome {
@@ -290,11 +236,90 @@ impl Channel {
         }
         cx.counts.unroutable_dropped += u64::from(outcome.dropped);
         cx.counts.routed += u64::from(outcome.routed);
-        let rejected = outcome.rejected;
+        self.settle_publish(cx, confirm_tag, outcome);
+    }
+
+    /// The publish's confirm tag under confirms (the next one), `None` otherwise.
+    fn next_confirm_tag(&mut self) -> Option<u64> {
+        match &mut self.mode {
+            PublishMode::Confirm { next_tag, .. } => {
+                let tag = *next_tag;
+                *next_tag += 1;
+                Some(tag)
+            }
+            _ => None,
+        }
+    }
+
+    /// Routes through `exchange` into its queues (`broker::publish`'s pipeline).
+    fn route(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        exchange: &Arc<Exchange>,
+        publication: &Publication,
+        confirm_tag: Option<u64>,
+        tx_ticket: Option<&Arc<PublishTicket>>,
+    ) -> publish::Outcome {
+        // Taken out for the call, so that the channel can be borrowed meanwhile.
+        let mut routing = std::mem::take(&mut self.routing);
+        // A persistent message's confirm waits for the commits of its copies in durable
+        // queues, any message's for its copies held by durable delayed exchanges and in quorum
+        // queues (which keep every message); a transaction's ticket takes those copies too.
+        let mut confirm_ticket;
+        let mut transaction_ticket;
+        let make_ticket: Option<&mut dyn FnMut() -> Arc<PublishTicket>> =
+            match (&self.mode, confirm_tag, tx_ticket) {
+                (PublishMode::Confirm { confirms, .. }, Some(tag), _) => {
+                    confirm_ticket = move || {
+                        let confirms = Arc::clone(confirms);
+                        PublishTicket::new(move |ok, by| confirms.settled(tag, ok, by))
+                    };
+                    Some(&mut confirm_ticket)
+                }
+                (_, _, Some(tx_ticket)) => {
+                    transaction_ticket = move || Arc::clone(tx_ticket);
+                    Some(&mut transaction_ticket)
+                }
+                _ => None,
+            };
+        let outgoing = publish::Outgoing {
+            exchange,
+            message: &publication.message,
+            routing_key: &publication.routing_key,
+            extra_keys: &publication.extra_keys,
+            bcc: publication.bcc.as_ref(),
+            // Due its delay after the publish reached the broker (its read), however long the
+            // frames read with it took to handle.
+            hold_until: (publication.delay_ms > 0)
+                .then(|| cx.received_ms.saturating_add(publication.delay_ms)),
+            mandatory: publication.mandatory,
+            dead_lettered: false,
+        };
+        let outcome = publish::route_and_enqueue(
+            &cx.state.runtime,
+            cx.vhost,
+            outgoing,
+            &mut routing,
+            make_ticket,
+        );
+        self.routing = routing;
+        self.counters.published(exchange, outcome.routed);
+        outcome
+    }
+
+    /// The publish's confirm: acked with the batch, nacked (a queue refused it, or a test's
+    /// fault), or held until the commit of its persistent copies.
+    fn settle_publish(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        confirm_tag: Option<u64>,
+        outcome: publish::Outcome,
+    ) {
         // A confirm's ticket is settled here; a transaction's (no confirm tag) at `tx.commit`.
         let ticket = outcome.ticket.zip(confirm_tag);
         // An injected fault nacks confirms whatever became of the message.
-        let nack = confirm_tag.is_some() && (rejected || cx.state.runtime.hooks.take_nack());
+        let nack =
+            confirm_tag.is_some() && (outcome.rejected || cx.state.runtime.hooks.take_nack());
         if nack {
             cx.counts.nacked += 1;
         } else if confirm_tag.is_some() {

@@ -1,4 +1,10 @@
 //! Declaring, binding and deleting exchanges and queues.
+//!
+//! Every topology method takes the same shape, written once in [`Channel::on_topology`]: the
+//! method checks its permissions (RabbitMQ's rules, its own), asks the vhost for the change,
+//! its durable definitions' writes reported to the `DefinitionWrites` it is given, and returns
+//! its `-ok` (none under `no-wait`); with a store, that reply waits for their commit, as
+//! RabbitMQ's waits for its metadata store.
 
 use std::sync::Arc;
 
@@ -10,12 +16,81 @@ use dwellmq_core::{BrokerError, BrokerResult};
 use super::{Channel, ConnContext};
 use crate::broker::access::{Operation, ResourceKind};
 use crate::broker::exchange::DeclaredType;
-use crate::broker::persist::DefinitionWrites;
+use crate::broker::persist::{DefinitionWrites, PublishTicket};
 use crate::broker::queue::Queue;
 use crate::broker::reply_to::is_reply_name;
 use crate::broker::vhost::{ExchangeSpec, QueueSpec};
 
+/// What a topology method answers: its `-ok`, or nothing when the client asked for no reply.
+type Answer = BrokerResult<Option<Method>>;
+
+/// The `-ok`, unless the method has `no-wait` set.
+fn unless_no_wait(no_wait: bool, ok: Method) -> Option<Method> {
+    (!no_wait).then_some(ok)
+}
+
 impl Channel {
+    /// Handles a topology method (declare, bind, unbind, delete of an exchange or a queue)
+    /// and sends its answer: at once, or once the definitions it wrote are committed.
+    pub(super) fn on_topology(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        method: Method,
+    ) -> BrokerResult<()> {
+        let ids = (method.class_id(), method.method_id());
+        self.answer_after_writes(cx, ids, |ch, cx, writes| match method {
+            Method::ExchangeDeclare(m) => ch.exchange_declare(cx, m, writes),
+            Method::ExchangeDelete(m) => ch.exchange_delete(cx, m, writes),
+            Method::ExchangeBind(m) => ch.exchange_bind(cx, m, writes),
+            Method::ExchangeUnbind(m) => ch.exchange_unbind(cx, m, writes),
+            Method::QueueDeclare(m) => ch.queue_declare(cx, m, writes),
+            Method::QueueBind(m) => ch.queue_bind(cx, m, writes),
+            Method::QueueUnbind(m) => ch.queue_unbind(cx, m, writes),
+            Method::QueueDelete(m) => ch.queue_delete(cx, m, writes),
+            // `on_method` sends only the methods above here.
+            other => Err(BrokerError::CommandInvalid(format!(
+                "unexpected method {} on a channel",
+                other.name()
+            ))),
+        })
+    }
+
+    /// Runs `handle` with what its definition writes report to, then sends its answer: with
+    /// a store and a write made, the answer waits for the commit (a failed one closes the
+    /// channel instead, 506, naming the method `ids`); otherwise it goes out at once.
+    fn answer_after_writes(
+        &mut self,
+        cx: &mut ConnContext<'_>,
+        ids: (u16, u16),
+        handle: impl FnOnce(&mut Self, &mut ConnContext<'_>, DefinitionWrites<'_>) -> Answer,
+    ) -> BrokerResult<()> {
+        if cx.state.runtime.store.is_none() {
+            if let Some(ok) = handle(self, cx, DefinitionWrites::UNAWAITED)? {
+                self.reply(cx, ok);
+            }
+            return Ok(());
+        }
+        let token = cx.commit_wait.token();
+        let wait = Arc::clone(cx.commit_wait);
+        let ticket = PublishTicket::new(move |committed, _| wait.finish(token, committed));
+        let answer = handle(self, cx, DefinitionWrites::reported_to(&ticket));
+        let result = answer.map(|answer| match answer {
+            Some(ok) if ticket.is_used() => cx.commit_wait.start(
+                token,
+                self.id(),
+                ok,
+                ids,
+                "the store could not write the definition",
+            ),
+            Some(ok) => self.reply(cx, ok),
+            None => {}
+        });
+        // The method's own count, let go after the wait is registered: the commit may be
+        // reported from now on (with nobody waiting when no reply went out).
+        ticket.complete(true);
+        result
+    }
+
     pub(super) fn queue_name(&self, name: &ShortStr) -> BrokerResult<ShortStr> {
         if !name.is_empty() {
             return Ok(name.clone());
@@ -36,38 +111,21 @@ impl Channel {
         Ok(queue)
     }
 
-    pub(super) fn exchange_declare(
+    fn exchange_declare(
         &mut self,
         cx: &mut ConnContext<'_>,
         m: ExchangeDeclare,
         writes: DefinitionWrites<'_>,
-    ) -> BrokerResult<()> {
+    ) -> Answer {
         let kind = if m.passive {
             DeclaredType::Standard(RoutingKind::Direct)
         } else {
             DeclaredType::parse(&m.kind)?
         };
-        // As rabbit_channel: configure on the exchange (the default exchange is refused by
-        // the declare itself, with its own text); when it is new and names an alternate
-        // exchange, read on it and write on the alternate. A passive declare needs nothing.
+        // A passive declare needs nothing; the default exchange is refused by the declare
+        // itself, with its own text.
         if !m.passive && !m.exchange.is_empty() {
-            self.permit(
-                cx,
-                Operation::Configure,
-                ResourceKind::Exchange,
-                &m.exchange,
-            )?;
-            let alternate = m
-                .arguments
-                .get("alternate-exchange")
-                .and_then(|v| v.as_str());
-            if let Some(alternate) = alternate {
-                if cx.vhost.exchange(&m.exchange).is_err() {
-                    let alternate = ShortStr::from(alternate);
-                    self.permit(cx, Operation::Read, ResourceKind::Exchange, &m.exchange)?;
-                    self.permit(cx, Operation::Write, ResourceKind::Exchange, &alternate)?;
-                }
-            }
+            self.permit_exchange_declare(cx, &m)?;
         }
         let spec = ExchangeSpec {
             name: m.exchange,
@@ -79,19 +137,16 @@ impl Channel {
             arguments: m.arguments,
         };
         cx.vhost.declare_exchange_reporting(spec, writes)?;
-        if !m.no_wait {
-            self.reply(cx, Method::ExchangeDeclareOk);
-        }
-        Ok(())
+        Ok(unless_no_wait(m.no_wait, Method::ExchangeDeclareOk))
     }
 
-    /// `exchange.delete`.
-    pub(super) fn exchange_delete(
+    fn exchange_delete(
         &mut self,
         cx: &mut ConnContext<'_>,
         m: ExchangeDelete,
         writes: DefinitionWrites<'_>,
-    ) -> BrokerResult<()> {
+    ) -> Answer {
+        // The default and `amq.*` exchanges are refused by the delete itself.
         if !m.exchange.is_empty() && !m.exchange.starts_with("amq.") {
             self.permit(
                 cx,
@@ -102,79 +157,51 @@ impl Channel {
         }
         cx.vhost
             .delete_exchange_reporting(&m.exchange, m.if_unused, writes)?;
-        if !m.no_wait {
-            self.reply(cx, Method::ExchangeDeleteOk);
-        }
-        Ok(())
+        Ok(unless_no_wait(m.no_wait, Method::ExchangeDeleteOk))
     }
 
-    /// `exchange.bind`.
-    pub(super) fn exchange_bind(
+    fn exchange_bind(
         &mut self,
         cx: &mut ConnContext<'_>,
         m: ExchangeBind,
         writes: DefinitionWrites<'_>,
-    ) -> BrokerResult<()> {
-        self.permit_binding(cx, ResourceKind::Exchange, &m.destination, &m.source)?;
+    ) -> Answer {
         let binding = Binding {
             source: m.source,
             destination: Destination::Exchange(m.destination),
             routing_key: m.routing_key,
             arguments: m.arguments,
         };
+        self.permit_binding(cx, &binding)?;
         cx.vhost.bind_reporting(binding, writes)?;
-        if !m.no_wait {
-            self.reply(cx, Method::ExchangeBindOk);
-        }
-        Ok(())
+        Ok(unless_no_wait(m.no_wait, Method::ExchangeBindOk))
     }
 
-    /// `exchange.unbind`.
-    pub(super) fn exchange_unbind(
+    fn exchange_unbind(
         &mut self,
         cx: &mut ConnContext<'_>,
         m: ExchangeUnbind,
         writes: DefinitionWrites<'_>,
-    ) -> BrokerResult<()> {
-        self.permit_binding(cx, ResourceKind::Exchange, &m.destination, &m.source)?;
+    ) -> Answer {
         let binding = Binding {
             source: m.source,
             destination: Destination::Exchange(m.destination),
             routing_key: m.routing_key,
             arguments: m.arguments,
         };
+        self.permit_binding(cx, &binding)?;
         cx.vhost.unbind_reporting(&binding, writes)?;
-        if !m.no_wait {
-            self.reply(cx, Method::ExchangeUnbindOk);
-        }
-        Ok(())
+        Ok(unless_no_wait(m.no_wait, Method::ExchangeUnbindOk))
     }
 
-    pub(super) fn queue_declare(
+    fn queue_declare(
         &mut self,
         cx: &mut ConnContext<'_>,
         m: QueueDeclare,
         writes: DefinitionWrites<'_>,
-    ) -> BrokerResult<()> {
+    ) -> Answer {
         if is_reply_name(&m.queue) {
-            // RabbitMQ answers any declare of a reply name as a passive one.
-            if !cx.state.reply_consumers.exists(&m.queue) {
-                return Err(BrokerError::NotFound(format!(
-                    "no queue '{}' in vhost '{}'",
-                    m.queue, cx.vhost.name
-                )));
-            }
-            if !m.no_wait {
-                self.reply(
-                    cx,
-                    Method::QueueDeclareOk(QueueDeclareOk {
-                        queue: m.queue,
-                        message_count: 0,
-                        consumer_count: 1,
-                    }),
-                );
-            }
-            return Ok(());
+            return self.reply_queue_declare(cx, m);
         }
         let exclusive = m.exclusive;
         let spec = QueueSpec {
@@ -195,70 +222,76 @@ impl Channel {
             cx.exclusive_queues.push(Arc::clone(&queue));
         }
         self.last_queue = Some(queue.name.clone());
-        if !m.no_wait {
-            self.reply(
-                cx,
-                Method::QueueDeclareOk(QueueDeclareOk {
-                    queue: queue.name.clone(),
-                    message_count: queue.message_count() as u32,
-                    consumer_count: queue.consumer_count() as u32,
-                }),
-            );
-        }
-        Ok(())
+        let ok = QueueDeclareOk {
+            queue: queue.name.clone(),
+            message_count: queue.message_count() as u32,
+            consumer_count: queue.consumer_count() as u32,
+        };
+        Ok(unless_no_wait(m.no_wait, Method::QueueDeclareOk(ok)))
     }
 
-    /// `queue.bind`.
-    pub(super) fn queue_bind(
+    /// RabbitMQ answers any declare of a direct reply-to name as a passive one.
+    fn reply_queue_declare(&mut self, cx: &ConnContext<'_>, m: QueueDeclare) -> Answer {
+        if !cx.state.reply_consumers.exists(&m.queue) {
+            return Err(BrokerError::NotFound(format!(
+                "no queue '{}' in vhost '{}'",
+                m.queue, cx.vhost.name
+            )));
+        }
+        let ok = QueueDeclareOk {
+            queue: m.queue,
+            message_count: 0,
+            consumer_count: 1,
+        };
+        Ok(unless_no_wait(m.no_wait, Method::QueueDeclareOk(ok)))
+    }
+
+    fn queue_bind(
         &mut self,
         cx: &mut ConnContext<'_>,
         m: QueueBind,
         writes: DefinitionWrites<'_>,
-    ) -> BrokerResult<()> {
+    ) -> Answer {
         let name = self.queue_name(&m.queue)?;
-        self.permit_binding(cx, ResourceKind::Queue, &name, &m.exchange)?;
-        let queue = self.queue_for(cx, &name)?;
-        let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &queue.name);
         let binding = Binding {
             source: m.exchange,
-            destination: Destination::Queue(queue.name.clone()),
-            routing_key,
+            routing_key: routing_key_shortcut(&m.queue, m.routing_key, &name),
+            destination: Destination::Queue(name),
             arguments: m.arguments,
         };
-        cx.vhost.bind_reporting(binding, writes)?;
-        if !m.no_wait {
-            self.reply(cx, Method::QueueBindOk);
+        self.permit_binding(cx, &binding)?;
+        if let Destination::Queue(name) = &binding.destination {
+            self.queue_for(cx, name)?;
         }
-        Ok(())
+        cx.vhost.bind_reporting(binding, writes)?;
+        Ok(unless_no_wait(m.no_wait, Method::QueueBindOk))
     }
 
-    /// `queue.unbind`.
-    pub(super) fn queue_unbind(
+    /// `queue.unbind` (which has no `no-wait`).
+    fn queue_unbind(
         &mut self,
         cx: &mut ConnContext<'_>,
         m: QueueUnbind,
         writes: DefinitionWrites<'_>,
-    ) -> BrokerResult<()> {
+    ) -> Answer {
+        let name = self.queue_name(&m.queue)?;
+        let binding = Binding {
+            source: m.exchange,
+            routing_key: routing_key_shortcut(&m.queue, m.routing_key, &name),
+            destination: Destination::Queue(name.clone()),
+            arguments: m.arguments,
+        };
+        self.permit_binding(cx, &binding)?;
         // A missing queue is not an error (RabbitMQ answers unbind-ok); another connection's
         // exclusive queue is.
-        let name = self.queue_name(&m.queue)?;
-        self.permit_binding(cx, ResourceKind::Queue, &name, &m.exchange)?;
         if let Ok(queue) = cx.vhost.queue(&name) {
             queue.check_exclusive(cx.id)?;
         }
-        let routing_key = routing_key_shortcut(&m.queue, m.routing_key, &name);
-        let binding = Binding {
-            source: m.exchange,
-            destination: Destination::Queue(name),
-            routing_key,
-            arguments: m.arguments,
-        };
         cx.vhost.unbind_reporting(&binding, writes)?;
-        self.reply(cx, Method::QueueUnbindOk);
-        Ok(())
+        Ok(Some(Method::QueueUnbindOk))
     }
 
-    /// `queue.purge`.
+    /// `queue.purge` (which writes no definition).
     pub(super) fn queue_purge(
         &mut self,
         cx: &mut ConnContext<'_>,
@@ -274,36 +307,57 @@ impl Channel {
         Ok(())
     }
 
-    /// `queue.delete`.
-    pub(super) fn queue_delete(
+    fn queue_delete(
         &mut self,
         cx: &mut ConnContext<'_>,
         m: QueueDelete,
         writes: DefinitionWrites<'_>,
-    ) -> BrokerResult<()> {
+    ) -> Answer {
         let name = self.queue_name(&m.queue)?;
         self.permit(cx, Operation::Configure, ResourceKind::Queue, &name)?;
         let deleted =
             cx.vhost
                 .delete_queue_reporting(&name, m.if_unused, m.if_empty, Some(cx.id), writes)?;
         cx.exclusive_queues.retain(|q| q.name != name);
-        if !m.no_wait {
-            self.reply(
-                cx,
-                Method::QueueDeleteOk(QueueDeleteOk {
-                    message_count: deleted.message_count as u32,
-                }),
-            );
-        }
-        Ok(())
+        let ok = QueueDeleteOk {
+            message_count: deleted.message_count as u32,
+        };
+        Ok(unless_no_wait(m.no_wait, Method::QueueDeleteOk(ok)))
     }
 }
 
+/// The permission checks of topology methods, as rabbit_channel makes them.
 impl Channel {
-    /// A non-passive `queue.declare`, checked as rabbit_channel checks it: configure on the
-    /// queue's name (a server-named queue's name is drawn first, and checked too); when the
-    /// queue is new and names a dead-letter exchange, read on the queue and write on that
-    /// exchange.
+    /// A non-passive `exchange.declare`: configure on the exchange; when it is new and
+    /// names an alternate exchange, read on it and write on the alternate.
+    fn permit_exchange_declare(
+        &mut self,
+        cx: &ConnContext<'_>,
+        m: &ExchangeDeclare,
+    ) -> BrokerResult<()> {
+        self.permit(
+            cx,
+            Operation::Configure,
+            ResourceKind::Exchange,
+            &m.exchange,
+        )?;
+        let alternate = m
+            .arguments
+            .get("alternate-exchange")
+            .and_then(|v| v.as_str());
+        if let Some(alternate) = alternate {
+            if cx.vhost.exchange(&m.exchange).is_err() {
+                let alternate = ShortStr::from(alternate);
+                self.permit(cx, Operation::Read, ResourceKind::Exchange, &m.exchange)?;
+                self.permit(cx, Operation::Write, ResourceKind::Exchange, &alternate)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A non-passive `queue.declare`: configure on the queue's name (a server-named queue's
+    /// name is drawn first, and checked too); when the queue is new and names a dead-letter
+    /// exchange, read on the queue and write on that exchange.
     fn declare_permitted_queue(
         &mut self,
         cx: &ConnContext<'_>,
@@ -339,15 +393,13 @@ impl Channel {
 
     /// A binding or unbinding, as rabbit_channel's `binding_action`: write on the destination
     /// (queue or exchange), read on the source exchange.
-    fn permit_binding(
-        &mut self,
-        cx: &ConnContext<'_>,
-        destination_kind: ResourceKind,
-        destination: &ShortStr,
-        source: &ShortStr,
-    ) -> BrokerResult<()> {
-        self.permit(cx, Operation::Write, destination_kind, destination)?;
-        self.permit(cx, Operation::Read, ResourceKind::Exchange, source)
+    fn permit_binding(&mut self, cx: &ConnContext<'_>, binding: &Binding) -> BrokerResult<()> {
+        let (kind, destination) = match &binding.destination {
+            Destination::Queue(name) => (ResourceKind::Queue, name),
+            Destination::Exchange(name) => (ResourceKind::Exchange, name),
+        };
+        self.permit(cx, Operation::Write, kind, destination)?;
+        self.permit(cx, Operation::Read, ResourceKind::Exchange, &binding.source)
     }
 }
 

@@ -4,7 +4,8 @@
 use dwellmq_codec::methods::ChannelClose;
 use dwellmq_codec::{Method, ShortStr};
 
-use super::{ChannelSlot, Connection, Fault};
+use super::state::{ChannelSlot, Connection};
+use super::Fault;
 use crate::broker::connections::ForcedClose;
 
 impl Connection {
