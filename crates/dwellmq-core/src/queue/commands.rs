@@ -327,8 +327,11 @@ impl<C: Clone> QueueState<C> {
         if self.deleted {
             return;
         }
-        // Every definition is back (see `restore_paged`): the run may be read for deadlines.
-        self.awaiting_tick = false;
+        // Every definition is back (see `restore_paged`): the run may be read for deadlines,
+        // and what its first page brought past a length limit goes.
+        if std::mem::take(&mut self.awaiting_tick) {
+            self.enforce_length(fx);
+        }
         self.expire_due(now_ms, fx);
         if self.take_retries(now_ms) > 0 {
             self.deliver_ready(now_ms, None, fx);

@@ -265,12 +265,12 @@ impl<C: Clone> QueueState<C> {
             }
         }
         // A restored queue's first page is read before the dead-letter routes are back:
-        // what expired meanwhile dies at the restore's tick, not here.
+        // what expired meanwhile, or is past a length limit, dies at the restore's tick.
         if !self.awaiting_tick {
             self.expire_due(now_ms, fx);
+            self.enforce_length(fx);
         }
         self.deliver_ready(now_ms, None, fx);
-        self.enforce_length(fx);
         self.arm(now_ms, fx);
     }
 
