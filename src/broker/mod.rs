@@ -6,7 +6,6 @@
 pub(crate) mod access;
 pub(crate) mod available_memory;
 pub(crate) mod connections;
-pub(crate) mod consumer;
 pub(crate) mod dead_letter;
 pub(crate) mod delayed;
 pub(crate) mod disk_alarm;
@@ -24,6 +23,7 @@ pub(crate) mod runtime;
 pub(crate) mod scheduler;
 pub(crate) mod stats;
 pub(crate) mod test_hooks;
+pub(crate) mod tickets;
 pub(crate) mod timer_thread;
 pub(crate) mod vhost;
 

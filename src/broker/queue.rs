@@ -18,15 +18,17 @@ use dwellmq_core::queue::{
 use dwellmq_core::{BrokerError, BrokerResult, Message, QueueEntry, SpilledMessage};
 use parking_lot::Mutex;
 
-use super::consumer::Consumer;
 use super::dead_letter::pending::PendingDeadLetters;
 use super::memory::BulkCharge;
-use super::persist::{DefinitionWrites, PublishTicket};
+use super::persist::DefinitionWrites;
 use super::rates::QueueCounters;
 use super::runtime::Runtime;
 use super::stats::DeliveryTotals;
+use super::tickets::PublishTicket;
 use super::vhost::VHost;
+use consumer::Consumer;
 
+pub(crate) mod consumer;
 mod kept_dead_letters;
 pub(crate) mod page_reader;
 mod store_writes;
@@ -575,7 +577,7 @@ impl Queue {
         };
         let progress = self.progress.clone();
         let queue = Arc::downgrade(self);
-        super::persist::submit_counted(store, vec![op], ticket, move |outcome| {
+        super::tickets::submit_counted(store, vec![op], ticket, move |outcome| {
             if let Err(e) = outcome {
                 tracing::warn!(error = %e, "persisting a message failed; it is persisted again");
             }

@@ -510,7 +510,7 @@ impl VHost {
             Destination::Queue(queue.name.clone()),
             &mut orphaned,
         );
-        super::consumer::notify_cancelled(&consumers);
+        super::queue::consumer::notify_cancelled(&consumers);
         self.forget_held(&orphaned);
     }
 
@@ -724,7 +724,7 @@ impl VHost {
         super::persist::exchanges_deleted(&self.runtime, &self.name, &orphaned, writes);
         // Its consumers hear of it (`basic.cancel` where they asked for it), and what the
         // orphaned auto-delete exchanges held goes with them.
-        super::consumer::notify_cancelled(&consumers);
+        super::queue::consumer::notify_cancelled(&consumers);
         self.forget_held(&orphaned);
         Ok(DeletedQueue {
             message_count,

@@ -11,8 +11,8 @@ use super::{Channel, ConnContext};
 use crate::broker::access::{Operation, ResourceKind};
 use dwellmq_core::queue::ConsumerCredit;
 
-use crate::broker::consumer::{next_consumer_id, Consumer, DeliverySink};
 use crate::broker::persist::DefinitionWrites;
+use crate::broker::queue::consumer::{next_consumer_id, Consumer, DeliverySink};
 use crate::broker::reply_to::REPLY_QUEUE;
 
 impl Channel {

@@ -25,7 +25,7 @@ use settle::{Return, Settlement};
 use super::delivery::{DeliveryChannel, Unacked};
 use crate::broker::access::{AccessCache, Operation, ResourceKind};
 use crate::broker::connections::ChannelSummary;
-use crate::broker::consumer::Consumer;
+use crate::broker::queue::consumer::Consumer;
 use crate::broker::queue::{ConnectionId, Queue};
 use crate::broker::rates::ChannelCounters;
 use crate::broker::stats::MessageCounts;
