@@ -39,8 +39,9 @@ impl BrokerHandle {
         self.state.runtime.hooks.binds.open();
     }
 
-    /// Binds paused now.
-    pub fn binds_paused(&self) -> usize {
-        self.state.runtime.hooks.binds.waiting()
+    /// Binds that stopped at the pause since [`BrokerHandle::pause_binds`], those that went on
+    /// since included.
+    pub fn binds_stopped(&self) -> usize {
+        self.state.runtime.hooks.binds.stopped()
     }
 }
