@@ -22,7 +22,7 @@ mod policies;
 mod publish_get;
 mod queue_shape;
 mod queues;
-mod sampler;
+pub(crate) mod sampler;
 mod test_clock;
 mod test_faults;
 mod test_inspect;
