@@ -179,13 +179,11 @@ impl<F> Confirmed for F
 where
     F: std::future::Future<Output = lapin::Result<PublisherConfirm>> + Send,
 {
-    fn confirmed(self) -> impl std::future::Future<Output = lapin::Result<Confirmation>> + Send {
-        async move {
-            let confirm = bounded("basic.publish (sending it)", self)
-                .await
-                .expect("publish sent");
-            bounded("the publisher confirm", confirm).await
-        }
+    async fn confirmed(self) -> lapin::Result<Confirmation> {
+        let confirm = bounded("basic.publish (sending it)", self)
+            .await
+            .expect("publish sent");
+        bounded("the publisher confirm", confirm).await
     }
 }
 
