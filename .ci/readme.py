@@ -19,10 +19,10 @@
    .ci/run's wheel step builds, installs and tests the wheel with.
 4. Builds a scratch crate whose Cargo.toml has the README's dependency lines (the `path` pointing
    at this checkout) and runs the README's Rust example in it as a test; checks that
-   tests/amqp/readme_example.rs is the same code (it runs with `cargo test --workspace`); and checks
+   tests/amqp/readme_example.rs is the same code (it runs with the README's test command); and checks
    that the library without default features pulls in none of the binary's dependencies.
 
-The commands `cargo test --workspace`, the interop test runs and the benchmark commands are not
+The README's test command, the interop test runs and the benchmark commands are not
 repeated here: `.ci/run` runs the first ones, and benchmarks measure rather than check.
 
 Needs pika (`pip install pika==1.3.2`) and amqplib (`npm install --prefix tests/node`).

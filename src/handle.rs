@@ -5,6 +5,7 @@ mod counters;
 mod faults;
 mod inspect;
 mod listener_role;
+mod pauses;
 mod reset;
 mod restart;
 mod start;

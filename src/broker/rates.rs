@@ -42,13 +42,29 @@ struct Sample {
 }
 
 /// The last sample and rate of every object.
-#[derive(Default)]
 pub(crate) struct Rates {
     samples: Mutex<HashMap<RateKey, Sample>>,
     sweep: AtomicU64,
+    /// When the rates began: the origin of the sampler's real time.
+    started: std::time::Instant,
+}
+
+impl Default for Rates {
+    fn default() -> Self {
+        Rates {
+            samples: Mutex::default(),
+            sweep: AtomicU64::default(),
+            started: std::time::Instant::now(),
+        }
+    }
 }
 
 impl Rates {
+    /// Real time since the rates began.
+    pub(crate) fn since_start(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     /// Starts a sampling pass.
     pub(crate) fn begin_sweep(&self) -> u64 {
         self.sweep.fetch_add(1, Ordering::Relaxed) + 1
@@ -70,6 +86,13 @@ impl Rates {
     fn record_with(&self, sweep: u64, key: RateKey, at_ms: u64, counts: &Counts, signed: bool) {
         let values: Vec<u64> = counts.iter().map(|(_, n)| *n).collect();
         let mut samples = self.samples.lock();
+        if let Some(same) = samples.get_mut(&key).filter(|prev| prev.at_ms == at_ms) {
+            // A second reading at the same instant (a manual clock that did not move, the
+            // sampler and a test's sample both) changes nothing: the next rate is measured
+            // from the first.
+            same.sweep = sweep;
+            return;
+        }
         let rates = match samples.get(&key) {
             Some(prev) if at_ms > prev.at_ms && prev.counts.len() == values.len() => {
                 let seconds = (at_ms - prev.at_ms) as f64 / 1000.0;

@@ -163,6 +163,11 @@ impl Runtime {
             + 1
     }
 
+    /// How many spill ids were given out (they run from 1 to this).
+    pub(crate) fn spill_ids_issued(&self) -> u64 {
+        self.spill_ids.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The earliest moment the timer must act: a delayed release or move-in, or a queue tick.
     pub(crate) fn next_wake(&self) -> Option<u64> {
         self.delayed.next_wake()

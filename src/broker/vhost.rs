@@ -874,11 +874,14 @@ impl VHost {
             Destination::Queue(name) => {
                 let queues = self.queues.read();
                 let queue = queues.get(name).ok_or_else(|| self.no_queue(name))?;
+                // A test may stop the bind here, found and not yet added (see `TestHooks`).
+                self.runtime.hooks.binds.pass();
                 add(queue.store_id.get().is_some());
             }
             Destination::Exchange(name) => {
                 let exchanges = self.exchanges.read();
                 let exchange = exchanges.get(name).ok_or_else(|| self.no_exchange(name))?;
+                self.runtime.hooks.binds.pass();
                 add(exchange.durable);
             }
         }

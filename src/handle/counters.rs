@@ -78,4 +78,14 @@ impl BrokerHandle {
     pub fn counters(&self) -> Counters {
         counters(&self.state)
     }
+
+    /// Takes a rate sample now, as the HTTP API's sampler does on its own every 5 s (RabbitMQ's
+    /// `collect_statistics_interval`): every `_details.rate` the API shows is the increase per
+    /// second between the last two samples. Under a manual clock samples are taken at the
+    /// clock's time, so a test that samples, moves the clock and samples again gets exact
+    /// rates (a second sample at the same instant changes nothing).
+    pub async fn sample_rates(&self) {
+        let at_ms = crate::http::sampler::sample_time(&self.state);
+        crate::http::sampler::sample(&self.state, at_ms).await;
+    }
 }

@@ -135,6 +135,8 @@ fn serve(jobs: &mpsc::Receiver<Job>, reader: &Weak<ReaderInner>) {
         match job.task {
             Task::Read(request) => {
                 let page = queue.read_page(request, &RETRY_PAUSES);
+                // A test may hold the page here: in flight, read and not yet handed over.
+                queue.runtime.hooks.page_reads.pass();
                 queue.page_in(request, page);
             }
             Task::Nudge(at) => {
