@@ -1,4 +1,6 @@
-//! Applying a batch of ops inside one write transaction.
+//! Applying a batch of ops inside one write transaction (the stream tables' ops in `stream`).
+
+mod stream;
 
 use std::collections::BTreeMap;
 
@@ -9,7 +11,7 @@ use crate::layout::{
     pair, push_held_due_entry, HeldDueRecord, BINDINGS, DELAYED_EXCHANGES, EXCHANGES, HELD_DUE,
     HELD_MESSAGES, MESSAGES, MESSAGE_STATE, META, META_NEXT_DELAYED_EXCHANGE,
     META_NEXT_DELAYED_SEQ, META_NEXT_QUEUE_ID, PERMISSIONS, POLICIES, QUEUES, QUEUE_COUNTS,
-    SPILLED, USERS, VHOSTS,
+    SPILLED, STREAMS, STREAM_INDEX, STREAM_LOG, USERS, VHOSTS,
 };
 use crate::ops::Op;
 use crate::queue_counts::CountChanges;
@@ -37,6 +39,11 @@ pub(crate) struct Tables<'t> {
     held_messages: T<'t>,
     queue_counts: T<'t>,
     spilled: T<'t>,
+    streams: T<'t>,
+    stream_index: T<'t>,
+    stream_log: T<'t>,
+    /// What this batch changes in `streams` and `stream_index`, written once before the commit.
+    stream_changes: stream::StreamChanges,
     /// What this batch changes in `queue_counts`, written once before the commit.
     count_changes: CountChanges,
     /// The `delayed_exchanges` rows (by `str16 vhost ‖ str16 exchange`), read at the batch's
@@ -107,6 +114,10 @@ impl<'t> Tables<'t> {
             held_messages: tx.open_table(HELD_MESSAGES)?,
             queue_counts: tx.open_table(QUEUE_COUNTS)?,
             spilled: tx.open_table(SPILLED)?,
+            streams: tx.open_table(STREAMS)?,
+            stream_index: tx.open_table(STREAM_INDEX)?,
+            stream_log: tx.open_table(STREAM_LOG)?,
+            stream_changes: Default::default(),
             count_changes: CountChanges::default(),
             held_by: None,
             last_hold_name: None,
@@ -198,6 +209,7 @@ impl<'t> Tables<'t> {
                 let ids = queue_ids(&self.queues, &prefix)?;
                 for id in ids {
                     self.purge(id)?;
+                    self.drop_stream(id)?;
                 }
                 self.drop_held_under(&prefix)?;
                 for table in [
@@ -226,7 +238,8 @@ impl<'t> Tables<'t> {
             Op::PutQueue(q) => put(&mut self.queues, &q.key(), &q.value()),
             Op::DeleteQueue { vhost, name, id } => {
                 remove(&mut self.queues, &name_key(&[vhost, name]))?;
-                self.purge(*id)
+                self.purge(*id)?;
+                self.drop_stream(*id)
             }
             Op::PutBinding(b) => put(&mut self.bindings, &b.key(), &[]),
             Op::DeleteBinding(b) => remove(&mut self.bindings, &b.key()),
@@ -358,6 +371,18 @@ impl<'t> Tables<'t> {
                 Ok(())
             }
             Op::Release { id } => self.release_held(id.due_ms, id.seq),
+            Op::StreamAppend {
+                stream,
+                offset,
+                timestamp_ms,
+                segment,
+                chunk,
+                message,
+            } => self.stream_append(*stream, *offset, *timestamp_ms, (*segment, *chunk), message),
+            Op::StreamTruncate {
+                stream,
+                before_offset,
+            } => self.stream_truncate(*stream, *before_offset),
         }
     }
 

@@ -66,7 +66,8 @@ impl Carry {
 /// - a state write, by a later one or a forget of its message;
 /// - a persist, by a later forget of its message (the forget stays: the persist may have
 ///   reached the disk with a commit that failed late, and then it must go);
-/// - a forget, a release, a purge, a range removal or an unspill, by the same op later.
+/// - a forget, a release, a purge, a range removal or an unspill, by the same op later;
+/// - a stream's truncation, by a later one of the same stream that cuts as far or further.
 ///
 /// Holds stay (one may be on disk already, and its release decides). Returns how many went.
 fn compact(ops: &mut Vec<Op>) -> usize {
@@ -79,6 +80,8 @@ fn compact(ops: &mut Vec<Op>) -> usize {
     let mut stated: HashSet<(u64, u64)> = HashSet::new();
     let mut released: HashSet<DeadlineId> = HashSet::new();
     let mut purged: HashSet<u64> = HashSet::new();
+    // The highest cut a later truncation of each stream makes.
+    let mut truncated: std::collections::HashMap<u64, u64> = Default::default();
     let mut ranges: HashSet<Range> = HashSet::new();
     let mut keep = vec![true; ops.len()];
     for (at, op) in ops.iter().enumerate().rev() {
@@ -100,6 +103,15 @@ fn compact(ops: &mut Vec<Op>) -> usize {
                 from_seq,
                 end_seq,
             } => ranges.insert(Range::Unspill(*spill, *from_seq, *end_seq)),
+            Op::StreamTruncate {
+                stream,
+                before_offset,
+            } => {
+                let later = truncated.entry(*stream).or_default();
+                let needed = *before_offset > *later;
+                *later = (*later).max(*before_offset);
+                needed
+            }
             _ => true,
         };
     }

@@ -386,6 +386,9 @@ impl Writer {
                 .finish_delayed()
                 .map_err(|e| storage_error(path, e))?;
             tables
+                .finish_streams()
+                .map_err(|e| storage_error(path, e))?;
+            tables
                 .raise_counters(
                     next_delayed_seq,
                     self.counters.next_queue_id.load(Ordering::Acquire),
@@ -399,10 +402,15 @@ impl Writer {
     fn injected_failure(&self, batch: &[Submission]) -> bool {
         let to_fail = &self.counters.commits_to_fail;
         to_fail.load(Ordering::Relaxed) != 0
-            && batch
-                .iter()
-                .flat_map(|s| &s.ops)
-                .any(|op| matches!(op, Op::Persist { .. } | Op::Hold { .. } | Op::Spill { .. }))
+            && batch.iter().flat_map(|s| &s.ops).any(|op| {
+                matches!(
+                    op,
+                    Op::Persist { .. }
+                        | Op::Hold { .. }
+                        | Op::Spill { .. }
+                        | Op::StreamAppend { .. }
+                )
+            })
             && to_fail
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
                 .is_ok()
