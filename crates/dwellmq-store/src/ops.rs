@@ -178,8 +178,9 @@ pub enum Op {
         message: Payload,
     },
     /// Retention dropped a stream's segments before `before_offset` (core's
-    /// `StreamEffect::Truncate`, always a segment's first offset): its records and index
-    /// entries below it go. Retried like every removal.
+    /// `StreamEffect::Truncate`): its records and index entries below it go. Retried like
+    /// every removal. `before_offset` must start an index entry (core cuts at a segment's
+    /// first offset, which starts its first chunk): an entry that began below it goes whole.
     StreamTruncate {
         /// The stream.
         stream: u64,
