@@ -192,9 +192,7 @@ fn enqueue(
             // An injected fault: the message enters the queue later, in broker time.
             let due_ms = runtime.clock.now_ms().saturating_add(delay.delay_ms);
             let held = Arc::clone(message);
-            runtime
-                .scheduler
-                .deliver_later(&queue, held, due_ms, &delay.pending);
+            queue.deliver_later(held, due_ms, &delay.pending);
             if let Some(taken) = taken.as_deref_mut() {
                 taken.push(queue.name.clone());
             }

@@ -27,6 +27,7 @@ use super::runtime::Runtime;
 use super::stats::DeliveryTotals;
 use super::vhost::VHost;
 
+mod deadline;
 mod kept_dead_letters;
 pub(crate) mod page_reader;
 mod store_writes;
@@ -422,7 +423,7 @@ impl Queue {
                     });
                 }
                 Effect::Dropped { reason } => self.runtime.deaths.dropped(reason),
-                Effect::Arm { at_ms } => self.runtime.scheduler.arm_queue(at_ms, self),
+                Effect::Arm { at_ms } => self.arm(at_ms),
                 Effect::Expire => after.expire = true,
                 // Submitted under the queue's lock, so that the store sees a message's
                 // persist before its forget.

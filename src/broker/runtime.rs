@@ -62,7 +62,7 @@ pub(crate) struct Runtime {
     pub(crate) clock: SharedClock,
     pub(crate) memory: Arc<MemoryMonitor>,
     /// Every deadline: queue ticks, delayed releases, the test double's delayed deliveries.
-    pub(crate) scheduler: Arc<Scheduler>,
+    pub(crate) scheduler: Arc<Scheduler<DelayedMessages>>,
     /// Messages held by delayed exchanges (a client of `scheduler`).
     pub(crate) delayed: Arc<DelayedMessages>,
     pub(crate) timer: Arc<TimerControl>,
@@ -112,10 +112,7 @@ impl Runtime {
         let names = Arc::new(NameGenerator::new(name_seed));
         let timer = Arc::new(TimerControl::default());
         let scheduler = Arc::new(Scheduler::new(now, Arc::clone(&timer)));
-        let delayed = Arc::new(DelayedMessages::with_scheduler(
-            Arc::clone(&scheduler),
-            Arc::clone(&memory),
-        ));
+        let delayed = DelayedMessages::with_scheduler(Arc::clone(&scheduler), Arc::clone(&memory));
         if let Some(store) = &store {
             delayed.set_store(Arc::clone(store));
         }

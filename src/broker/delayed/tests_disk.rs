@@ -53,7 +53,7 @@ impl Drop for TempStore {
 
 /// A holder at time 0 whose durable exchanges hold on `temp`'s store, beyond the horizon on
 /// disk only.
-pub(super) fn on_disk(temp: &TempStore, memory: Arc<MemoryMonitor>) -> DelayedMessages {
+pub(super) fn on_disk(temp: &TempStore, memory: Arc<MemoryMonitor>) -> Arc<DelayedMessages> {
     let delayed = DelayedMessages::new(0, memory);
     delayed.set_store(Arc::clone(&temp.store));
     delayed.attach_disk(Arc::clone(&temp.store), 0);
@@ -224,7 +224,7 @@ fn a_page_read_outside_the_lock_keeps_holds_and_releases_that_committed_during_t
     // As under the system clock: holds leave the index to the disk mover.
     delayed.hand_disk_to_mover();
     // Nothing fell due while the broker was down: the catch-up window is done with.
-    assert_eq!(delayed.next_disk_move(), None);
+    assert_eq!(delayed.next_disk_move(0), None);
     let hold = |due: u64| delayed.hold(&vhost, &exchange, message(due.to_be_bytes().to_vec()), due);
     // Ten held and committed: the window has not read them yet.
     for i in 0..10 {
@@ -263,12 +263,13 @@ fn a_page_read_outside_the_lock_keeps_holds_and_releases_that_committed_during_t
     // cancelled one is not back, and the two beyond are left to the next page.
     assert_eq!(delayed.disk_resident(), Some((12, 14)));
     // As the disk mover and the timer thread would: every deadline at its time.
-    let mut released = 0;
+    let (mut released, mut now) = (0, 0);
     loop {
-        let (move_at, wake_at) = (delayed.next_disk_move(), delayed.next_wake());
-        let Some(now) = [move_at, wake_at].into_iter().flatten().min() else {
+        let (move_at, wake_at) = (delayed.next_disk_move(now), delayed.next_wake());
+        let Some(at) = [move_at, wake_at].into_iter().flatten().min() else {
             break;
         };
+        now = at;
         if move_at.is_some_and(|at| at <= now) {
             delayed.move_in_disk(now);
         }
@@ -370,7 +371,7 @@ fn a_deleted_exchange_whose_namesake_already_published_loses_only_its_own_messag
 fn a_move_in_does_not_release_bodies_read_ahead_before_their_exchanges_deletion() {
     let temp = TempStore::new("disk-tier-read-ahead-purge");
     let (vhost, exchange, queue) = durable_setup();
-    let delayed = Arc::new(on_disk(&temp, MemoryMonitor::new(u64::MAX)));
+    let delayed = on_disk(&temp, MemoryMonitor::new(u64::MAX));
     for due in [DAY_MS, DAY_MS + 1] {
         delayed.hold(&vhost, &exchange, message(due.to_be_bytes().to_vec()), due);
     }

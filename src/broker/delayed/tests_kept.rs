@@ -65,7 +65,7 @@ fn restart_keeping(
     (m, other_due): (u64, impl Fn(u64) -> u64),
     now_ms: u64,
     memory: &Arc<MemoryMonitor>,
-) -> DelayedMessages {
+) -> Arc<DelayedMessages> {
     {
         let before = on_disk(temp, MemoryMonitor::new(u64::MAX));
         for i in 0..n {

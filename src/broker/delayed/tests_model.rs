@@ -38,7 +38,7 @@ impl Rng {
 /// One form under test: its holder, exchange and the queue it releases into.
 struct Form {
     name: &'static str,
-    delayed: DelayedMessages,
+    delayed: Arc<DelayedMessages>,
     vhost: Arc<VHost>,
     exchange: Arc<Exchange>,
     queue: Arc<Queue>,

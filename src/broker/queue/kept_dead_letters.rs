@@ -168,7 +168,7 @@ impl Queue {
         }
         if let Some(at) = arm {
             // The scheduler wakes its timer itself when this is its earliest deadline.
-            self.runtime.scheduler.arm_queue(at, self);
+            self.arm(at);
         }
     }
 
