@@ -3,6 +3,7 @@
 mod clock;
 mod counters;
 mod faults;
+mod held;
 mod inspect;
 mod listener_role;
 mod reset;
@@ -20,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use dwellmq_timer::Clock;
 
-use crate::broker::delayed::{DelayedId, DelayedMessageInfo};
+use crate::broker::delayed::{DelayedId, DelayedMessageInfo, DelayedMove, MoveDelayedError};
 use crate::broker::BrokerState;
 use crate::config::{Policy, PolicyError};
 pub(crate) use clock::{release_due, settle};
@@ -29,6 +30,7 @@ pub use counters::{Counters, DEATH_REASONS};
 pub use dwellmq_core::queue::DeathReason;
 pub use faults::FaultError;
 pub(crate) use faults::{delay_deliveries, force_close};
+pub(crate) use held::move_held;
 pub use inspect::PeekedMessage;
 pub use listener_role::ListenerRole;
 pub(crate) use reset::reset;
@@ -349,6 +351,19 @@ impl BrokerHandle {
     /// Cancels one held message by id; false if it is unknown or already released.
     pub fn cancel_delayed(&self, id: DelayedId) -> bool {
         self.state.delayed.cancel(id)
+    }
+
+    /// Moves one held message to another due time: [`DelayedMove::Now`] releases it at once,
+    /// `At` and `After` hold it until then (not in the past, at most ten years ahead). Its
+    /// headers (`x-delay` as published), body and properties stay; it is released once, at its
+    /// new time. Returns its new id: an id names its due time. A durable exchange's message
+    /// moves in one store commit (a crash leaves it at its old time or its new one).
+    pub fn move_delayed(
+        &self,
+        id: DelayedId,
+        to: DelayedMove,
+    ) -> Result<DelayedId, MoveDelayedError> {
+        held::move_held(&self.state, None, id, to)
     }
 
     /// Drops every message held by a delayed exchange; returns how many.

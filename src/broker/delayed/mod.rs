@@ -11,7 +11,8 @@
 //! - [`hold`]: a published message is held (in the scheduler, or on disk only);
 //! - [`release`]: a due one is released, and everything a release touches;
 //! - [`disk`]: the disk tier and its moving in;
-//! - [`cancel`], [`purge`], [`listing`]: what an operator does and sees.
+//! - [`cancel`], [`relocate`] (move one to another due time), [`purge`], [`listing`]: what an
+//!   operator does and sees.
 //!
 //! Small messages are held packed ([`dwellmq_core::PackedMessage`]): a message that waits a
 //! minute must not keep the publisher's whole read buffer alive for that minute.
@@ -26,6 +27,7 @@ pub(crate) mod lateness;
 mod listing;
 mod purge;
 mod release;
+mod relocate;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -46,6 +48,7 @@ use held::{ExchangeKey, Kept};
 pub use info::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
 pub(crate) use listing::ListPage;
 pub(crate) use purge::PauseAt;
+pub use relocate::{DelayedMove, MoveDelayedError};
 
 /// The broker's scheduler, with the delayed exchanges as its holder.
 pub(crate) type Scheduler = super::scheduler::Scheduler<DelayedMessages>;
@@ -89,6 +92,13 @@ fn key_of(vhost: &ShortStr, exchange: &ShortStr) -> ExchangeKey {
 
 fn id_of(id: DelayedId) -> DeadlineId {
     DeadlineId {
+        due_ms: id.due_ms,
+        seq: id.seq,
+    }
+}
+
+fn delayed_id(id: DeadlineId) -> DelayedId {
+    DelayedId {
         due_ms: id.due_ms,
         seq: id.seq,
     }
@@ -327,3 +337,5 @@ mod tests_disk;
 mod tests_kept;
 #[cfg(test)]
 mod tests_model;
+#[cfg(test)]
+mod tests_move;
