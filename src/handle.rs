@@ -178,8 +178,8 @@ impl BrokerHandle {
     pub fn release_retries(&self, vhost: &str, queue: &str) -> usize {
         self.state
             .vhost(vhost)
-            .and_then(|v| v.queue(queue).ok())
-            .map_or(0, |q| q.release_retries())
+            .and_then(|v| Some((v.queue(queue).ok()?, v)))
+            .map_or(0, |(q, v)| q.release_retries(&*v))
     }
 
     /// Adds or replaces (by name) a policy in `vhost` and applies it at once to the queues and
@@ -440,12 +440,13 @@ impl BrokerHandle {
 
 /// A queue snapshot, for the handle and the test endpoints.
 pub(crate) fn queue_info(state: &BrokerState, vhost: &str, queue: &str) -> Option<QueueInfo> {
-    let queue = state.vhost(vhost)?.queue(queue).ok()?;
+    let vhost = state.vhost(vhost)?;
+    let queue = vhost.queue(queue).ok()?;
     let retrying = queue.retrying();
-    let figures = queue.figures();
+    let figures = queue.figures(&*vhost);
     Some(QueueInfo {
         name: queue.name.to_string(),
-        messages: queue.message_count(),
+        messages: queue.message_count(&*vhost),
         consumers: queue.consumer_count(),
         unacked: queue.unacked_count(),
         retrying: retrying.len(),

@@ -6,9 +6,9 @@
 pub(crate) mod access;
 pub(crate) mod available_memory;
 pub(crate) mod connections;
-pub(crate) mod dead_letter;
 pub(crate) mod delayed;
 pub(crate) mod disk_alarm;
+pub(crate) mod effects;
 pub(crate) mod exchange;
 pub(crate) mod free_space;
 pub(crate) mod memory;

@@ -217,7 +217,7 @@ pub(crate) fn exchanges_deleted(
 /// meanwhile; a kept queue's messages and bindings stay kept.
 pub(crate) fn queue_declared(
     runtime: &Runtime,
-    vhost: &Weak<VHost>,
+    vhost: &VHost,
     queue: &Arc<Queue>,
     writes: DefinitionWrites<'_>,
 ) -> Option<Vec<(BindingDef, String)>> {
@@ -238,7 +238,7 @@ pub(crate) fn queue_declared(
             },
         );
     if let Some(kept) = &reattached {
-        match recover::load_kept_messages(&runtime.memory, store, queue, kept.queue) {
+        match recover::load_kept_messages(vhost, &runtime.memory, store, queue, kept.queue) {
             Ok(count) => tracing::info!(
                 vhost = %queue.vhost, queue = %queue.name, id, messages = count,
                 "a declare took back a queue the restore kept"
@@ -250,7 +250,7 @@ pub(crate) fn queue_declared(
         }
     }
     let bindings = reattached.as_ref().map(|kept| kept.bindings.clone());
-    let (undo_in, undo_queue) = (Weak::clone(vhost), Arc::clone(queue));
+    let (undo_in, undo_queue) = (Weak::clone(vhost.me()), Arc::clone(queue));
     let ops = vec![Op::PutQueue(queue_def(queue, id))];
     write_or_undo(store, ops, writes, move || {
         let Some(vhost) = undo_in.upgrade() else {

@@ -23,6 +23,7 @@ use dwellmq_core::queue::PublishOutcome;
 use super::exchange::{Exchange, ExchangeKind};
 use super::memory::MemoryMonitor;
 use super::persist::PublishTicket;
+use super::queue::QueueOwner;
 use super::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
 use super::runtime::Runtime;
 use super::vhost::{Routing, VHost};
@@ -192,15 +193,16 @@ fn enqueue(
             // An injected fault: the message enters the queue later, in broker time.
             let due_ms = runtime.clock.now_ms().saturating_add(delay.delay_ms);
             let held = Arc::clone(message);
+            let owner = QueueOwner::weak(&**vhost);
             runtime
                 .scheduler
-                .deliver_later(&queue, held, due_ms, &delay.pending);
+                .deliver_later(&queue, owner, held, due_ms, &delay.pending);
             if let Some(taken) = taken.as_deref_mut() {
                 taken.push(queue.name.clone());
             }
             continue;
         }
-        let outcome = queue.publish_confirmed(Arc::clone(message), ticket);
+        let outcome = queue.publish_confirmed(&**vhost, Arc::clone(message), ticket);
         if outcome == PublishOutcome::Rejected {
             rejected = true;
         } else if let Some(taken) = taken.as_deref_mut() {

@@ -113,7 +113,8 @@ pub(crate) struct VHost {
     exchanges: RwLock<HashMap<ShortStr, Arc<Exchange>>>,
     queues: RwLock<HashMap<ShortStr, Arc<Queue>>>,
     runtime: Arc<Runtime>,
-    /// This vhost, for its queues (dead-lettering, `x-expires`).
+    /// This vhost, for what outlives a call: undoing a failed write, and the owner its
+    /// queues' page reads, store completions and ticks carry (`QueueOwner::weak`).
     me: Weak<VHost>,
     policies: RwLock<Policies>,
     /// Queues that keep dead-lettered messages not every target took (at-least-once
@@ -227,6 +228,11 @@ impl VHost {
             .get(name)
             .cloned()
             .ok_or_else(|| self.no_exchange(name))
+    }
+
+    /// This vhost, for what outlives a call (the undo of a failed write, a queue's tick).
+    pub(crate) fn me(&self) -> &Weak<VHost> {
+        &self.me
     }
 
     /// What this vhost's queues share (clock, scheduler, store, test hooks).
@@ -594,7 +600,7 @@ impl VHost {
             let existing = Arc::clone(existing);
             drop(queues);
             QueueTotals::bump(&self.runtime.queue_totals.declared);
-            existing.redeclared();
+            existing.redeclared(self);
             return Ok(existing);
         }
         let config = arguments::parse_queue_arguments(
@@ -620,12 +626,12 @@ impl VHost {
         // Its store id is set and its definition submitted before anyone can see it: a message
         // published to it at once is stored under that id, after the definition (and after
         // the messages of a kept queue it takes back).
-        let kept_bindings = super::persist::queue_declared(&self.runtime, &self.me, &queue, writes);
+        let kept_bindings = super::persist::queue_declared(&self.runtime, self, &queue, writes);
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
         QueueTotals::bump(&self.runtime.queue_totals.declared);
         QueueTotals::bump(&self.runtime.queue_totals.created);
-        queue.start(self.me.clone());
+        queue.start(self);
         if let Some(bindings) = kept_bindings {
             // As a restore would: its kept bindings whose source exists are back, a paging
             // queue's first page is read, what expired meanwhile dies, deadlines are armed.
@@ -635,8 +641,8 @@ impl VHost {
                     Err(why) => tracing::info!(%reported, %why, "a kept binding stays kept"),
                 }
             }
-            queue.read_first_page();
-            queue.tick();
+            queue.read_first_page(self);
+            queue.tick(self);
         }
         Ok(queue)
     }
@@ -700,7 +706,7 @@ impl VHost {
                 name, self.name
             )));
         }
-        if if_empty && queue.message_count() > 0 {
+        if if_empty && queue.message_count(self) > 0 {
             return Err(BrokerError::PreconditionFailed(format!(
                 "queue '{}' in vhost '{}' not empty",
                 name, self.name
@@ -835,7 +841,7 @@ impl VHost {
         }
         drop(policies);
         for (queue, policy) in queues.iter().zip(&for_queues) {
-            queue.apply_policy(policy.as_ref());
+            queue.apply_policy(self, policy.as_ref());
         }
     }
 
@@ -908,7 +914,7 @@ impl VHost {
             list.iter().filter_map(Weak::upgrade).collect()
         };
         for queue in keeping {
-            queue.retry_dead_letters(true);
+            queue.retry_dead_letters(self, true);
         }
     }
 

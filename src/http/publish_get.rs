@@ -105,9 +105,14 @@ pub(crate) struct Got {
 
 /// `basic.get` `count` times; with `requeue` the messages go back (marked redelivered), else
 /// they are acknowledged at once.
-pub(crate) fn get_messages(queue: &Arc<Queue>, count: usize, requeue: bool) -> Vec<Got> {
+pub(crate) fn get_messages(
+    vhost: &VHost,
+    queue: &Arc<Queue>,
+    count: usize,
+    requeue: bool,
+) -> Vec<Got> {
     queue
-        .take_for_inspection(count, requeue)
+        .take_for_inspection(vhost, count, requeue)
         .into_iter()
         .map(|(entry, remaining)| Got {
             message: entry.message,
@@ -218,9 +223,9 @@ pub(crate) async fn get(
             )))
         }
     };
-    let queue = find_queue(&api, &user, &vhost, &name)?;
+    let (home, queue) = find_queue(&api, &user, &vhost, &name)?;
     user.permit(&vhost, Operation::Read, ResourceKind::Queue, &name)?;
-    let got = get_messages(&queue, body.count.min(MAX_GET), requeue);
+    let got = get_messages(&home, &queue, body.count.min(MAX_GET), requeue);
     let list: Vec<Value> = got
         .iter()
         .map(|g| got_json(g, base64_only, body.truncate))
@@ -276,7 +281,7 @@ pub(crate) async fn aliveness(
         0,
     )?;
     // Whatever an earlier, interrupted test left behind must not be mistaken for this one's.
-    queue.purge();
+    queue.purge(&*vhost);
     publish_message(
         &api.state,
         &vhost,
@@ -286,7 +291,7 @@ pub(crate) async fn aliveness(
         Bytes::from_static(b"test_message"),
         &user.user.name,
     )?;
-    let got = get_messages(&queue, 1, false);
+    let got = get_messages(&vhost, &queue, 1, false);
     if got.first().is_some_and(|g| g.message.body_len() == 12) {
         Ok(Json(json!({"status": "ok"})).into_response())
     } else {

@@ -67,7 +67,7 @@ pub(crate) async fn queue(
     Ok(Json(json!({
         "vhost": vhost.name.as_str(),
         "name": queue.name.as_str(),
-        "ready": queue.message_count(),
+        "ready": queue.message_count(&*vhost),
         "unacked": queue.unacked_count(),
         "consumers": queue.consumer_count(),
         "held": {

@@ -1096,7 +1096,7 @@ mod tests {
         // through the dead exchange's bindings.
         vhost.delete_exchange("d", false).unwrap();
         assert_eq!(delayed.release_due(10), 1);
-        assert_eq!(queue.message_count(), 0);
+        assert_eq!(queue.message_count(&*vhost), 0);
         assert_eq!(delayed.unroutable(), 0);
         assert_eq!(delayed.forget_exchange(&"/".into(), &"d".into()), 1);
         assert_eq!(delayed.len(), 0);
@@ -1122,7 +1122,7 @@ mod tests {
         // Released straight from either tier once due, even with no move-in in between.
         delayed.hold(&vhost, &exchange, message(b"m"), 9_000);
         assert_eq!(delayed.release_due(10_000), 102);
-        assert_eq!(queue.message_count(), 102);
+        assert_eq!(queue.message_count(&*vhost), 102);
         assert_eq!(delayed.next_wake(), None);
     }
 }

@@ -14,12 +14,12 @@ use dwellmq_store::{
     BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Snapshot, Store, StoreError,
 };
 
-use crate::broker::dead_letter::pending::reason_of_code;
 use crate::broker::exchange::{DeclaredType, ExchangeKind};
 use crate::broker::memory::MemoryMonitor;
 use crate::broker::persist::kept::KeptQueue;
 use crate::broker::persist::DefinitionWrites;
-use crate::broker::queue::Queue;
+use crate::broker::queue::kept_dead_letters::reason_of_code;
+use crate::broker::queue::{Queue, QueueOwner};
 use crate::broker::vhost::{ExchangeSpec, QueueSpec, VHost};
 use crate::broker::BrokerState;
 
@@ -73,8 +73,8 @@ pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
     // Now that every definition is back (dead-letter exchanges, their bindings and target
     // queues): messages whose TTL passed while the broker was down expire, dead-lettered
     // where their queue says, and the deadlines of the others are armed.
-    for queue in &queues {
-        queue.tick();
+    for (vhost, queue) in &queues {
+        queue.tick(&**vhost);
     }
     tracing::info!(
         path = %store.path().display(),
@@ -92,7 +92,7 @@ pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
 }
 
 /// What a restore leaves to do: its report and the queues it restored.
-type RestoreOutcome = (Restored, Vec<Arc<Queue>>);
+type RestoreOutcome = (Restored, Vec<(Arc<VHost>, Arc<Queue>)>);
 
 fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcome, RecoveryError> {
     let snapshot = store.snapshot()?;
@@ -143,10 +143,10 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
             .find(|(id, _)| *id == q.id)
             .map_or(0, |&(_, seq)| seq);
         match restore_queue(state, &snapshot, q, next_seq) {
-            Ok((queue, count)) => {
+            Ok((vhost, queue, count)) => {
                 restored.queues += 1;
                 restored.messages += count;
-                queues.push(queue);
+                queues.push((vhost, queue));
             }
             Err(why) => {
                 skip(&mut restored, "queue", &q.vhost, &q.name, &why);
@@ -325,14 +325,14 @@ fn restore_exchange(state: &BrokerState, x: &ExchangeDef) -> Result<(), String> 
         .map_err(|e| e.to_string())
 }
 
-/// Declares the queue under its stored id and loads its messages page by page; returns it
-/// and how many.
+/// Declares the queue under its stored id and loads its messages page by page; returns its
+/// vhost, the queue and how many.
 fn restore_queue(
     state: &BrokerState,
     snapshot: &Snapshot,
     q: &QueueDef,
     next_seq: u64,
-) -> Result<(Arc<Queue>, usize), String> {
+) -> Result<(Arc<VHost>, Arc<Queue>, usize), String> {
     let vhost = state
         .vhost(&q.vhost)
         .ok_or_else(|| format!("no vhost '{}'", q.vhost))?;
@@ -357,12 +357,18 @@ fn restore_queue(
     if queue.pages() {
         // Counted, not read: the first page is read when a consumer or a get wants it.
         let stored = snapshot.queue_stored(q.id).map_err(|e| e.to_string())?;
-        queue.restore_paged(stored.first_seq, stored.count, stored.bytes, next_seq);
-        return Ok((queue, stored.count as usize));
+        queue.restore_paged(
+            &*vhost,
+            stored.first_seq,
+            stored.count,
+            stored.bytes,
+            next_seq,
+        );
+        return Ok((vhost, queue, stored.count as usize));
     }
-    let count = load_messages(&state.memory, snapshot, &queue, q.id, next_seq)
+    let count = load_messages(&*vhost, &state.memory, snapshot, &queue, q.id, next_seq)
         .map_err(|e| e.to_string())?;
-    Ok((queue, count))
+    Ok((vhost, queue, count))
 }
 
 /// Takes back the messages stored under a kept queue's id into `queue`, which a declare gave
@@ -371,6 +377,7 @@ fn restore_queue(
 /// its vhost), any other with its messages loaded page by page. Returns how many. The caller
 /// ticks it once it is in its vhost.
 pub(crate) fn load_kept_messages(
+    owner: &dyn QueueOwner,
     memory: &Arc<MemoryMonitor>,
     store: &Store,
     queue: &Arc<Queue>,
@@ -379,14 +386,21 @@ pub(crate) fn load_kept_messages(
     let snapshot = store.snapshot()?;
     if queue.pages() {
         let stored = snapshot.queue_stored(kept.id)?;
-        queue.restore_run(stored.first_seq, stored.count, stored.bytes, kept.next_seq);
+        queue.restore_run(
+            owner,
+            stored.first_seq,
+            stored.count,
+            stored.bytes,
+            kept.next_seq,
+        );
         return Ok(stored.count as usize);
     }
-    load_messages(memory, &snapshot, queue, kept.id, kept.next_seq)
+    load_messages(owner, memory, &snapshot, queue, kept.id, kept.next_seq)
 }
 
 /// Loads the messages stored under `id` into `queue`, page by page; returns how many.
 fn load_messages(
+    owner: &dyn QueueOwner,
     memory: &Arc<MemoryMonitor>,
     snapshot: &Snapshot,
     queue: &Arc<Queue>,
@@ -402,14 +416,14 @@ fn load_messages(
         let full = page.len() == PAGE;
         let (entries, dead_letters) = entries(memory, queue, page);
         count += entries.len() + dead_letters.len();
-        queue.restore(entries, next_seq);
-        queue.restore_dead_letters(dead_letters);
+        queue.restore(owner, entries, next_seq);
+        queue.restore_dead_letters(owner, dead_letters);
         if !full {
             break;
         }
     }
     // Even an empty queue continues its numbering.
-    queue.restore(Vec::new(), next_seq);
+    queue.restore(owner, Vec::new(), next_seq);
     Ok(count)
 }
 

@@ -25,7 +25,7 @@ use dwellmq_core::Message;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::delayed::{Book, DelayedMessages, Held, ReleaseScratch};
-use super::queue::Queue;
+use super::queue::{Queue, QueueOwner};
 use super::timer_thread::TimerControl;
 pub(crate) use deliveries::DelayedDelivery;
 pub(crate) use incarnation::{next_incarnation, RETIRED};
@@ -38,8 +38,8 @@ pub(crate) enum Entry {
     /// A delayed exchange's message (deadline kind `DelayedRelease`).
     Release(Held),
     /// A queue's next deadline (kinds `MessageExpiry`, `QueueExpiry`, `RetryReady`): the queue
-    /// works out which when it ticks.
-    Tick(Weak<Queue>),
+    /// works out which when it ticks, and its owner carries out what the tick hands up.
+    Tick(Weak<Queue>, Weak<dyn QueueOwner>),
     /// A message held back from its queue by an injected fault.
     Deliver(DelayedDelivery),
 }
@@ -90,9 +90,9 @@ impl Scheduler {
         self.timer.wake();
     }
 
-    /// Ticks `queue` at or after `at_ms`.
-    pub(crate) fn arm_queue(&self, at_ms: u64, queue: &Arc<Queue>) {
-        let entry = Entry::Tick(Arc::downgrade(queue));
+    /// Ticks `queue` (with `owner`) at or after `at_ms`.
+    pub(crate) fn arm_queue(&self, at_ms: u64, queue: &Arc<Queue>, owner: Weak<dyn QueueOwner>) {
+        let entry = Entry::Tick(Arc::downgrade(queue), owner);
         let (_, sooner) = self.state.lock().core.schedule(at_ms, entry);
         if sooner {
             self.wake();
@@ -104,11 +104,12 @@ impl Scheduler {
     pub(crate) fn deliver_later(
         &self,
         queue: &Arc<Queue>,
+        owner: Weak<dyn QueueOwner>,
         message: Arc<Message>,
         due_ms: u64,
         pending: &Arc<std::sync::atomic::AtomicUsize>,
     ) {
-        let entry = Entry::Deliver(DelayedDelivery::new(queue, message, pending));
+        let entry = Entry::Deliver(DelayedDelivery::new(queue, owner, message, pending));
         let (_, sooner) = self.state.lock().core.schedule(due_ms, entry);
         if sooner {
             self.wake();
@@ -146,10 +147,10 @@ impl Scheduler {
         for Due { id, item, .. } in due.drain(..) {
             match item {
                 Entry::Release(held) => round.release(now_ms, id, held),
-                Entry::Tick(queue) => {
-                    if let Some(queue) = queue.upgrade() {
+                Entry::Tick(queue, owner) => {
+                    if let (Some(queue), Some(owner)) = (queue.upgrade(), owner.upgrade()) {
                         if !ticked.iter().any(|q| Arc::ptr_eq(q, &queue)) {
-                            queue.tick();
+                            queue.tick(&*owner);
                             ticked.push(queue);
                         }
                     }

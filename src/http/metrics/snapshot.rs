@@ -85,7 +85,7 @@ impl Snapshot {
             let mut vhost_queues = vhost.queues();
             vhost_queues.sort_by(|a, b| a.name.cmp(&b.name));
             for queue in vhost_queues {
-                let figures = queue.figures();
+                let figures = queue.figures(&*vhost);
                 queues.push(QueueRow {
                     vhost: vhost.name.to_string(),
                     queue,

@@ -107,7 +107,7 @@ impl Channel {
     pub(super) fn tx_commit(&mut self, cx: &mut ConnContext<'_>) -> BrokerResult<()> {
         let (publishes, settlements) = self.take_transaction()?;
         for settlement in settlements {
-            self.settle(settlement)?;
+            self.settle(cx.vhost, settlement)?;
         }
         let token = cx.commit_wait.token();
         let ticket = cx.state.runtime.store.as_ref().map(|_| {
