@@ -386,7 +386,7 @@ impl BrokerHandle {
     /// Messages that left their queues for `reason` since start: (dead-lettered, dropped
     /// because the queue has no dead-letter exchange).
     pub fn death_counts(&self, reason: DeathReason) -> (u64, u64) {
-        self.state.runtime.deaths.get(reason)
+        self.state.queue_services().deaths.get(reason)
     }
 
     /// Held messages that found no route when released (dropped), since start.
@@ -432,7 +432,7 @@ impl BrokerHandle {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         // Commits what is queued and releases the data directory (a new broker may open it).
-        if let Some(store) = self.state.runtime.store.clone() {
+        if let Some(store) = self.state.store().cloned() {
             let _ = tokio::task::spawn_blocking(move || store.shutdown()).await;
         }
     }

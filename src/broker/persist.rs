@@ -70,7 +70,7 @@ fn store(runtime: &Runtime) -> Option<&Arc<Store>> {
     if runtime.restoring.load(Ordering::Acquire) {
         return None;
     }
-    runtime.store.as_ref()
+    runtime.queues.store.as_ref()
 }
 
 /// Submits definition changes; a failure is logged and reported to the method that made
@@ -164,10 +164,9 @@ pub(crate) fn exchange_declared(
                 // Only now: had the write failed, the exchange's deletion would have dropped
                 // them with its own.
                 if vhost.is_current(&exchange) {
-                    let runtime = vhost.runtime();
-                    let now_ms = runtime.clock.now_ms();
-                    runtime
-                        .delayed
+                    let now_ms = vhost.runtime().queues.clock.now_ms();
+                    vhost
+                        .held()
                         .reattach_kept(&vhost, &exchange, kept.held, now_ms);
                 }
             }
@@ -238,7 +237,7 @@ pub(crate) fn queue_declared(
             },
         );
     if let Some(kept) = &reattached {
-        match recover::load_kept_messages(vhost, &runtime.memory, store, queue, kept.queue) {
+        match recover::load_kept_messages(vhost, &runtime.queues.memory, store, queue, kept.queue) {
             Ok(count) => tracing::info!(
                 vhost = %queue.vhost, queue = %queue.name, id, messages = count,
                 "a declare took back a queue the restore kept"

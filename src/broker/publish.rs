@@ -25,7 +25,6 @@ use super::memory::MemoryMonitor;
 use super::persist::PublishTicket;
 use super::queue::QueueOwner;
 use super::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
-use super::runtime::Runtime;
 use super::vhost::{Routing, VHost};
 
 /// A publish ready to route.
@@ -166,9 +165,7 @@ pub(crate) fn stores_copies(message: &Message, routing: &Routing) -> bool {
 /// whether a queue refused it (`x-overflow` = reject-publish: the publisher hears a nack).
 /// Every way into queues goes through here, by [`route_and_enqueue`]: a publish on a channel
 /// or over HTTP, a dead-lettering, a delayed exchange's release.
-#[allow(clippy::too_many_arguments)]
 fn enqueue(
-    runtime: &Runtime,
     vhost: &Arc<VHost>,
     message: &Arc<Message>,
     bcc: Option<&FieldValue>,
@@ -177,21 +174,21 @@ fn enqueue(
     ticket: Option<&Arc<PublishTicket>>,
     mut taken: Option<&mut Vec<ShortStr>>,
 ) -> bool {
+    let runtime = vhost.runtime();
+    let services = &runtime.queues;
     if !routing.delayed.is_empty() {
         // The queues are chosen again at release, from the bindings as they are then.
-        let held = held_copy(&runtime.memory, message, bcc);
+        let held = held_copy(&services.memory, message, bcc);
         for exchange in routing.delayed.drain(..) {
             let held = Arc::clone(&held);
-            runtime
-                .delayed
-                .hold_confirmed(vhost, &exchange, held, due_ms, ticket);
+            vhost.held().hold(vhost, &exchange, held, due_ms, ticket);
         }
     }
     let mut rejected = false;
     for queue in routing.queues.drain(..) {
-        if let Some(delay) = runtime.hooks.delivery_delay(&queue.vhost, &queue.name) {
+        if let Some(delay) = services.hooks.delivery_delay(&queue.vhost, &queue.name) {
             // An injected fault: the message enters the queue later, in broker time.
-            let due_ms = runtime.clock.now_ms().saturating_add(delay.delay_ms);
+            let due_ms = services.clock.now_ms().saturating_add(delay.delay_ms);
             let held = Arc::clone(message);
             let owner = QueueOwner::weak(&**vhost);
             runtime
@@ -262,30 +259,27 @@ pub(crate) struct Outcome {
 /// `ticket` makes (a confirm, a transaction's commit), and its copies count on it; the caller
 /// settles the ticket.
 pub(crate) fn route_and_enqueue(
-    runtime: &Runtime,
     vhost: &Arc<VHost>,
     outgoing: Outgoing<'_>,
     routing: &mut Routing,
     ticket: Option<&mut dyn FnMut() -> Arc<PublishTicket>>,
 ) -> Outcome {
-    route_and_enqueue_skipping(runtime, vhost, outgoing, routing, ticket, None)
+    route_and_enqueue_skipping(vhost, outgoing, routing, ticket, None)
 }
 
 /// As [`route_and_enqueue`], for an at-least-once dead-lettering's attempt: queues named in
 /// `taken` took the message at an earlier attempt and are skipped; each queue that takes it
 /// now is added.
 pub(crate) fn route_and_enqueue_once_each(
-    runtime: &Runtime,
     vhost: &Arc<VHost>,
     outgoing: Outgoing<'_>,
     routing: &mut Routing,
     taken: &mut Vec<ShortStr>,
 ) -> Outcome {
-    route_and_enqueue_skipping(runtime, vhost, outgoing, routing, None, Some(taken))
+    route_and_enqueue_skipping(vhost, outgoing, routing, None, Some(taken))
 }
 
 fn route_and_enqueue_skipping(
-    runtime: &Runtime,
     vhost: &Arc<VHost>,
     outgoing: Outgoing<'_>,
     routing: &mut Routing,
@@ -302,6 +296,7 @@ fn route_and_enqueue_skipping(
         mandatory,
         dead_lettered,
     } = outgoing;
+    let runtime = vhost.runtime();
     if exchange.is_default() && routing_key.starts_with(REPLY_PREFIX) {
         // Direct reply-to, the reply's side: straight to the requester's reply consumer, no
         // queue in between (and nothing stored, so no ticket).
@@ -348,11 +343,12 @@ fn route_and_enqueue_skipping(
     }
     let dropped = !routed && routing.delayed.is_empty();
     let ticket = match ticket {
-        Some(make) if runtime.store.is_some() && stores_copies(message, routing) => Some(make()),
+        Some(make) if runtime.queues.store.is_some() && stores_copies(message, routing) => {
+            Some(make())
+        }
         _ => None,
     };
     let rejected = enqueue(
-        runtime,
         vhost,
         message,
         bcc,

@@ -89,7 +89,7 @@ fn run(state: &BrokerState) {
     }
     while !state.timer.stop.load(Ordering::Acquire) {
         let now = state.clock.now_ms();
-        match state.runtime.next_wake() {
+        match state.next_wake() {
             Some(due) if due <= now => {
                 let scheduler = &state.runtime.scheduler;
                 scheduler.release_due(now, &state.delayed);

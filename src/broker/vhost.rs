@@ -8,7 +8,7 @@ use dwellmq_core::policy::{Policy, PolicyError};
 use dwellmq_core::routing::{
     Binding, BindingSet, Destination, ExchangeGraph, RouteKeys, Routed, RoutingKind,
 };
-use dwellmq_core::{arguments, BrokerError, BrokerResult};
+use dwellmq_core::{arguments, BrokerError, BrokerResult, Message};
 use parking_lot::RwLock;
 
 use super::exchange::{DeclaredType, Exchange, ExchangeKind};
@@ -17,6 +17,7 @@ use super::policies::Policies;
 use super::queue::{ConnectionId, Queue};
 use super::runtime::Runtime;
 use super::stats::QueueTotals;
+use super::tickets::PublishTicket;
 
 /// The exchanges every vhost starts with, as RabbitMQ predeclares them.
 const PREDECLARED: &[(&str, RoutingKind)] = &[
@@ -107,12 +108,42 @@ impl ExchangeGraph for Graph<'_> {
     }
 }
 
+/// The delayed exchanges' holder as a vhost and the publish pipeline use it (implemented by
+/// `delayed::DelayedMessages`, which the vhost does not know by type).
+pub(crate) trait HeldMessages: Send + Sync {
+    /// Holds `message` at the delayed `exchange` of `vhost` until `due_ms`; a durable
+    /// exchange's copy is written to the store, its commit counted on `ticket`.
+    fn hold(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        message: Arc<Message>,
+        due_ms: u64,
+        ticket: Option<&Arc<PublishTicket>>,
+    );
+
+    /// Exchange `exchange` of `vhost` was deleted: what it held goes (a chunk at a time).
+    fn forget_exchange(&self, vhost: &ShortStr, exchange: &ShortStr);
+
+    /// A declare took back a kept exchange whose definition is now committed: the messages
+    /// the restore counted for it on disk (`held`: count and body bytes) are its own.
+    fn reattach_kept(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<Exchange>,
+        held: (u64, u64),
+        now_ms: u64,
+    );
+}
+
 /// A virtual host.
 pub(crate) struct VHost {
     pub(crate) name: ShortStr,
     exchanges: RwLock<HashMap<ShortStr, Arc<Exchange>>>,
     queues: RwLock<HashMap<ShortStr, Arc<Queue>>>,
     runtime: Arc<Runtime>,
+    /// Messages held by delayed exchanges.
+    held: Arc<dyn HeldMessages>,
     /// This vhost, for what outlives a call: undoing a failed write, and the owner its
     /// queues' page reads, store completions and ticks carry (`QueueOwner::weak`).
     me: Weak<VHost>,
@@ -173,18 +204,21 @@ fn bool_text(b: bool) -> &'static str {
 }
 
 impl VHost {
-    /// A vhost whose queues share `runtime`.
-    pub(crate) fn shared(name: ShortStr, runtime: Arc<Runtime>) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self::build(name, runtime, me.clone()))
+    /// A vhost whose queues share `runtime`, and whose delayed exchanges hold in `held`.
+    pub(crate) fn shared(
+        name: ShortStr,
+        runtime: Arc<Runtime>,
+        held: Arc<dyn HeldMessages>,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self::build(name, runtime, held, me.clone()))
     }
 
-    /// A vhost on a runtime of its own (unit tests); its queues cannot dead-letter.
-    #[cfg(test)]
-    pub(crate) fn new(name: ShortStr) -> Self {
-        Self::build(name, Runtime::standalone(), Weak::new())
-    }
-
-    fn build(name: ShortStr, runtime: Arc<Runtime>, me: Weak<VHost>) -> Self {
+    fn build(
+        name: ShortStr,
+        runtime: Arc<Runtime>,
+        held: Arc<dyn HeldMessages>,
+        me: Weak<VHost>,
+    ) -> Self {
         let exchanges = PREDECLARED
             .iter()
             .map(|&(name, kind)| {
@@ -207,6 +241,7 @@ impl VHost {
             exchanges: RwLock::new(exchanges),
             queues: RwLock::new(HashMap::new()),
             runtime,
+            held,
             me,
             policies: RwLock::new(Policies::default()),
             keeping_dead_letters: parking_lot::Mutex::new(Vec::new()),
@@ -235,9 +270,14 @@ impl VHost {
         &self.me
     }
 
-    /// What this vhost's queues share (clock, scheduler, store, test hooks).
+    /// What this vhost shares with the broker (queue services, scheduler, names...).
     pub(crate) fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
+    }
+
+    /// Where its delayed exchanges hold messages.
+    pub(crate) fn held(&self) -> &Arc<dyn HeldMessages> {
+        &self.held
     }
 
     /// Whether `exchange` is still declared here (not deleted, nor replaced by a new exchange of
@@ -524,7 +564,7 @@ impl VHost {
     /// messages held by the removed delayed exchanges go with them.
     fn forget_held(&self, removed: &[ShortStr]) {
         for name in removed {
-            self.runtime.delayed.forget_exchange(&self.name, name);
+            self.held.forget_exchange(&self.name, name);
         }
     }
 
@@ -599,7 +639,7 @@ impl VHost {
             )?;
             let existing = Arc::clone(existing);
             drop(queues);
-            QueueTotals::bump(&self.runtime.queue_totals.declared);
+            QueueTotals::bump(&self.runtime.queues.queue_totals.declared);
             existing.redeclared(self);
             return Ok(existing);
         }
@@ -620,7 +660,7 @@ impl VHost {
             d.auto_delete,
             d.arguments,
             config,
-            Arc::clone(&self.runtime),
+            Arc::clone(&self.runtime.queues),
             policy.as_ref(),
         ));
         // Its store id is set and its definition submitted before anyone can see it: a message
@@ -629,8 +669,8 @@ impl VHost {
         let kept_bindings = super::persist::queue_declared(&self.runtime, self, &queue, writes);
         queues.insert(name, Arc::clone(&queue));
         drop(queues);
-        QueueTotals::bump(&self.runtime.queue_totals.declared);
-        QueueTotals::bump(&self.runtime.queue_totals.created);
+        QueueTotals::bump(&self.runtime.queues.queue_totals.declared);
+        QueueTotals::bump(&self.runtime.queues.queue_totals.created);
         queue.start(self);
         if let Some(bindings) = kept_bindings {
             // As a restore would: its kept bindings whose source exists are back, a paging
@@ -713,7 +753,7 @@ impl VHost {
             )));
         }
         if self.queues.write().remove(name).is_some() {
-            QueueTotals::bump(&self.runtime.queue_totals.deleted);
+            QueueTotals::bump(&self.runtime.queues.queue_totals.deleted);
         }
         // Marked deleted first: it takes no message after this, so the store's removal of the
         // queue comes after every message it stored.
@@ -881,13 +921,13 @@ impl VHost {
                 let queues = self.queues.read();
                 let queue = queues.get(name).ok_or_else(|| self.no_queue(name))?;
                 // A test may stop the bind here, found and not yet added (see `TestHooks`).
-                self.runtime.hooks.binds.pass();
+                self.runtime.queues.hooks.binds.pass();
                 add(queue.store_id.get().is_some());
             }
             Destination::Exchange(name) => {
                 let exchanges = self.exchanges.read();
                 let exchange = exchanges.get(name).ok_or_else(|| self.no_exchange(name))?;
-                self.runtime.hooks.binds.pass();
+                self.runtime.queues.hooks.binds.pass();
                 add(exchange.durable);
             }
         }
@@ -1003,6 +1043,17 @@ impl VHost {
 /// Unit tests' short forms of the definition-writing operations: nobody waits for their writes.
 #[cfg(test)]
 impl VHost {
+    /// A vhost on a runtime of its own, with a holder of its own for delayed exchanges; its
+    /// queues cannot dead-letter.
+    pub(crate) fn new(name: ShortStr) -> Self {
+        let runtime = Runtime::standalone();
+        let held = Arc::new(super::delayed::DelayedMessages::with_scheduler(
+            Arc::clone(&runtime.scheduler),
+            Arc::clone(&runtime.queues.memory),
+        ));
+        Self::build(name, runtime, held, Weak::new())
+    }
+
     pub(crate) fn declare_exchange(&self, d: ExchangeSpec) -> BrokerResult<Arc<Exchange>> {
         self.declare_exchange_reporting(d, DefinitionWrites::UNAWAITED)
     }

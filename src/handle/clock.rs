@@ -22,7 +22,7 @@ pub(crate) fn release_due(state: &BrokerState, clock: &ManualClock, target_ms: u
         let scheduler = &state.runtime.scheduler;
         released += scheduler.release_due(now, &state.delayed);
         scheduler.move_in(now, None, &state.delayed);
-        match state.runtime.next_wake() {
+        match state.next_wake() {
             Some(next) if next <= now && rounds_at_now < 1000 => rounds_at_now += 1,
             Some(next) if next <= target_ms && next > now => {
                 rounds_at_now = 0;

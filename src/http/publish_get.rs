@@ -86,7 +86,7 @@ pub(crate) fn publish_message(
         dead_lettered: false,
     };
     // No confirm over HTTP: nothing waits for the store, and a refusing queue changes nothing.
-    let outcome = publish::route_and_enqueue(&state.runtime, vhost, outgoing, &mut routing, None);
+    let outcome = publish::route_and_enqueue(vhost, outgoing, &mut routing, None);
     // Counted on the exchange as a channel's publish is (RabbitMQ publishes HTTP messages
     // through a channel of its own).
     target.counters.published_one(outcome.routed);

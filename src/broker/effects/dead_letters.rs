@@ -31,7 +31,7 @@ impl Routing<'_> {
         let Some(vhost) = self.vhost.me().upgrade() else {
             return;
         };
-        let deaths = &self.vhost.runtime().deaths;
+        let deaths = &self.vhost.runtime().queues.deaths;
         if at_least_once {
             let pending = dead
                 .into_iter()
@@ -139,12 +139,15 @@ fn attempt(death: Death<'_>, taken: Option<&mut Vec<ShortStr>>) -> Option<publis
         reason,
         at_ms: now_ms,
     } = death;
-    let runtime = vhost.runtime();
     let Ok(exchange) = vhost.exchange(&target.exchange) else {
         tracing::debug!(%queue, exchange = %target.exchange, "dead-letter exchange missing");
         return None;
     };
-    let guard = runtime.memory.charge_message(message.body_len());
+    let guard = vhost
+        .runtime()
+        .queues
+        .memory
+        .charge_message(message.body_len());
     let dead = dead_letter(
         message,
         queue,
@@ -177,9 +180,7 @@ fn attempt(death: Death<'_>, taken: Option<&mut Vec<ShortStr>>) -> Option<publis
     // with the removal from the source.
     let mut routing = Routed::default();
     Some(match taken {
-        None => publish::route_and_enqueue(runtime, vhost, outgoing, &mut routing, None),
-        Some(taken) => {
-            publish::route_and_enqueue_once_each(runtime, vhost, outgoing, &mut routing, taken)
-        }
+        None => publish::route_and_enqueue(vhost, outgoing, &mut routing, None),
+        Some(taken) => publish::route_and_enqueue_once_each(vhost, outgoing, &mut routing, taken),
     })
 }

@@ -62,7 +62,7 @@ struct Restored {
 /// listed by `GET /api/health/checks/definitions`, and come back with a restart that accepts
 /// them; what a kept exchange holds stays on disk with it.
 pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
-    let Some(store) = state.runtime.store.clone() else {
+    let Some(store) = state.store().cloned() else {
         return Ok(());
     };
     state.runtime.restoring.store(true, Ordering::Release);

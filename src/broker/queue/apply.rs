@@ -68,7 +68,7 @@ impl Queue {
                     let kept = at_least_once.then_some(forgotten).flatten();
                     self.died(message, reason, kept, cmd);
                 }
-                Effect::Dropped { reason } => self.runtime.deaths.dropped(reason),
+                Effect::Dropped { reason } => self.services.deaths.dropped(reason),
                 Effect::Arm { at_ms } => cmd.after.arm(at_ms),
                 Effect::Expire => cmd.after.expire = true,
                 // Submitted under the queue's lock, so that the store sees a message's
@@ -123,7 +123,7 @@ impl Queue {
                 if redelivered {
                     QueueCounters::add(&self.counters.redeliver, 1);
                     DeliveryTotals::add(&self.totals.redelivered, 1);
-                    self.runtime
+                    self.services
                         .hooks
                         .redelivered
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -230,7 +230,7 @@ impl Queue {
 
     /// Submits a command's store writes (under the queue's lock).
     pub(super) fn submit(self: &Arc<Self>, writes: StoreWrites, owner: &dyn QueueOwner) {
-        let Some(store) = &self.runtime.store else {
+        let Some(store) = &self.services.store else {
             return;
         };
         writes.submit(store_writes::Reporting {
@@ -245,7 +245,7 @@ impl Queue {
     /// it may stay unacknowledged for long, and the queue's bulk charge no longer counts it.
     pub(super) fn charge_unpacked(&self, message: &Message) {
         if message.is_uncharged() {
-            let charge = self.runtime.memory.charge_message(message.body_len());
+            let charge = self.services.memory.charge_message(message.body_len());
             message.charge_late(Box::new(charge));
         }
     }
@@ -260,7 +260,7 @@ impl Queue {
         delivered: bool,
         cmd: &Command<'_>,
     ) {
-        let (Some(&queue), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
+        let (Some(&queue), Some(store)) = (self.store_id.get(), &self.services.store) else {
             return;
         };
         let op = dwellmq_store::Op::Persist {

@@ -262,7 +262,7 @@ impl Queue {
             &self.config,
             &self.arguments,
             self.durable,
-            &self.runtime,
+            &self.services,
             policy,
         );
         let (was_at_least_once, old_target) = {
@@ -298,7 +298,7 @@ impl Queue {
         // Only store hooks can come out of a delete; the store drops the queue's messages
         // with the queue, and its spilled ones go here.
         effects.drain();
-        if let (true, Some(store)) = (state.has_spilled(), &self.runtime.store) {
+        if let (true, Some(store)) = (state.has_spilled(), &self.services.store) {
             store.submit_detached(vec![dwellmq_store::Op::Unspill {
                 spill: self.spill_id,
                 from_seq: 0,
@@ -307,7 +307,7 @@ impl Queue {
         }
         self.pending_dead_letters.clear();
         // The broker's totals keep what it counted.
-        self.runtime
+        self.services
             .queue_totals
             .of(self.config.queue_type)
             .absorb(&self.totals);

@@ -199,7 +199,7 @@ impl Queue {
             self.drop_kept_dead_letters("no longer dead-lettering at least once");
             return;
         };
-        let now_ms = self.runtime.clock.now_ms();
+        let now_ms = self.services.clock.now_ms();
         let due = self.pending_dead_letters.take(now_ms, now);
         if due.is_empty() {
             return;
@@ -250,7 +250,7 @@ impl Queue {
             self.charge_unpacked(&pending.message);
             arm = arm.or(self.pending_dead_letters.keep(pending, now_ms));
         }
-        if let (false, Some(store)) = (marks.is_empty(), &self.runtime.store) {
+        if let (false, Some(store)) = (marks.is_empty(), &self.services.store) {
             store.submit_detached(marks);
         }
         self.forget_in_store(through);
@@ -259,7 +259,7 @@ impl Queue {
     }
 
     fn forget_in_store(&self, seqs: impl IntoIterator<Item = u64>) {
-        let (Some(&queue), Some(store)) = (self.store_id.get(), &self.runtime.store) else {
+        let (Some(&queue), Some(store)) = (self.store_id.get(), &self.services.store) else {
             return;
         };
         let ops: Vec<_> = seqs
@@ -294,7 +294,7 @@ impl Queue {
             self.forget_in_store(kept.iter().map(|(.., seq)| *seq));
             return;
         }
-        let now_ms = self.runtime.clock.now_ms();
+        let now_ms = self.services.clock.now_ms();
         let aftermath = Aftermath {
             keeps_dead_letters: true,
             ..Aftermath::default()

@@ -19,10 +19,10 @@ use parking_lot::Mutex;
 
 use super::memory::BulkCharge;
 use super::rates::QueueCounters;
-use super::runtime::Runtime;
 use super::stats::DeliveryTotals;
 use consumer::Consumer;
 use kept_dead_letters::PendingDeadLetters;
+pub(crate) use services::QueueServices;
 
 mod apply;
 mod commands;
@@ -33,6 +33,7 @@ mod owner;
 pub(crate) mod page_reader;
 mod paging;
 mod run;
+mod services;
 mod store_writes;
 
 pub(crate) use inspect::QueueFigures;
@@ -59,14 +60,15 @@ pub(crate) struct Queue {
     /// Arguments as declared (for equivalence checks on redeclare).
     pub(crate) arguments: FieldTable,
     pub(crate) config: QueueArguments,
-    runtime: Arc<Runtime>,
+    /// What it may touch beyond itself (clock, store, memory, counters, hooks).
+    services: Arc<QueueServices>,
     /// The queue's id in the durable store: set for a durable, non-exclusive queue when the
     /// broker has a store; its persistent messages are stored under it.
     pub(crate) store_id: OnceLock<u64>,
     inner: Mutex<Inner>,
     /// Message counters for the management API's rates.
     pub(crate) counters: QueueCounters,
-    /// Counters for the broker's global message totals (added to the runtime's at deletion).
+    /// Counters for the broker's global message totals (added to the services' at deletion).
     totals: DeliveryTotals,
     /// Dead-lettered messages not every target took yet (at-least-once dead-lettering).
     pending_dead_letters: PendingDeadLetters,
@@ -88,30 +90,30 @@ impl Queue {
         auto_delete: bool,
         arguments: FieldTable,
         config: QueueArguments,
-        runtime: Arc<Runtime>,
+        services: Arc<QueueServices>,
         policy: Option<&PolicyDefinition>,
     ) -> Self {
-        let settings = settings_for(&config, &arguments, durable, &runtime, policy);
-        let now = runtime.clock.now_ms();
+        let settings = settings_for(&config, &arguments, durable, &services, policy);
+        let now = services.clock.now_ms();
         let mut state = QueueState::new(settings, auto_delete, now);
         // With a store, a classic queue leaves what lies beyond its window there: a durable
         // one its persistent messages as they are committed, any one the rest under memory
         // pressure (spilled). A priority queue does not (its levels would each need a run),
         // nor does a quorum queue (its retries and kept dead letters live beside its ready
         // list).
-        let pages = runtime.store.is_some()
+        let pages = services.store.is_some()
             && config.queue_type == QueueType::Classic
             && state.settings().max_priority == 0;
         let stores_persistent = durable && exclusive_owner.is_none();
         let progress = pages.then(|| {
             if stores_persistent {
-                state.enable_paging(runtime.paging);
+                state.enable_paging(services.paging);
             } else {
-                state.enable_spill_paging(runtime.paging);
+                state.enable_spill_paging(services.paging);
             }
             Arc::new(StoreProgress::default())
         });
-        let spill_id = if pages { runtime.next_spill_id() } else { 0 };
+        let spill_id = if pages { services.next_spill_id() } else { 0 };
         Queue {
             pending_dead_letters: PendingDeadLetters::default(),
             name,
@@ -127,11 +129,11 @@ impl Queue {
             inner: Mutex::new(Inner {
                 state,
                 effects: Effects::new(),
-                packed: BulkCharge::new(Arc::clone(&runtime.memory)),
+                packed: BulkCharge::new(Arc::clone(&services.memory)),
             }),
             counters: QueueCounters::default(),
             totals: DeliveryTotals::default(),
-            runtime,
+            services,
             store_id: OnceLock::new(),
         }
     }
@@ -177,7 +179,7 @@ impl Queue {
     /// A store group for what leaves this queue's store records together with copies
     /// written elsewhere (a dead-lettering), if the queue is in the store.
     fn store_group(&self) -> Option<dwellmq_store::Group<'_>> {
-        match (self.store_id.get(), &self.runtime.store) {
+        match (self.store_id.get(), &self.services.store) {
             (Some(_), Some(store)) => Some(store.group()),
             _ => None,
         }
@@ -189,14 +191,14 @@ fn settings_for(
     config: &QueueArguments,
     arguments: &FieldTable,
     durable: bool,
-    runtime: &Runtime,
+    services: &QueueServices,
     policy: Option<&PolicyDefinition>,
 ) -> QueueSettings {
     QueueSettings::effective(
         config,
         arguments.contains_key("x-overflow"),
         durable,
-        runtime.expiry_mode,
+        services.expiry_mode,
         policy,
     )
 }

@@ -1,4 +1,4 @@
-//! Reads the pages of paging queues from the store, off their locks and off the runtime's
+//! Reads the pages of paging queues from the store, off their locks and off the async runtime's
 //! workers: one thread per broker, started at the first request and ended after a while
 //! without one.
 
@@ -146,7 +146,7 @@ fn serve(jobs: &mpsc::Receiver<Job>, reader: &Weak<ReaderInner>) {
             Task::Read(request) => {
                 let page = queue.read_page(request, &RETRY_PAUSES);
                 // A test may hold the page here: in flight, read and not yet handed over.
-                queue.runtime.hooks.page_reads.pass();
+                queue.services.hooks.page_reads.pass();
                 queue.page_in(&*owner, request, page);
             }
             Task::Nudge(at) => {

@@ -27,7 +27,7 @@ impl Queue {
             .nudge_pending
             .swap(true, std::sync::atomic::Ordering::AcqRel)
         {
-            self.runtime
+            self.services
                 .page_reader
                 .nudge(Arc::downgrade(self), owner, failed);
         }
@@ -40,11 +40,11 @@ impl Queue {
         request: PageRequest,
         pauses: &[std::time::Duration],
     ) -> Option<Page> {
-        let Some(store) = &self.runtime.store else {
+        let Some(store) = &self.services.store else {
             return None;
         };
         let source = self.stored_source();
-        let max_bytes = self.runtime.paging.page_bytes();
+        let max_bytes = self.services.paging.page_bytes();
         let mut pauses = pauses.iter();
         loop {
             match page_reader::read_page(store, source, request, max_bytes) {
@@ -139,7 +139,7 @@ impl Queue {
     /// One page at once (bounded, whatever the backlog): a short queue is then in memory as
     /// before, and what expired at its head while the broker was down expires at start.
     pub(crate) fn read_first_page(self: &Arc<Self>, owner: &dyn QueueOwner) {
-        self.read_for(owner, self.runtime.paging.page_len());
+        self.read_for(owner, self.services.paging.page_len());
     }
 
     /// Reads a page on the spot if fewer than `wanted` messages are in memory in front of a
@@ -156,7 +156,7 @@ impl Queue {
     /// Up to `limit` messages of the run, read from the store (inspection; none if it cannot
     /// be read).
     pub(super) fn read_run(&self, run: PagedRun, limit: usize) -> Vec<QueueEntry> {
-        let Some(store) = &self.runtime.store else {
+        let Some(store) = &self.services.store else {
             return Vec::new();
         };
         let source = self.stored_source();

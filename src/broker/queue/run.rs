@@ -81,7 +81,7 @@ impl Queue {
                 packed,
             } = &mut *guard;
             if time == Time::Now || state.uses_clock() {
-                now = Some(self.runtime.clock.now_ms());
+                now = Some(self.services.clock.now_ms());
             }
             // Without the clock no outcome depends on the time passed (`uses_clock`).
             let now_ms = now.unwrap_or(0);
@@ -99,7 +99,7 @@ impl Queue {
             state.settle(now_ms, effects);
             if let Some(progress) = &self.progress {
                 state.write_missing(
-                    self.runtime.memory.pressed(),
+                    self.services.memory.pressed(),
                     progress.as_ref(),
                     SPILLS_IN_FLIGHT.saturating_sub(progress.spills_in_flight()),
                     effects,
@@ -119,7 +119,7 @@ impl Queue {
             (result, page)
         };
         if !cmd.after.is_empty() {
-            let now_ms = now.unwrap_or_else(|| self.runtime.clock.now_ms());
+            let now_ms = now.unwrap_or_else(|| self.services.clock.now_ms());
             owner.carry_out(self, cmd.after, now_ms);
         }
         (result, page)
@@ -131,8 +131,8 @@ impl Queue {
     pub(super) fn read(self: &Arc<Self>, owner: &dyn QueueOwner, first: PageRequest) {
         let mut next = Some(first);
         while let Some(request) = next.take() {
-            let at_once = request.due && self.runtime.manual_clock;
-            if !at_once && self.runtime.page_reader.request(self, owner, request) {
+            let at_once = request.due && self.services.manual_clock;
+            if !at_once && self.services.page_reader.request(self, owner, request) {
                 return;
             }
             let page = self.read_page(request, &[]);

@@ -124,7 +124,7 @@ impl Snapshot {
                 channels: c.channel_count(),
             })
             .collect();
-        let queue_totals = &state.runtime.queue_totals;
+        let queue_totals = &state.queue_services().queue_totals;
         // Deleted queues' counts, plus every live queue's own.
         let live: Vec<_> = state
             .all_vhosts()

@@ -110,7 +110,7 @@ impl Channel {
             self.settle(cx.vhost, settlement)?;
         }
         let token = cx.commit_wait.token();
-        let ticket = cx.state.runtime.store.as_ref().map(|_| {
+        let ticket = cx.state.store().map(|_| {
             let wait = Arc::clone(cx.commit_wait);
             PublishTicket::new(move |committed, _| wait.finish(token, committed))
         });
@@ -295,13 +295,7 @@ impl Channel {
             mandatory: publication.mandatory,
             dead_lettered: false,
         };
-        let outcome = publish::route_and_enqueue(
-            &cx.state.runtime,
-            cx.vhost,
-            outgoing,
-            &mut routing,
-            make_ticket,
-        );
+        let outcome = publish::route_and_enqueue(cx.vhost, outgoing, &mut routing, make_ticket);
         self.routing = routing;
         self.counters.published(exchange, outcome.routed);
         outcome
@@ -318,8 +312,7 @@ impl Channel {
         // A confirm's ticket is settled here; a transaction's (no confirm tag) at `tx.commit`.
         let ticket = outcome.ticket.zip(confirm_tag);
         // An injected fault nacks confirms whatever became of the message.
-        let nack =
-            confirm_tag.is_some() && (outcome.rejected || cx.state.runtime.hooks.take_nack());
+        let nack = confirm_tag.is_some() && (outcome.rejected || cx.state.hooks().take_nack());
         if nack {
             cx.counts.nacked += 1;
         } else if confirm_tag.is_some() {

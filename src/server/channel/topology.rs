@@ -64,7 +64,7 @@ impl Channel {
         ids: (u16, u16),
         handle: impl FnOnce(&mut Self, &mut ConnContext<'_>, DefinitionWrites<'_>) -> Answer,
     ) -> BrokerResult<()> {
-        if cx.state.runtime.store.is_none() {
+        if cx.state.store().is_none() {
             if let Some(ok) = handle(self, cx, DefinitionWrites::UNAWAITED)? {
                 self.reply(cx, ok);
             }
