@@ -14,11 +14,11 @@ pub(crate) mod free_space;
 pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod persist;
-pub(crate) mod policies;
 pub(crate) mod publish;
 pub(crate) mod queue;
 pub(crate) mod rates;
 pub(crate) mod reply_to;
+pub(crate) mod restore;
 pub(crate) mod runtime;
 pub(crate) mod scheduler;
 pub(crate) mod stats;
@@ -209,7 +209,8 @@ impl BrokerState {
         vhosts.insert(name.to_string(), vhost);
         drop(vhosts);
         let me = self.me.clone();
-        persist::vhost_added(&self.runtime, name, writes, move || {
+        let definitions = &self.runtime.definitions;
+        definitions.vhost_added(name, writes, move || {
             if let (Some(state), Some(added)) = (me.upgrade(), added.upgrade()) {
                 state.undo_vhost_add(&added);
             }
@@ -254,23 +255,13 @@ impl BrokerState {
         for connection in self.connections.list().iter().filter(|c| c.vhost == name) {
             connection.close(reason.clone());
         }
-        for queue in vhost.queues() {
-            let _ = vhost.delete_queue_instance_reporting(&queue, writes);
-        }
-        for exchange in vhost.exchanges() {
-            if exchange.name.is_empty() || exchange.name.starts_with("amq.") {
-                exchange.retire();
-                self.delayed.forget_exchange(&vhost.name, &exchange.name);
-            } else {
-                let _ = vhost.delete_exchange_reporting(&exchange.name, false, writes);
-            }
-        }
+        vhost.tear_down(writes);
         for (granted_in, user, _) in self.access.permissions() {
             if granted_in == name {
                 let _ = self.access.clear_permission(&granted_in, &user);
             }
         }
-        persist::vhost_deleted(&self.runtime, name, writes);
+        self.runtime.definitions.vhost_deleted(name, writes);
     }
 
     pub(crate) fn user(&self, name: &str) -> Option<Arc<access::User>> {

@@ -3,12 +3,11 @@
 //! consumers, and what the last restore kept on disk. The delayed exchanges' holder is not
 //! here: a vhost reaches it through `vhost::HeldMessages`.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use super::names::NameGenerator;
-use super::persist::kept::KeptQueues;
-use super::persist::kept_exchanges::KeptExchanges;
+use super::persist::kept::{Kept, KeptExchange, KeptQueue};
+use super::persist::Definitions;
 use super::queue::QueueServices;
 use super::reply_to::ReplyConsumers;
 use super::scheduler::Scheduler;
@@ -23,12 +22,12 @@ pub(crate) struct Runtime {
     pub(crate) names: Arc<NameGenerator>,
     /// Direct reply-to consumers by reply address: the publish pipeline delivers replies.
     pub(crate) reply_consumers: Arc<ReplyConsumers>,
-    /// Set while the broker restores what the store holds at start: nothing is written back.
-    pub(crate) restoring: AtomicBool,
+    /// Where durable definitions are written (nowhere in memory, nor while restoring).
+    pub(crate) definitions: Definitions,
     /// Stored queues the restore kept on disk, for a declare to take back.
-    pub(crate) kept_queues: KeptQueues,
+    pub(crate) kept_queues: Kept<KeptQueue>,
     /// Exchanges the last restore kept on disk, until a declare takes them back.
-    pub(crate) kept_exchanges: KeptExchanges,
+    pub(crate) kept_exchanges: Kept<KeptExchange>,
 }
 
 impl Runtime {
@@ -38,13 +37,13 @@ impl Runtime {
         names: Arc<NameGenerator>,
     ) -> Arc<Self> {
         Arc::new(Runtime {
+            definitions: Definitions::new(queues.store.clone()),
             queues,
             scheduler,
             reply_consumers: Arc::new(ReplyConsumers::new(Arc::clone(&names))),
             names,
-            restoring: AtomicBool::new(false),
-            kept_queues: KeptQueues::default(),
-            kept_exchanges: KeptExchanges::default(),
+            kept_queues: Kept::default(),
+            kept_exchanges: Kept::default(),
         })
     }
 

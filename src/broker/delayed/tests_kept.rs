@@ -11,7 +11,7 @@ use super::tests_disk::{on_disk, TempStore};
 use super::DelayedMessages;
 use crate::broker::exchange::Exchange;
 use crate::broker::memory::MemoryMonitor;
-use crate::broker::persist::recover::CATCH_UP_PER_SECOND;
+use crate::broker::persist::CATCH_UP_PER_SECOND;
 use crate::broker::queue::Queue;
 use crate::broker::vhost::VHost;
 

@@ -35,6 +35,7 @@ mod paging;
 mod run;
 mod services;
 mod store_writes;
+mod stored;
 
 pub(crate) use inspect::QueueFigures;
 pub(crate) use owner::{Aftermath, Died, QueueOwner};

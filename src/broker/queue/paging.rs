@@ -97,23 +97,9 @@ impl Queue {
 
     /// Brings the queue back from the store without reading its messages: the store holds
     /// `count` of them (`bytes` of bodies) from position `first_seq` on, and the next
-    /// message takes `next_seq`.
-    pub(crate) fn restore_paged(
-        self: &Arc<Self>,
-        owner: &dyn QueueOwner,
-        first_seq: u64,
-        count: u64,
-        bytes: u64,
-        next_seq: u64,
-    ) {
-        self.restore_run(owner, first_seq, count, bytes, next_seq);
-        self.read_first_page(owner);
-    }
-
-    /// As [`Queue::restore_paged`] without the first page, for a queue not in its vhost yet
-    /// (a kept one a declare takes back): it reads it once it is, so that what dies at its
-    /// head has somewhere to go.
-    pub(crate) fn restore_run(
+    /// message takes `next_seq`. Its first page is read once it is in its vhost
+    /// ([`Queue::read_first_page`]), so that what dies at its head has somewhere to go.
+    pub(super) fn restore_run(
         self: &Arc<Self>,
         owner: &dyn QueueOwner,
         first_seq: u64,
