@@ -2,11 +2,13 @@
 //! /api/exchanges/.../publish` over HTTP, a queue dead-lettering, a delayed exchange
 //! releasing).
 //!
-//! Before routing, a publish from a client takes the same steps: the exchange may be published
-//! to, the properties are the publisher's own, the delay is read as the exchange reads it, the
-//! `CC` and `BCC` headers give extra routing keys and `BCC` leaves the message, and a copy that
-//! a delayed exchange holds keeps `BCC` to route by it at release ([`target`],
-//! [`check_properties`], [`prepare`]). Then [`route_and_enqueue`] is the one way on for every
+//! Before routing, a publish from a client (`basic.publish` or HTTP) takes the same steps,
+//! written once in [`accept`] (and [`check_size`], which a channel applies to the content
+//! header before the body arrives): the size limit, the exchange may be published to, the
+//! properties are the publisher's own, a direct reply-to request gets the publisher's reply
+//! address, the delay is read as the exchange reads it, the `CC` and `BCC` headers give extra
+//! routing keys and `BCC` leaves the message, and a copy that a delayed exchange holds keeps
+//! `BCC` to route by it at release. Then [`route_and_enqueue`] is the one way on for every
 //! caller: route (core's walk of the exchange graph), a mandatory message no queue would take
 //! returned, hold at the delayed exchanges on the way, enqueue, the store ticket that holds a
 //! confirm until the stored copies commit.
@@ -39,8 +41,55 @@ pub(crate) struct Prepared {
     pub(crate) bcc: Option<FieldValue>,
 }
 
+/// What a client publishes, before the broker's checks.
+pub(crate) struct Submitted<'a> {
+    /// The exchange's name as published.
+    pub(crate) exchange: ShortStr,
+    pub(crate) routing_key: ShortStr,
+    pub(crate) properties: BasicProperties,
+    pub(crate) body: Body,
+    /// The authenticated user (`user_id` must be theirs).
+    pub(crate) user: &'a str,
+    /// The publisher's direct reply-to address: a channel's, if it consumes from
+    /// `amq.rabbitmq.reply-to`; never one over HTTP.
+    pub(crate) reply_address: Option<&'a ShortStr>,
+}
+
+/// The size limit (`Limits::max_message_size`): `size` octets of body may be published. A
+/// channel applies it to the content header, before the body arrives; HTTP to the body.
+pub(crate) fn check_size(size: u64, max: u64) -> BrokerResult<()> {
+    if size > max {
+        return Err(BrokerError::PreconditionFailed(format!(
+            "message size {size} is larger than configured max size {max}"
+        )));
+    }
+    Ok(())
+}
+
+/// The steps every publish from a client takes before routing, its size checked already (see
+/// the module's text): returns the exchange it enters by and the message ready to route.
+pub(crate) fn accept(
+    vhost: &VHost,
+    submitted: Submitted<'_>,
+) -> BrokerResult<(Arc<Exchange>, Prepared)> {
+    let Submitted {
+        exchange,
+        routing_key,
+        mut properties,
+        body,
+        user,
+        reply_address,
+    } = submitted;
+    let target = target(vhost, &exchange)?;
+    check_properties(&properties, user)?;
+    resolve_reply_to(&mut properties, reply_address)?;
+    let memory = &vhost.runtime().queues.memory;
+    let prepared = prepare(memory, &target, exchange, routing_key, properties, body)?;
+    Ok((target, prepared))
+}
+
 /// The exchange to publish to: it must exist and not be internal.
-pub(crate) fn target(vhost: &VHost, exchange: &str) -> BrokerResult<Arc<Exchange>> {
+fn target(vhost: &VHost, exchange: &str) -> BrokerResult<Arc<Exchange>> {
     let target = vhost.exchange(exchange)?;
     if target.internal {
         return Err(BrokerError::AccessRefused(format!(
@@ -53,7 +102,7 @@ pub(crate) fn target(vhost: &VHost, exchange: &str) -> BrokerResult<Arc<Exchange
 
 /// The properties RabbitMQ checks: `user_id` must be the publisher's, `expiration` must be a
 /// TTL.
-pub(crate) fn check_properties(properties: &BasicProperties, user: &str) -> BrokerResult<()> {
+fn check_properties(properties: &BasicProperties, user: &str) -> BrokerResult<()> {
     if let Some(user_id) = &properties.user_id {
         if user_id.as_str() != user {
             return Err(BrokerError::PreconditionFailed(format!(
@@ -70,7 +119,7 @@ pub(crate) fn check_properties(properties: &BasicProperties, user: &str) -> Brok
 /// Direct reply-to, the request's side: `reply_to = amq.rabbitmq.reply-to` becomes the
 /// publisher's reply address, which only a channel consuming from the pseudo-queue has (over
 /// HTTP there is none); without one the publish is refused, as RabbitMQ refuses it.
-pub(crate) fn resolve_reply_to(
+fn resolve_reply_to(
     properties: &mut BasicProperties,
     reply_address: Option<&ShortStr>,
 ) -> BrokerResult<()> {
@@ -88,7 +137,7 @@ pub(crate) fn resolve_reply_to(
 /// delayed exchange refuses an `x-delay` it cannot read; any other exchange ignores one (a
 /// delayed exchange behind it reads it as no delay). A `CC` or `BCC` header that is not an
 /// array is refused.
-pub(crate) fn prepare(
+fn prepare(
     memory: &Arc<MemoryMonitor>,
     exchange: &Exchange,
     exchange_name: ShortStr,

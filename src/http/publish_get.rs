@@ -13,7 +13,7 @@ use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use dwellmq_codec::{BasicProperties, ShortStr};
 use dwellmq_core::Body;
-use dwellmq_core::{BrokerError, BrokerResult, Message};
+use dwellmq_core::{BrokerResult, Message};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -44,32 +44,24 @@ pub(crate) fn publish_message(
     body: Bytes,
     user: &str,
 ) -> BrokerResult<bool> {
-    let max = state.config.limits.max_message_size;
-    if body.len() as u64 > max {
-        return Err(BrokerError::PreconditionFailed(format!(
-            "message size {} is larger than configured max size {max}",
-            body.len()
-        )));
-    }
-    // The checks and the message as on a channel (`broker::publish`).
-    let target = publish::target(vhost, exchange)?;
-    publish::check_properties(&properties, user)?;
-    let mut properties = properties;
-    // No reply consumer over HTTP: a request for a direct reply is refused.
-    publish::resolve_reply_to(&mut properties, None)?;
+    // The checks and the message as on a channel (`broker::publish`). No reply consumer
+    // over HTTP: a request for a direct reply is refused.
+    publish::check_size(body.len() as u64, state.config.limits.max_message_size)?;
+    let submitted = publish::Submitted {
+        exchange: ShortStr::from(exchange),
+        routing_key: routing_key.clone(),
+        properties,
+        body: Body::Single(body),
+        user,
+        reply_address: None,
+    };
+    let (target, prepared) = publish::accept(vhost, submitted)?;
     let Prepared {
         message,
         delay_ms,
         extra_keys,
         bcc,
-    } = publish::prepare(
-        &state.memory,
-        &target,
-        target.name.clone(),
-        routing_key.clone(),
-        properties,
-        Body::Single(body),
-    )?;
+    } = prepared;
     let mut counts = MessageCounts {
         published: 1,
         ..MessageCounts::default()

@@ -154,7 +154,7 @@ impl Channel {
     }
 
     /// The reply address requests from this channel carry (`reply_to` rewritten by
-    /// `broker::publish::resolve_reply_to`), if the channel has a reply consumer.
+    /// `broker::publish::accept`), if the channel has a reply consumer.
     pub(super) fn reply_address(&self) -> Option<&ShortStr> {
         self.reply_consumer.as_ref().map(|(_, address)| address)
     }

@@ -160,23 +160,21 @@ impl Channel {
             return Ok(());
         };
         let header = pending.header.unwrap_or_default();
-        let exchange = publish::target(cx.vhost, &pending.method.exchange)?;
-        let mut properties = header.properties;
-        publish::check_properties(&properties, cx.user)?;
-        publish::resolve_reply_to(&mut properties, self.reply_address())?;
+        let submitted = publish::Submitted {
+            exchange: pending.method.exchange.clone(),
+            routing_key: pending.method.routing_key.clone(),
+            properties: header.properties,
+            body: pending.body.into_body(),
+            user: cx.user,
+            reply_address: self.reply_address(),
+        };
+        let (exchange, prepared) = publish::accept(cx.vhost, submitted)?;
         let Prepared {
             message,
             delay_ms,
             extra_keys,
             bcc,
-        } = publish::prepare(
-            &cx.state.memory,
-            &exchange,
-            pending.method.exchange.clone(),
-            pending.method.routing_key.clone(),
-            properties,
-            pending.body.into_body(),
-        )?;
+        } = prepared;
         let transactional = matches!(self.mode, PublishMode::Transactional { .. });
         let publication = Publication {
             exchange: pending.method.exchange,
