@@ -24,9 +24,9 @@ use dwellmq_core::queue::PublishOutcome;
 
 use super::exchange::{Exchange, ExchangeKind};
 use super::memory::MemoryMonitor;
-use super::persist::PublishTicket;
 use super::queue::QueueOwner;
 use super::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
+use super::tickets::PublishTicket;
 use super::vhost::{Routing, VHost};
 
 /// A publish ready to route.

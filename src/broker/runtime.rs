@@ -46,9 +46,11 @@ impl Runtime {
             kept_exchanges: Kept::default(),
         })
     }
+}
 
+#[cfg(test)]
+impl Runtime {
     /// A runtime on the system clock with no memory limit and no store (unit tests).
-    #[cfg(test)]
     pub(crate) fn standalone() -> Arc<Self> {
         let clock: dwellmq_timer::SharedClock = Arc::new(dwellmq_timer::SystemClock::new());
         let timer = Arc::new(super::timer_thread::TimerControl::default());

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::Queue;
+use crate::broker::tickets::DefinitionWrites;
 use crate::broker::vhost::VHost;
 
 /// Deletes `queue` (this instance only: a namesake declared since stays).
