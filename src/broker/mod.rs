@@ -1,4 +1,6 @@
 //! The broker's shared state: vhosts with their exchanges and queues, consumers, accounting.
+//! `BrokerState` builds the parts and wires them; the map of the modules, and which may import
+//! which, is in ARCHITECTURE.md ("`src/broker/`, bottom to top").
 //!
 //! Everything here is reached from connection tasks through `Arc`s and short locks; there is no
 //! broker-wide task or channel hop on the publish → deliver path.
@@ -54,7 +56,8 @@ pub(crate) struct BrokerState {
     pub(crate) manual_clock: Option<Arc<ManualClock>>,
     /// Messages held by delayed exchanges.
     pub(crate) delayed: Arc<DelayedMessages>,
-    /// What queues share: clock, deadlines, accounting.
+    /// What vhosts and the publish pipeline share: the queues' services, the scheduler, names,
+    /// reply consumers, the definitions store, what the restore kept.
     pub(crate) runtime: Arc<Runtime>,
     /// Direct reply-to consumers, by reply address.
     pub(crate) reply_consumers: Arc<reply_to::ReplyConsumers>,

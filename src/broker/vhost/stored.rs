@@ -103,6 +103,9 @@ impl VHost {
             }
         });
         if let Some(kept) = &retaken {
+            // Under the queue map's write lock (the queue is not visible yet): loading only
+            // arms ticks and notes kept dead letters; what expired dies at the tick the caller
+            // runs once the queue is in the vhost.
             let loaded = store
                 .snapshot()
                 .and_then(|snapshot| queue.load_stored(self, &snapshot, id, kept.kept.next_seq));
