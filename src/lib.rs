@@ -9,6 +9,12 @@
 //! broker.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! Cargo features, all on by default: `http` (the management API, the page, `/metrics`, the
+//! test double's `/test/...` endpoints and definitions files), `tls` (AMQP over TLS) and
+//! `binary` (the `dwellmq` server binary, which turns on both). With `default-features = false`
+//! only what AMQP needs is compiled; [`Broker::start`] then refuses a [`BrokerConfig`] that asks
+//! for a left-out feature ([`StartError::NotBuilt`]).
 #![warn(missing_docs, unreachable_pub)]
 // Much of the broker's reading side (listings, rates, connection and user details, the test
 // double's controls) is there for the HTTP API: a build without the `http` feature leaves it
