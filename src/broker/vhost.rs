@@ -11,7 +11,7 @@ use dwellmq_core::routing::{
 use dwellmq_core::{arguments, BrokerError, BrokerResult};
 use parking_lot::RwLock;
 
-use super::exchange::{DeclaredType, Exchange, ExchangeKind};
+use super::exchange::{DeclaredBy, DeclaredType, Exchange, ExchangeKind};
 use super::persist::DefinitionWrites;
 use super::policies::Policies;
 use super::queue::{ConnectionId, Queue};
@@ -38,6 +38,8 @@ pub(crate) struct ExchangeSpec {
     pub(crate) auto_delete: bool,
     pub(crate) internal: bool,
     pub(crate) arguments: FieldTable,
+    /// Who declares it (kept by a new exchange only).
+    pub(crate) declared_by: DeclaredBy,
 }
 
 /// What `queue.declare` asks for.
@@ -197,6 +199,7 @@ impl VHost {
                     false,
                     internal,
                     FieldTable::new(),
+                    DeclaredBy::Broker,
                 );
                 (name, Arc::new(exchange))
             })
@@ -307,6 +310,7 @@ impl VHost {
             d.auto_delete,
             d.internal,
             d.arguments,
+            d.declared_by,
         ));
         *exchange.policy_alternate_exchange.write() = self
             .policies
@@ -1053,6 +1057,7 @@ mod tests {
             auto_delete: false,
             internal: false,
             arguments: FieldTable::new(),
+            declared_by: DeclaredBy::user("guest"),
         }
     }
 

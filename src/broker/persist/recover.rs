@@ -15,7 +15,7 @@ use dwellmq_store::{
 };
 
 use crate::broker::dead_letter::pending::reason_of_code;
-use crate::broker::exchange::{DeclaredType, ExchangeKind};
+use crate::broker::exchange::{DeclaredBy, DeclaredType, ExchangeKind};
 use crate::broker::memory::MemoryMonitor;
 use crate::broker::persist::kept::KeptQueue;
 use crate::broker::persist::DefinitionWrites;
@@ -318,6 +318,8 @@ fn restore_exchange(state: &BrokerState, x: &ExchangeDef) -> Result<(), String> 
         auto_delete: x.auto_delete,
         internal: x.internal,
         arguments,
+        // The stored record has no field for it (store format 4).
+        declared_by: DeclaredBy::Unrecorded,
     };
     vhost
         .declare_exchange_reporting(spec, DefinitionWrites::UNAWAITED)
