@@ -49,7 +49,12 @@ impl Model {
                     &[id],
                 )),
                 Presence::Removed if running => out.push(violation(
-                    format!("message {id} is still there after it was taken away"),
+                    format!(
+                        "message {id} is still there after it was taken away{}",
+                        seen.first()
+                            .map(|(place, _)| overdue_note(m, place, look.now))
+                            .unwrap_or_default()
+                    ),
                     &[id],
                 )),
                 _ => {}

@@ -377,6 +377,38 @@ impl Sim {
         format!("get {id} from {queue} and requeue")
     }
 
+    /// Takes 2-8 messages from a classic queue, then requeues them in a random order: each
+    /// goes back to its own place, redelivered, and the queue's head grows past its window
+    /// (read back from the store, perhaps spilled, then left beyond the window again).
+    pub(super) async fn get_many_and_requeue(&mut self) -> String {
+        let queue = self.pick_ready(&["q0", "dead", "retried", "dead3"]);
+        let mut taken = Vec::new();
+        for _ in 0..2 + self.rng.below(7) {
+            match self.get(queue).await {
+                Some(got) => taken.push(got),
+                None => break,
+            }
+        }
+        let mut order = Vec::new();
+        while !taken.is_empty() {
+            let (id, tag) = taken.swap_remove(self.rng.below(taken.len() as u64) as usize);
+            let options = BasicNackOptions {
+                requeue: true,
+                multiple: false,
+            };
+            if let Err(e) = self.ch().basic_nack(tag, options).await {
+                self.fail(&format!("nack failed: {e}"));
+            }
+            self.model.requeued(id, false);
+            order.push(id);
+        }
+        self.round_trip(queue).await;
+        format!(
+            "get {} from {queue}, requeue them as {order:?}",
+            order.len()
+        )
+    }
+
     pub(super) async fn reject_to_dead(&mut self) -> String {
         let Some((id, tag)) = self.get("q2").await else {
             return "get q2: empty".into();

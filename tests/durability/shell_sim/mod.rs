@@ -54,6 +54,7 @@ mod model;
 mod queues;
 mod report;
 mod retry;
+mod scenarios;
 mod tap;
 
 use std::sync::Arc;
@@ -187,7 +188,19 @@ impl Sim {
     async fn bounded<T>(&self, what: &str, f: impl std::future::Future<Output = T>) -> T {
         match tokio::time::timeout(STUCK, f).await {
             Ok(done) => done,
-            Err(_) => self.fail(&format!("{what} took over {STUCK:?}: the broker is stuck")),
+            Err(_) => {
+                let state = self.broker.as_ref().map_or(String::new(), |b| {
+                    format!(
+                        " (memory counted {} of a watermark of {}, disk alarm {})",
+                        b.memory_used(),
+                        b.memory_high_watermark(),
+                        b.disk_alarm()
+                    )
+                });
+                self.fail(&format!(
+                    "{what} took over {STUCK:?}: the broker is stuck{state}"
+                ))
+            }
         }
     }
 
@@ -299,7 +312,8 @@ impl Sim {
             40..=42 => self.reject_to_dead().await,
             43..=44 => self.reject_at_least_once().await,
             45..=46 => self.toggle_dead3().await,
-            47..=53 => self.get_and_requeue().await,
+            47..=50 => self.get_and_requeue().await,
+            51..=53 => self.get_many_and_requeue().await,
             54..=62 => self.advance().await,
             63..=65 => self.cancel_one(),
             66..=67 => self.purge_queue().await,

@@ -23,8 +23,8 @@ pub struct Report {
     pub retry_published: u64,
     /// Messages the model expired at advances (each then checked gone from its queue).
     pub expired: u64,
-    /// Of those, messages seen in a dead-letter queue with their death.
-    pub dead_letters_seen: u64,
+    /// Sightings (over all looks) of dead-lettered messages carrying their death.
+    pub dead_letter_sightings: u64,
     /// The most messages the retry queue had paged out (left in the store only) at a look.
     pub most_paged_out: u64,
     /// `basic.get`s checked against the queue's head, and those redelivered.
@@ -56,7 +56,7 @@ impl Report {
         self.longest_settle_ms = self.longest_settle_ms.max(r.longest_settle_ms);
         self.retry_published += r.retry_published;
         self.expired += r.expired;
-        self.dead_letters_seen += r.dead_letters_seen;
+        self.dead_letter_sightings += r.dead_letter_sightings;
         self.most_paged_out = self.most_paged_out.max(r.most_paged_out);
         self.gets += r.gets;
         self.redelivered_gets += r.redelivered_gets;
@@ -71,7 +71,7 @@ impl Report {
     pub fn note_look(&mut self, look: &Look) {
         for (place, sightings) in &look.places {
             if let Place::Queue(_) = place {
-                self.dead_letters_seen +=
+                self.dead_letter_sightings +=
                     sightings.iter().filter(|s| !s.deaths.is_empty()).count() as u64;
             }
         }
@@ -95,7 +95,7 @@ impl Report {
         );
         assert!(self.confirmed > 0 && self.gets > 0, "{self:#?}");
         assert!(
-            self.expired > 0 && self.dead_letters_seen > 0,
+            self.expired > 0 && self.dead_letter_sightings > 0,
             "no expiry: {self:#?}"
         );
         assert!(
@@ -104,9 +104,12 @@ impl Report {
         );
         assert!(self.redelivered_gets > 0, "no redelivery: {self:#?}");
         assert!(self.closes > 0, "no close: {self:#?}");
+        // Given more than the watermark, a broker that kept the classic queues in memory
+        // would have blocked its publishers for good (a stuck step) or failed the memory
+        // check.
         assert!(
-            self.classic_content_max > super::WATERMARK + super::memory::MEMORY_OVERHEAD,
-            "the classic queues never held more than the memory bound: {self:#?}"
+            self.classic_content_max > super::WATERMARK,
+            "the classic queues never held more than the watermark: {self:#?}"
         );
     }
 }

@@ -13,7 +13,7 @@ use super::Sim;
 pub const SENT_WITHOUT_WAITING: u64 = 10;
 
 impl Sim {
-    /// Publishes 10-50 messages of 0.5-3.5 KB (one in ten over 4 KiB) to `retry`, a third
+    /// Publishes 10-50 messages of 1-4 KB (one in ten over 4 KiB) to `retry`, a third
     /// transient, a quarter with their own `expiration`: bursts give the classic queues far
     /// more than the memory watermark over a run.
     pub(super) async fn retry_burst(&mut self) -> String {
@@ -34,7 +34,7 @@ impl Sim {
                 let filler = if roll.is_multiple_of(10) {
                     classic_filler(roll)
                 } else {
-                    500 + (roll % 3_000) as usize
+                    1_000 + (roll % 3_000) as usize
                 };
                 let route = Route::Queue("retry");
                 let confirm = self.send(route, id, persistent, expiration, filler).await;
