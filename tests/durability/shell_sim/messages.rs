@@ -81,17 +81,16 @@ impl Sim {
                 filler,
             },
         );
-        match self
-            .ch()
-            .basic_publish(
-                exchange.as_str().into(),
-                key.as_str().into(),
-                BasicPublishOptions::default(),
-                &body_for(id, filler),
-                properties,
-            )
-            .await
-        {
+        let body = body_for(id, filler);
+        // A client the broker blocked (`connection.blocked`) sends nothing until unblocked.
+        let publish = self.ch().basic_publish(
+            exchange.as_str().into(),
+            key.as_str().into(),
+            BasicPublishOptions::default(),
+            &body,
+            properties,
+        );
+        match self.bounded("a publish", publish).await {
             Ok(confirm) => confirm,
             Err(e) => self.fail(&format!("publishing {id} failed: {e}")),
         }

@@ -190,11 +190,18 @@ impl Sim {
             Ok(done) => done,
             Err(_) => {
                 let state = self.broker.as_ref().map_or(String::new(), |b| {
+                    let queues: Vec<String> = queues::QUEUES
+                        .iter()
+                        .chain([&SCRATCH])
+                        .filter_map(|q| b.queue_info("/", q))
+                        .map(|i| format!("{} {} ({} paged out)", i.name, i.messages, i.paged_out))
+                        .collect();
                     format!(
-                        " (memory counted {} of a watermark of {}, disk alarm {})",
+                        " (memory counted {} of a watermark of {}, disk alarm {}; queues: {})",
                         b.memory_used(),
                         b.memory_high_watermark(),
-                        b.disk_alarm()
+                        b.disk_alarm(),
+                        queues.join(", ")
                     )
                 });
                 self.fail(&format!(
