@@ -27,7 +27,10 @@
 //!   the look must be right;
 //! - memory: the memory the broker counts stays under its watermark plus a stated overhead
 //!   (`memory.rs`);
-//! - a client close that does not complete within its bound fails the run (`closing.rs`).
+//! - closes: a client close (channel, then connection) that does not complete within its
+//!   bound fails the run with what each side sent, unless the wire shows the broker got the
+//!   close and answered close-ok; the client is then cut off and the stall counted
+//!   (`closing.rs`).
 //!
 //! The classic queues page with a window of 4 messages, so paged-out messages are read back,
 //! acked, purged, expired and crashed with; memory is always under pressure, so their
@@ -188,27 +191,32 @@ impl Sim {
     async fn bounded<T>(&self, what: &str, f: impl std::future::Future<Output = T>) -> T {
         match tokio::time::timeout(STUCK, f).await {
             Ok(done) => done,
-            Err(_) => {
-                let state = self.broker.as_ref().map_or(String::new(), |b| {
-                    let queues: Vec<String> = queues::QUEUES
-                        .iter()
-                        .chain([&SCRATCH])
-                        .filter_map(|q| b.queue_info("/", q))
-                        .map(|i| format!("{} {} ({} paged out)", i.name, i.messages, i.paged_out))
-                        .collect();
-                    format!(
-                        " (memory counted {} of a watermark of {}, disk alarm {}; queues: {})",
-                        b.memory_used(),
-                        b.memory_high_watermark(),
-                        b.disk_alarm(),
-                        queues.join(", ")
-                    )
-                });
-                self.fail(&format!(
-                    "{what} took over {STUCK:?}: the broker is stuck{state}"
-                ))
-            }
+            Err(_) => self.fail(&format!(
+                "{what} took over {STUCK:?}: the broker is stuck{}",
+                self.broker_state()
+            )),
         }
+    }
+
+    /// What tells why a broker is stuck: its memory against its watermark, its disk alarm,
+    /// each queue's length and how much of it is paged out.
+    fn broker_state(&self) -> String {
+        let Some(b) = self.broker.as_ref() else {
+            return String::new();
+        };
+        let queues: Vec<String> = queues::QUEUES
+            .iter()
+            .chain([&SCRATCH])
+            .filter_map(|q| b.queue_info("/", q))
+            .map(|i| format!("{} {} ({} paged out)", i.name, i.messages, i.paged_out))
+            .collect();
+        format!(
+            " (memory counted {} of a watermark of {}, disk alarm {}; queues: {})",
+            b.memory_used(),
+            b.memory_high_watermark(),
+            b.disk_alarm(),
+            queues.join(", ")
+        )
     }
 
     fn broker(&self) -> &BrokerHandle {
@@ -350,8 +358,9 @@ impl Sim {
             if tokio::time::timeout(6 * STUCK, self.step()).await.is_err() {
                 let roll = self.last_roll;
                 self.fail(&format!(
-                    "step {roll} took over {:?}: the broker is stuck",
-                    6 * STUCK
+                    "step {roll} took over {:?}: the broker is stuck{}",
+                    6 * STUCK,
+                    self.broker_state()
                 ));
             }
         }

@@ -22,8 +22,8 @@ const KEPT: usize = 48;
 pub struct Direction {
     /// The last frames, oldest first: "ch1 basic.publish ×3".
     pub frames: Vec<String>,
-    /// Seen at all: `connection.close`, `connection.close-ok`, `connection.blocked`,
-    /// `connection.unblocked`, in order.
+    /// Seen at all, in order: `connection.close`, `connection.close-ok`,
+    /// `connection.blocked`, `connection.unblocked`, `channel.close`, `channel.close-ok`.
     pub connection_methods: Vec<&'static str>,
     /// The stream ended (the sender shut its side or closed).
     pub ended: bool,
@@ -186,6 +186,8 @@ fn note_frames(parse: &mut BytesMut, traffic: &Mutex<Traffic>, to_broker: bool) 
             FramePayload::Method(Method::ConnectionCloseOk) => Some("connection.close-ok"),
             FramePayload::Method(Method::ConnectionBlocked(_)) => Some("connection.blocked"),
             FramePayload::Method(Method::ConnectionUnblocked) => Some("connection.unblocked"),
+            FramePayload::Method(Method::ChannelClose(_)) => Some("channel.close"),
+            FramePayload::Method(Method::ChannelCloseOk) => Some("channel.close-ok"),
             _ => None,
         };
         let mut traffic = traffic.lock();
