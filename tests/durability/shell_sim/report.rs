@@ -40,8 +40,6 @@ pub struct Report {
     pub classic_content_max: u64,
     /// Closes (connection and channel) that completed within their bound.
     pub closes: u64,
-    /// Closes that did not, although the broker answered close-ok (the client cut off).
-    pub client_close_stalls: u64,
 }
 
 impl Report {
@@ -67,7 +65,6 @@ impl Report {
         self.memory_max = self.memory_max.max(r.memory_max);
         self.classic_content_max = self.classic_content_max.max(r.classic_content_max);
         self.closes += r.closes;
-        self.client_close_stalls += r.client_close_stalls;
     }
 
     /// Counts what a look showed that the run is meant to exercise.
