@@ -98,6 +98,11 @@ impl MemoryMonitor {
         self.used.load(Ordering::Relaxed) > self.paging_threshold
     }
 
+    /// Whether more is counted than the watermark (the alarm is, or is about to be, on).
+    pub(crate) fn over_watermark(&self) -> bool {
+        self.high_watermark > 0 && self.used.load(Ordering::Relaxed) > self.high_watermark
+    }
+
     /// Charges one message with a body of `body_len` octets (see [`message_footprint`]); the
     /// returned guard gives it back when dropped.
     pub(crate) fn charge_message(self: &Arc<Self>, body_len: usize) -> MemoryCharge {

@@ -12,7 +12,7 @@ use dwellmq_store::{
     BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Snapshot, Store, StoreError,
 };
 
-use crate::broker::exchange::{DeclaredType, ExchangeKind};
+use crate::broker::exchange::{DeclaredBy, DeclaredType, ExchangeKind};
 use crate::broker::persist::kept::{KeptExchange, KeptQueue};
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::Queue;
@@ -308,6 +308,8 @@ fn restore_exchange(state: &BrokerState, x: &ExchangeDef) -> Result<(), String> 
         auto_delete: x.auto_delete,
         internal: x.internal,
         arguments,
+        // The stored record has no field for it (store format 4).
+        declared_by: DeclaredBy::Unrecorded,
     };
     vhost
         .declare_exchange_reporting(spec, DefinitionWrites::UNAWAITED)

@@ -83,7 +83,9 @@ impl BrokerHandle {
     /// `collect_statistics_interval`): every `_details.rate` the API shows is the increase per
     /// second between the last two samples. Under a manual clock samples are taken at the
     /// clock's time, so a test that samples, moves the clock and samples again gets exact
-    /// rates (a second sample at the same instant changes nothing).
+    /// rates (a second sample at the same instant changes nothing). Rates exist only for the
+    /// HTTP API, so this needs the `http` feature.
+    #[cfg(feature = "http")]
     pub async fn sample_rates(&self) {
         let at_ms = crate::http::sampler::sample_time(&self.state);
         crate::http::sampler::sample(&self.state, at_ms).await;

@@ -73,6 +73,8 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
             super::set_policy(state, vhost, policy.clone())
                 .map_err(|e| ResetError::Policy(name, e.to_string()))?;
         }
+        // Without the `http` feature a broker with a definitions file never started.
+        #[cfg(feature = "http")]
         if let Some(path) = &state.config.definitions {
             crate::http::definitions::import_file(state, path).map_err(ResetError::Definitions)?;
         }

@@ -1011,7 +1011,7 @@ impl Book {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::exchange::DeclaredType;
+    use crate::broker::exchange::{DeclaredBy, DeclaredType};
     use crate::broker::queue::Queue;
     use crate::broker::vhost::{ExchangeSpec, QueueSpec};
     use dwellmq_codec::{BasicProperties, FieldTable, FieldValue};
@@ -1048,6 +1048,7 @@ mod tests {
                 arguments: [("x-delayed-type", FieldValue::from("fanout"))]
                     .into_iter()
                     .collect(),
+                declared_by: DeclaredBy::user("guest"),
             })
             .unwrap();
         let spec = QueueSpec {

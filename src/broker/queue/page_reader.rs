@@ -144,6 +144,14 @@ fn serve(jobs: &mpsc::Receiver<Job>, reader: &Weak<ReaderInner>) {
         };
         match job.task {
             Task::Read(request) => {
+                // A read for deadlines waits while memory is over the watermark (what it
+                // dead-letters stays in memory until written): put off, asked again shortly.
+                if request.due && !queue.room_to_expire(Duration::ZERO) {
+                    if let Some(next) = queue.defer_read(&*owner, request) {
+                        queue.read(&*owner, next);
+                    }
+                    continue;
+                }
                 let page = queue.read_page(request, &RETRY_PAUSES);
                 // A test may hold the page here: in flight, read and not yet handed over.
                 queue.services.hooks.page_reads.pass();

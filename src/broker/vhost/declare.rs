@@ -7,7 +7,7 @@ use dwellmq_codec::{FieldTable, ShortStr};
 use dwellmq_core::{arguments, BrokerError, BrokerResult};
 
 use super::{bool_text, default_exchange_refused, VHost};
-use crate::broker::exchange::{DeclaredType, Exchange, ExchangeKind};
+use crate::broker::exchange::{DeclaredBy, DeclaredType, Exchange, ExchangeKind};
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::{ConnectionId, Queue};
 use crate::broker::stats::QueueTotals;
@@ -21,6 +21,8 @@ pub(crate) struct ExchangeSpec {
     pub(crate) auto_delete: bool,
     pub(crate) internal: bool,
     pub(crate) arguments: FieldTable,
+    /// Who declares it (kept by a new exchange only).
+    pub(crate) declared_by: DeclaredBy,
 }
 
 /// What `queue.declare` asks for.
@@ -79,6 +81,7 @@ impl VHost {
             d.auto_delete,
             d.internal,
             d.arguments,
+            d.declared_by,
         ));
         *exchange.policy_alternate_exchange.write() = self
             .policies

@@ -16,7 +16,7 @@ use dwellmq_core::routing::{Binding, Destination, RoutingKind};
 use dwellmq_core::{BrokerError, BrokerResult, Message};
 use parking_lot::RwLock;
 
-use super::exchange::{Exchange, ExchangeKind};
+use super::exchange::{DeclaredBy, Exchange, ExchangeKind};
 use super::queue::Queue;
 use super::runtime::Runtime;
 use super::tickets::PublishTicket;
@@ -142,6 +142,7 @@ impl VHost {
                     false,
                     internal,
                     FieldTable::new(),
+                    DeclaredBy::Broker,
                 );
                 (name, Arc::new(exchange))
             })

@@ -9,7 +9,7 @@ use dwellmq_core::BrokerResult;
 
 use super::delete::DeletedQueue;
 use super::*;
-use crate::broker::exchange::DeclaredType;
+use crate::broker::exchange::{DeclaredBy, DeclaredType};
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::ConnectionId;
 use crate::broker::runtime::Runtime;
@@ -79,6 +79,7 @@ fn exchange_spec(name: &str, kind: RoutingKind) -> ExchangeSpec {
         auto_delete: false,
         internal: false,
         arguments: FieldTable::new(),
+        declared_by: DeclaredBy::user("guest"),
     }
 }
 

@@ -15,7 +15,7 @@ use dwellmq_core::{BrokerError, BrokerResult};
 
 use super::{Channel, ConnContext};
 use crate::broker::access::{Operation, ResourceKind};
-use crate::broker::exchange::DeclaredType;
+use crate::broker::exchange::{DeclaredBy, DeclaredType};
 use crate::broker::persist::{DefinitionWrites, PublishTicket};
 use crate::broker::queue::Queue;
 use crate::broker::reply_to::is_reply_name;
@@ -135,6 +135,7 @@ impl Channel {
             auto_delete: m.auto_delete,
             internal: m.internal,
             arguments: m.arguments,
+            declared_by: DeclaredBy::user(cx.user),
         };
         cx.vhost.declare_exchange_reporting(spec, writes)?;
         Ok(unless_no_wait(m.no_wait, Method::ExchangeDeclareOk))
