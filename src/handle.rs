@@ -6,6 +6,7 @@ mod faults;
 mod held;
 mod inspect;
 mod listener_role;
+mod pauses;
 mod reset;
 mod restart;
 mod start;
@@ -179,8 +180,8 @@ impl BrokerHandle {
     pub fn release_retries(&self, vhost: &str, queue: &str) -> usize {
         self.state
             .vhost(vhost)
-            .and_then(|v| v.queue(queue).ok())
-            .map_or(0, |q| q.release_retries())
+            .and_then(|v| Some((v.queue(queue).ok()?, v)))
+            .map_or(0, |(q, v)| q.release_retries(&*v))
     }
 
     /// Adds or replaces (by name) a policy in `vhost` and applies it at once to the queues and
@@ -400,7 +401,7 @@ impl BrokerHandle {
     /// Messages that left their queues for `reason` since start: (dead-lettered, dropped
     /// because the queue has no dead-letter exchange).
     pub fn death_counts(&self, reason: DeathReason) -> (u64, u64) {
-        self.state.runtime.deaths.get(reason)
+        self.state.queue_services().deaths.get(reason)
     }
 
     /// Held messages that found no route when released (dropped), since start.
@@ -446,7 +447,7 @@ impl BrokerHandle {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         // Commits what is queued and releases the data directory (a new broker may open it).
-        if let Some(store) = self.state.runtime.store.clone() {
+        if let Some(store) = self.state.store().cloned() {
             let _ = tokio::task::spawn_blocking(move || store.shutdown()).await;
         }
     }
@@ -454,12 +455,13 @@ impl BrokerHandle {
 
 /// A queue snapshot, for the handle and the test endpoints.
 pub(crate) fn queue_info(state: &BrokerState, vhost: &str, queue: &str) -> Option<QueueInfo> {
-    let queue = state.vhost(vhost)?.queue(queue).ok()?;
+    let vhost = state.vhost(vhost)?;
+    let queue = vhost.queue(queue).ok()?;
     let retrying = queue.retrying();
-    let figures = queue.figures();
+    let figures = queue.figures(&*vhost);
     Some(QueueInfo {
         name: queue.name.to_string(),
-        messages: queue.message_count(),
+        messages: queue.message_count(&*vhost),
         consumers: queue.consumer_count(),
         unacked: queue.unacked_count(),
         retrying: retrying.len(),

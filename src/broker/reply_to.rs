@@ -13,8 +13,8 @@ use dwellmq_codec::ShortStr;
 use dwellmq_core::{BrokerResult, Message};
 use parking_lot::Mutex;
 
-use super::consumer::DeliverySink;
 use super::names::NameGenerator;
+use super::queue::consumer::DeliverySink;
 
 /// The pseudo-queue a reply consumer consumes from.
 pub(crate) const REPLY_QUEUE: &str = "amq.rabbitmq.reply-to";

@@ -1,15 +1,18 @@
 //! What the test double adds to the broker: faults a test injects (nacked confirms, delayed
-//! deliveries to a queue) and the counters that have no other home.
+//! deliveries to a queue), pause points that hold a step of the broker so that a test can make
+//! a race happen (a page read in flight, a bind between its lookup and its add), and the
+//! counters that have no other home.
 //!
-//! Every check on the publish path is one relaxed atomic load while no fault is set, so a
-//! broker that never sees a test costs nothing more.
+//! Every check on the publish path is one relaxed atomic load while no fault is set, and so is
+//! every pause point while it is open, so a broker that never sees a test costs nothing more.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use dwellmq_codec::ShortStr;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 /// A queue whose deliveries are held back by a fault.
 #[derive(Debug, Clone)]
@@ -32,6 +35,93 @@ pub(crate) struct TestHooks {
     delays: Mutex<HashMap<(ShortStr, ShortStr), DeliveryDelay>>,
     /// Messages delivered to consumers with the `redelivered` flag.
     pub(crate) redelivered: AtomicU64,
+    /// Page reads wait here between reading the store and handing the page to their queue.
+    pub(crate) page_reads: Gate,
+    /// Binds wait here between finding their destination and adding the binding.
+    pub(crate) binds: Gate,
+}
+
+/// A pause point for tests: code that passes it while it is closed waits there, its thread
+/// blocked, until a test opens it or the wait given at its closing has passed (so that a test
+/// that forgets it, or a lock held while waiting, cannot stall a broker for good).
+#[derive(Default)]
+pub(crate) struct Gate {
+    /// Read first, alone, while open: one relaxed load.
+    closed: AtomicBool,
+    state: Mutex<GateState>,
+    opened: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    closed: bool,
+    /// How long one pass waits at most while closed.
+    max_wait: Duration,
+    /// Passes waiting now.
+    waiting: usize,
+    /// Passes that stopped here since the gate was last closed (waiting or gone on).
+    stopped: usize,
+}
+
+impl Gate {
+    /// Passes that come from now on wait, each for `max_wait` at most.
+    pub(crate) fn close(&self, max_wait: Duration) {
+        let mut state = self.state.lock();
+        state.closed = true;
+        state.max_wait = max_wait;
+        state.stopped = 0;
+        self.closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Lets the waiting passes go on, and later ones through.
+    pub(crate) fn open(&self) {
+        let mut state = self.state.lock();
+        state.closed = false;
+        self.closed.store(false, Ordering::Relaxed);
+        self.opened.notify_all();
+    }
+
+    /// Passes waiting now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.state.lock().waiting
+    }
+
+    /// Passes that stopped here since the gate was last closed, waiting or gone on.
+    pub(crate) fn stopped(&self) -> usize {
+        self.state.lock().stopped
+    }
+
+    /// The pause point: returns at once while open; closed, waits until opened or for the
+    /// gate's `max_wait`. On a worker of a multi-threaded runtime the wait gives the worker's
+    /// tasks to another thread first (`block_in_place`): a task woken just before, such as the
+    /// one that serves the connection whose delete the test races against the pause, must not
+    /// wait with it.
+    pub(crate) fn pass(&self) {
+        if !self.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime)
+                if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread =>
+            {
+                tokio::task::block_in_place(|| self.wait())
+            }
+            _ => self.wait(),
+        }
+    }
+
+    fn wait(&self) {
+        let mut state = self.state.lock();
+        let deadline = Instant::now() + state.max_wait;
+        state.waiting += 1;
+        state.stopped += 1;
+        while state.closed {
+            if self.opened.wait_until(&mut state, deadline).timed_out() {
+                break;
+            }
+        }
+        state.waiting -= 1;
+    }
 }
 
 impl TestHooks {
@@ -97,6 +187,8 @@ impl TestHooks {
         self.delays.lock().clear();
         self.any_delay.store(false, Ordering::Relaxed);
         self.redelivered.store(0, Ordering::Relaxed);
+        self.page_reads.open();
+        self.binds.open();
     }
 }
 
@@ -112,6 +204,33 @@ mod tests {
         assert!(hooks.take_nack());
         assert!(hooks.take_nack());
         assert!(!hooks.take_nack());
+    }
+
+    #[test]
+    fn a_closed_gate_holds_a_pass_until_opened_or_its_wait_has_passed() {
+        let gate = Arc::new(Gate::default());
+        gate.pass(); // open: through at once
+        gate.close(Duration::from_secs(30));
+        let passer = {
+            let gate = Arc::clone(&gate);
+            std::thread::spawn(move || gate.pass())
+        };
+        let started = Instant::now();
+        while gate.waiting() == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the pass waits"
+            );
+            std::thread::yield_now();
+        }
+        assert!(!passer.is_finished());
+        gate.open();
+        passer.join().expect("the pass goes on");
+        assert_eq!((gate.waiting(), gate.stopped()), (0, 1));
+        // Closed with a short wait, a pass goes on by itself.
+        gate.close(Duration::from_millis(1));
+        gate.pass();
+        assert_eq!(gate.waiting(), 0);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::fields::table_to_json;
 use super::sampler::channel_counts;
 use super::{Api, NODE};
 use crate::broker::connections::ConnectionInfo;
-use crate::broker::consumer::Consumer;
+use crate::broker::queue::consumer::Consumer;
 use crate::broker::queue::Queue;
 use crate::broker::rates::RateKey;
 

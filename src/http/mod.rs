@@ -26,7 +26,7 @@ mod queue_shape;
 mod queues;
 mod resource;
 mod routes;
-mod sampler;
+pub(crate) mod sampler;
 mod test_clock;
 mod test_faults;
 mod test_inspect;

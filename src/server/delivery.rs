@@ -16,7 +16,7 @@ use dwellmq_core::{Message, QueueEntry};
 use parking_lot::Mutex;
 
 use super::outbound::{FrameSink, Outbound};
-use crate::broker::consumer::{Consumer, DeliverySink};
+use crate::broker::queue::consumer::{Consumer, DeliverySink};
 use crate::broker::queue::Queue;
 
 /// A delivered message awaiting ack, nack or reject.

@@ -188,11 +188,24 @@ async fn at_most_once_still_drops_an_unroutable_dead_letter() {
     .expect("source declared");
     publish(&ch, "src", "m1").await;
     reject_head_of_source(&ch).await;
-    assert_eq!(dead_lettered_in_source(&broker), 0);
+    // Dropped: nothing of it is left in the source, neither kept as a dead letter nor ready
+    // nor unacknowledged, and nothing routes it later.
+    let source = broker.broker.queue_info("/", "src").expect("source exists");
+    assert_eq!(
+        (source.messages, source.unacked, source.dead_lettered),
+        (0, 0, 0),
+        "the source holds nothing of the dropped message"
+    );
     bind_target(&ch, "dead", FieldTable::default()).await;
     broker.broker.advance(PAST_THE_RETRY);
     broker.broker.settle().await.expect("settled");
     assert_eq!(bodies(&ch, "dead").await, Vec::<String>::new());
+    assert_eq!(
+        bodies(&ch, "src").await,
+        Vec::<String>::new(),
+        "not in the source"
+    );
+    assert_eq!(dead_lettered_in_source(&broker), 0);
 }
 
 #[tokio::test]

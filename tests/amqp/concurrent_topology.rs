@@ -1,12 +1,17 @@
 //! Declares, deletes and binds of the same names from several connections at once, through
 //! lapin on a multi-threaded runtime: every answer is one RabbitMQ gives, no binding is lost,
-//! and nothing is left pointing at a queue or exchange that was deleted.
+//! and nothing is left pointing at a queue or exchange that was deleted. The rounds of racing
+//! connections check the answers; the bind-versus-delete window itself is held open with the
+//! broker's bind pause (`BrokerHandle::pause_binds`), so that the delete lands inside it every
+//! time rather than once in a while.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::common::*;
 use lapin::options::*;
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ExchangeKind};
-use std::sync::Arc;
 use tokio::sync::Barrier;
 
 const CONNECTIONS: usize = 8;
@@ -311,5 +316,112 @@ async fn declares_and_deletes_racing_on_one_name_leave_a_queue_that_works_or_non
         t.broker.queue_info("/", "churn").is_some(),
         passive_declare(&t.channel().await, "churn").await.is_ok(),
         "the handle and the client agree"
+    );
+}
+
+/// How long a paused bind waits before it goes on by itself. With binds made under the lock of
+/// the destination's table, the delete cannot finish while the bind waits (it needs that
+/// lock): it finishes once this has passed, after the bind, and takes the binding with it.
+/// Without the lock, the delete finishes inside the pause (it is sent as soon as the bind has
+/// stopped, and the test lets the bind go on once the delete is answered), and the bind then
+/// adds a binding to what was deleted. The runtime's two workers are both held meanwhile, one
+/// by the bind and one by the delete: bounded.
+const BIND_PAUSE: Duration = Duration::from_secs(1);
+
+/// Starts `bind` on a connection of its own and returns once the broker has paused it between
+/// finding its destination and adding the binding; then deletes through another connection
+/// (`delete`) and returns what the bind answered, once both are done.
+async fn bind_paused_across_a_delete<D>(
+    t: &TestBroker,
+    bind: impl std::future::Future<Output = lapin::Result<()>> + Send + 'static,
+    delete: D,
+) -> lapin::Result<()>
+where
+    D: std::future::Future<Output = lapin::Result<()>> + Send + 'static,
+{
+    t.broker.pause_binds(BIND_PAUSE);
+    let bind = tokio::spawn(bind);
+    eventually("the bind stopped after finding its destination", || {
+        t.broker.binds_stopped() == 1
+    })
+    .await;
+    let deleted = bounded("the delete", tokio::spawn(delete))
+        .await
+        .expect("no panic");
+    t.broker.resume_binds();
+    deleted.expect("the delete succeeds");
+    bounded("the bind", bind).await.expect("no panic")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_deleted_while_a_bind_to_it_is_under_way_leaves_no_binding_for_its_successor() {
+    let t = start().await;
+    let (binder, deleter) = (connect(&t.broker).await, connect(&t.broker).await);
+    let setup = t.channel().await;
+    declare_exchange(&setup, "race.x").await.unwrap();
+    declare_queue(&setup, "race.q").await;
+    let bind_ch = fresh(&binder).await;
+    let delete_ch = fresh(&deleter).await;
+    let bound = bind_paused_across_a_delete(
+        &t,
+        async move { bind(&bind_ch, "race.q", "race.x", "k").await },
+        async move {
+            delete_ch
+                .queue_delete("race.q".into(), QueueDeleteOptions::default())
+                .await
+                .map(|_| ())
+        },
+    )
+    .await;
+    // The bind found the queue before the delete: it was bound, then deleted with the queue.
+    bound.expect("bind-ok: it came first");
+    declare_queue(&setup, "race.q").await;
+    publish_each(&setup, "race.x", &["k".to_string()]).await;
+    assert_eq!(
+        ready_in(&setup, "race.q").await,
+        0,
+        "a binding of the deleted queue routes into its successor"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exchange_deleted_while_a_bind_to_it_is_under_way_leaves_no_binding_for_its_successor() {
+    let t = start().await;
+    let (binder, deleter) = (connect(&t.broker).await, connect(&t.broker).await);
+    let setup = t.channel().await;
+    declare_exchange(&setup, "race.src").await.unwrap();
+    declare_exchange(&setup, "race.dst").await.unwrap();
+    declare_queue(&setup, "race.sink").await;
+    let bind_ch = fresh(&binder).await;
+    let delete_ch = fresh(&deleter).await;
+    let bound = bind_paused_across_a_delete(
+        &t,
+        async move {
+            bind_ch
+                .exchange_bind(
+                    "race.dst".into(),
+                    "race.src".into(),
+                    "k".into(),
+                    ExchangeBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+        },
+        async move {
+            delete_ch
+                .exchange_delete("race.dst".into(), ExchangeDeleteOptions::default())
+                .await
+        },
+    )
+    .await;
+    bound.expect("bind-ok: it came first");
+    // A new exchange of that name, bound to a queue: nothing of race.src reaches it.
+    declare_exchange(&setup, "race.dst").await.unwrap();
+    bind(&setup, "race.sink", "race.dst", "k").await.unwrap();
+    publish_each(&setup, "race.src", &["k".to_string()]).await;
+    assert_eq!(
+        ready_in(&setup, "race.sink").await,
+        0,
+        "a binding to the deleted exchange routes into its successor"
     );
 }

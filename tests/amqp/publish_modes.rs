@@ -342,8 +342,7 @@ async fn publish_with_immediate_is_540_not_implemented_for_the_connection() {
             b"now",
             BasicProperties::default(),
         )
-        .await
-        .expect("publish sent")
+        .confirmed()
         .await;
     assert_eq!(
         channel_error(confirm),
@@ -410,8 +409,7 @@ async fn invalid_expiration_is_406_with_rabbitmqs_texts() {
                 b"x",
                 BasicProperties::default().with_expiration(value.into()),
             )
-            .await
-            .expect("publish sent")
+            .confirmed()
             .await;
         assert_eq!(
             channel_error(confirm),

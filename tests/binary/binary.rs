@@ -542,7 +542,11 @@ fn check_reports_on_a_data_directory_without_starting_or_writing() {
     let report = text(&out.stdout);
     assert!(out.status.success(), "{report} {}", text(&out.stderr));
     assert!(report.contains("format 3"), "{report}");
-    assert_eq!(std::fs::read(&file).expect("read"), before, "the file is untouched");
+    assert_eq!(
+        std::fs::read(&file).expect("read"),
+        before,
+        "the file is untouched"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let out = run(&["--in-memory", "--check"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -133,6 +134,10 @@ class Chromium:
 
     def _read(self) -> dict:
         while b"\0" not in self._buffer:
+            # Bounded: a Chromium that stops answering fails the check instead of hanging it.
+            ready, _, _ = select.select([self._from_chrome], [], [], TIMEOUT)
+            if not ready:
+                raise SystemExit(f"chromium sent nothing for {TIMEOUT}s on the DevTools pipe")
             chunk = os.read(self._from_chrome, 65536)
             if not chunk:
                 raise SystemExit("chromium closed the DevTools pipe")

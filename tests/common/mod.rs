@@ -23,6 +23,20 @@ use lapin::{Channel, Connection, ConnectionProperties, Consumer, ExchangeKind};
 /// 2026-01-01T00:00:00Z: where manual clocks start, so due times are easy to read.
 pub const T0_MS: u64 = 1_767_225_600_000;
 
+/// How long a test waits for any one answer of the broker (a reply, a confirm, a connection)
+/// before it fails: a hang guard far above what any answer takes, not a timing assertion.
+/// Every helper here that talks to the broker is bounded by it, and says what it waited for.
+pub const ANSWER_WAIT: Duration = Duration::from_secs(20);
+
+/// `future` (an exchange with the broker), or a failure naming `what` once [`ANSWER_WAIT`] has
+/// passed without it: the test fails with the reason rather than hanging.
+pub async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(ANSWER_WAIT, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("no answer from the broker within {ANSWER_WAIT:?}: {what}"),
+    }
+}
+
 /// A broker plus one connection to it; dropping it shuts the broker down.
 pub struct TestBroker {
     pub broker: BrokerHandle,
@@ -38,7 +52,9 @@ pub async fn broker() -> BrokerHandle {
 pub async fn broker_with(limits: Limits) -> BrokerHandle {
     let mut config = BrokerConfig::ephemeral();
     config.limits = limits;
-    Broker::start(config).await.expect("broker starts")
+    bounded("Broker::start", Broker::start(config))
+        .await
+        .expect("broker starts")
 }
 
 /// Starts an in-memory broker on an ephemeral port (system clock) and connects to it.
@@ -52,16 +68,21 @@ pub async fn start_manual() -> TestBroker {
 }
 
 pub async fn start_with(config: BrokerConfig) -> TestBroker {
-    let broker = Broker::start(config).await.expect("broker starts");
+    let broker = bounded("Broker::start", Broker::start(config))
+        .await
+        .expect("broker starts");
     let connection = connect(&broker).await;
     TestBroker { broker, connection }
 }
 
 /// A new client connection to `broker`.
 pub async fn connect(broker: &BrokerHandle) -> Connection {
-    Connection::connect(
-        &format!("{}/%2f", broker.amqp_url()),
-        ConnectionProperties::default(),
+    bounded(
+        "a client connection",
+        Connection::connect(
+            &format!("{}/%2f", broker.amqp_url()),
+            ConnectionProperties::default(),
+        ),
     )
     .await
     .expect("client connects")
@@ -77,8 +98,7 @@ impl Drop for TestBroker {
 
 impl TestBroker {
     pub async fn channel(&self) -> Channel {
-        self.connection
-            .create_channel()
+        bounded("channel.open", self.connection.create_channel())
             .await
             .expect("channel opens")
     }
@@ -86,19 +106,19 @@ impl TestBroker {
 
 /// Declares a non-durable queue with default options.
 pub async fn declare_queue(channel: &Channel, name: &str) {
-    channel
-        .queue_declare(
-            name.into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
+    let declare = channel.queue_declare(
+        name.into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    );
+    bounded("queue.declare", declare)
         .await
         .expect("queue declared");
 }
 
 /// A synchronous round trip on `ch`: everything sent on it before has been handled.
 pub async fn sync(ch: &Channel) {
-    ch.exchange_declare(
+    let round_trip = ch.exchange_declare(
         "amq.direct".into(),
         ExchangeKind::Direct,
         ExchangeDeclareOptions {
@@ -106,36 +126,37 @@ pub async fn sync(ch: &Channel) {
             ..Default::default()
         },
         FieldTable::default(),
-    )
-    .await
-    .expect("sync round trip");
+    );
+    bounded("a round trip (passive exchange.declare)", round_trip)
+        .await
+        .expect("sync round trip");
 }
 
 /// `queue.declare` with `passive`: the queue's counts, or the broker's refusal.
 pub async fn passive_declare(ch: &Channel, queue: &str) -> lapin::Result<lapin::Queue> {
-    ch.queue_declare(
+    let declare = ch.queue_declare(
         queue.into(),
         QueueDeclareOptions {
             passive: true,
             ..Default::default()
         },
         FieldTable::default(),
-    )
-    .await
+    );
+    bounded("a passive queue.declare", declare).await
 }
 
 /// Starts an auto-ack consumer on `queue`.
 pub async fn consume_no_ack(channel: &Channel, queue: &str) -> Consumer {
-    channel
-        .basic_consume(
-            queue.into(),
-            "".into(),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
+    let consume = channel.basic_consume(
+        queue.into(),
+        "".into(),
+        BasicConsumeOptions {
+            no_ack: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    );
+    bounded("basic.consume", consume)
         .await
         .expect("consume starts")
 }
@@ -173,15 +194,15 @@ pub async fn error_after<T>(
     ch: &Channel,
     op: impl std::future::Future<Output = lapin::Result<T>>,
 ) -> (u16, String) {
-    let (_, declare) = futures_lite::future::zip(
+    let both = futures_lite::future::zip(
         op,
         ch.queue_declare(
             "after-error".into(),
             QueueDeclareOptions::default(),
             FieldTable::default(),
         ),
-    )
-    .await;
+    );
+    let (_, declare) = bounded("the channel error after an operation", both).await;
     amqp_error(&declare.expect_err("the broker closes the channel"))
 }
 
@@ -193,38 +214,59 @@ pub async fn publish_error(
     routing_key: &str,
     properties: lapin::BasicProperties,
 ) -> (u16, String) {
-    ch.confirm_select(lapin::options::ConfirmSelectOptions::default())
+    let select = ch.confirm_select(lapin::options::ConfirmSelectOptions::default());
+    bounded("confirm.select", select)
         .await
         .expect("confirm mode");
-    let confirm = ch
-        .basic_publish(
-            exchange.into(),
-            routing_key.into(),
-            lapin::options::BasicPublishOptions::default(),
-            b"x",
-            properties,
-        )
+    let publish = ch.basic_publish(
+        exchange.into(),
+        routing_key.into(),
+        lapin::options::BasicPublishOptions::default(),
+        b"x",
+        properties,
+    );
+    let confirm = bounded("basic.publish", publish)
         .await
         .expect("publish sent");
-    amqp_error(&confirm.await.expect_err("the broker closes the channel"))
+    let answer = bounded("the confirm of a refused publish", confirm).await;
+    amqp_error(&answer.expect_err("the broker closes the channel"))
 }
 
 /// Whether a test that needs a machine feature it does not have may end early. Only when the
 /// environment says so, with `DWELLMQ_TEST_SKIP=<feature>[,<feature>...]`: otherwise the test
-/// fails, so that a run on a machine without IPv6 (say) reports it instead of passing.
+/// fails, so that a run on a machine without IPv6 (say) reports it instead of passing. Never
+/// under CI (`CI=true`, as .ci/run sets): there a missing feature fails whatever the variable
+/// says, since what CI reports as passed must have run.
 /// Features: `ipv6` (an IPv6 loopback), `non-loopback-ip` (a non-loopback IPv4 address).
 pub fn skip_without(feature: &str, available: bool) -> bool {
     if available {
         return false;
     }
     let skip = std::env::var("DWELLMQ_TEST_SKIP").unwrap_or_default();
+    let named = skip.split(',').any(|f| f.trim() == feature);
     assert!(
-        skip.split(',').any(|f| f.trim() == feature),
+        !under_ci(),
+        "this machine lacks `{feature}`, and CI runs every test (DWELLMQ_TEST_SKIP is not \
+         honoured when CI is set)"
+    );
+    assert!(
+        named,
         "this machine lacks `{feature}`: set DWELLMQ_TEST_SKIP={feature} to skip the tests \
          that need it"
     );
     eprintln!("skipped: DWELLMQ_TEST_SKIP names `{feature}`, which this machine lacks");
     true
+}
+
+/// Whether this run is CI's (`CI` set to `true` or `1`, as .ci/run and most CI services do).
+pub fn under_ci() -> bool {
+    matches!(
+        std::env::var("CI")
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
+        Ok("true" | "1" | "yes")
+    )
 }
 
 /// Whether this machine has an IPv6 loopback we can listen on.

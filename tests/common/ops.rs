@@ -9,20 +9,24 @@ use lapin::options::{
     QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer, ExchangeKind};
+use lapin::{
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, Consumer,
+    ExchangeKind, PublisherConfirm,
+};
 
-use super::{amqp_error, consume_no_ack, declare_queue, eventually, next_body, sync, TestBroker};
+use super::{
+    amqp_error, bounded, consume_no_ack, declare_queue, eventually, next_body, sync, TestBroker,
+};
 
 pub async fn publish(ch: &Channel, exchange: &str, key: &str, body: &str) {
-    ch.basic_publish(
-        exchange.into(),
-        key.into(),
-        BasicPublishOptions::default(),
+    publish_with(
+        ch,
+        exchange,
+        key,
         body.as_bytes(),
         BasicProperties::default(),
     )
-    .await
-    .expect("publish sent");
+    .await;
 }
 
 /// Publishes `bodies` to `queue` through the default exchange, then waits for a round trip so
@@ -59,7 +63,7 @@ pub async fn consume_with(
     no_ack: bool,
     arguments: FieldTable,
 ) -> lapin::Result<Consumer> {
-    ch.basic_consume(
+    let consume = ch.basic_consume(
         queue.into(),
         tag.into(),
         BasicConsumeOptions {
@@ -67,8 +71,8 @@ pub async fn consume_with(
             ..Default::default()
         },
         arguments,
-    )
-    .await
+    );
+    bounded("basic.consume", consume).await
 }
 
 pub fn ready(t: &TestBroker, queue: &str) -> usize {
@@ -97,10 +101,12 @@ pub async fn next(
 /// Bodies left in `queue`, in order, taken with `basic.get` (no-ack).
 pub async fn drain_with_get(ch: &Channel, queue: &str) -> Vec<(String, bool)> {
     let mut out = Vec::new();
-    while let Some(m) = ch
-        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
-        .await
-        .expect("basic.get")
+    while let Some(m) = bounded(
+        "basic.get",
+        ch.basic_get(queue.into(), BasicGetOptions { no_ack: true }),
+    )
+    .await
+    .expect("basic.get")
     {
         out.push((body(&m.delivery), m.delivery.redelivered));
     }
@@ -126,7 +132,11 @@ pub async fn declare_with(
     options: QueueDeclareOptions,
     arguments: FieldTable,
 ) -> lapin::Result<lapin::Queue> {
-    ch.queue_declare(name.into(), options, arguments).await
+    bounded(
+        "queue.declare",
+        ch.queue_declare(name.into(), options, arguments),
+    )
+    .await
 }
 
 pub fn passive() -> QueueDeclareOptions {
@@ -144,27 +154,55 @@ pub async fn publish_with(
     body: &[u8],
     properties: BasicProperties,
 ) {
-    ch.basic_publish(
+    // Sending waits only while the connection is blocked or its buffer full: bounded all the
+    // same, so that a publisher blocked for good fails the test.
+    let publish = ch.basic_publish(
         exchange.into(),
         key.into(),
         BasicPublishOptions::default(),
         body,
         properties,
-    )
-    .await
-    .expect("publish sent");
+    );
+    bounded("basic.publish (sending it)", publish)
+        .await
+        .expect("publish sent");
+}
+
+/// A publish on a confirming channel, awaited to its confirm: `.confirmed().await` in place of
+/// `.await.expect("publish sent").await`, with sending and the confirm each bounded by
+/// [`super::ANSWER_WAIT`], so that a confirm that never comes fails the test.
+pub trait Confirmed {
+    fn confirmed(self) -> impl std::future::Future<Output = lapin::Result<Confirmation>> + Send;
+}
+
+impl<F> Confirmed for F
+where
+    F: std::future::Future<Output = lapin::Result<PublisherConfirm>> + Send,
+{
+    async fn confirmed(self) -> lapin::Result<Confirmation> {
+        let confirm = bounded("basic.publish (sending it)", self)
+            .await
+            .expect("publish sent");
+        bounded("the publisher confirm", confirm).await
+    }
 }
 
 /// Connects lapin to `url` (which names the vhost).
 pub async fn connect_url(url: &str) -> lapin::Result<Connection> {
-    Connection::connect(url, ConnectionProperties::default()).await
+    bounded(
+        "a client connection",
+        Connection::connect(url, ConnectionProperties::default()),
+    )
+    .await
 }
 
 /// Publishes one message to a fresh queue and consumes it back: the connection really works.
 /// Returns the channel: dropping lapin's last handle closes it in the background, which can
 /// race with an immediate `Connection::close` inside lapin, so callers that close keep it.
 pub async fn round_trip(connection: &Connection, queue: &str) -> Channel {
-    let ch = connection.create_channel().await.expect("channel opens");
+    let ch = bounded("channel.open", connection.create_channel())
+        .await
+        .expect("channel opens");
     declare_queue(&ch, queue).await;
     publish(&ch, "", queue, "ping").await;
     let mut consumer = consume_no_ack(&ch, queue).await;
@@ -182,7 +220,7 @@ pub async fn depth(t: &TestBroker, ch: &Channel, queue: &str) -> usize {
 pub async fn declare_delayed(ch: &Channel, name: &str, inner: &str, durable: bool) {
     let mut args = FieldTable::default();
     args.insert("x-delayed-type".into(), AMQPValue::LongString(inner.into()));
-    ch.exchange_declare(
+    let declare = ch.exchange_declare(
         name.into(),
         ExchangeKind::Custom("x-delayed-message".into()),
         ExchangeDeclareOptions {
@@ -190,7 +228,8 @@ pub async fn declare_delayed(ch: &Channel, name: &str, inner: &str, durable: boo
             ..Default::default()
         },
         args,
-    )
-    .await
-    .unwrap();
+    );
+    bounded("exchange.declare (x-delayed-message)", declare)
+        .await
+        .unwrap();
 }

@@ -253,15 +253,8 @@ async fn a_purge_leaves_the_kept_dead_letters_in_memory_and_on_disk() {
     broker.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_policy_that_ends_at_least_once_deletes_the_kept_dead_letters_on_disk_too() {
-    let dir = DataDir::new("at-least-once-policy-cleared");
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-queue-type".into(),
-        AMQPValue::LongString("quorum".into()),
-    );
-    let (broker, faults, connection, ch) = start_with_source(&dir, args).await;
+/// The policy that makes `src` dead-letter into `dlx` at least once.
+fn at_least_once_policy() -> Policy {
     let definition = PolicyDefinition::from_entries(
         [
             ("dead-letter-exchange", "dlx"),
@@ -271,27 +264,44 @@ async fn a_policy_that_ends_at_least_once_deletes_the_kept_dead_letters_on_disk_
         .map(|(key, value)| (key, PolicyValue::Text(value.into()))),
     )
     .expect("valid definition");
+    Policy {
+        name: "dlx".into(),
+        pattern: "^src$".into(),
+        apply_to: ApplyTo::QuorumQueues,
+        priority: 0,
+        definition,
+    }
+}
+
+#[tokio::test]
+async fn a_policy_that_ends_at_least_once_deletes_the_kept_dead_letters_on_disk_too() {
+    let dir = DataDir::new("at-least-once-policy-cleared");
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    let (broker, faults, connection, ch) = start_with_source(&dir, args).await;
     broker
-        .set_policy(
-            "/",
-            Policy {
-                name: "dlx".into(),
-                pattern: "^src$".into(),
-                apply_to: ApplyTo::QuorumQueues,
-                priority: 0,
-                definition,
-            },
-        )
+        .set_policy("/", at_least_once_policy())
         .expect("policy set");
     dead_letter(&ch, "m1").await;
     assert_eq!(kept(&broker), 1);
     assert!(broker.clear_policy("/", "dlx"));
     assert_eq!(kept(&broker), 0, "deleted");
+    // At least once again before the power cut (the policy is stored): had the deletion not
+    // reached the disk, the restart would restore the message as kept, and the target bound
+    // below would receive it.
+    broker
+        .set_policy("/", at_least_once_policy())
+        .expect("policy set again");
 
     let (_image, broker) = power_cut(&dir, broker, &faults, connection, &ch).await;
     let (_connection, ch) = channel(&broker).await;
     assert_eq!(kept(&broker), 0, "deleted on disk too");
     bind_dead(&ch).await;
+    sync(&ch).await;
+    broker.settle().await.expect("settled");
     assert_eq!(bodies(&ch, "dead").await, Vec::<String>::new());
     assert_eq!(bodies(&ch, "src").await, Vec::<String>::new());
     broker.shutdown().await;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{connect, DataDir};
+use crate::common::{connect, Confirmed, DataDir};
 use dwellmq::{Broker, BrokerConfig, BrokerHandle, Limits, StoreFaults};
 use futures_lite::StreamExt;
 use lapin::options::{
@@ -52,8 +52,7 @@ async fn publish_confirmed(ch: &Channel, queue: &str, body: &str) -> bool {
         body.as_bytes(),
         persistent(),
     )
-    .await
-    .expect("publish sent")
+    .confirmed()
     .await
     .expect("confirm")
     .is_ack()

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::common::{connect, DataDir, T0_MS};
+use crate::common::{connect, Confirmed, DataDir, T0_MS};
 use crate::common::{declare_delayed, long_str, table};
 use dwellmq::{Broker, BrokerConfig, BrokerHandle};
 use lapin::options::{
@@ -71,8 +71,7 @@ async fn publish(
         body.as_bytes(),
         properties,
     )
-    .await
-    .expect("publish sent")
+    .confirmed()
     .await
     .expect("confirm")
     .is_ack()

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{connect_url, declare_delayed, eventually, table, DataDir, T0_MS};
+use crate::common::{connect_url, declare_delayed, eventually, table, Confirmed, DataDir, T0_MS};
 use crate::http_client::{get, put, GUEST};
 use dwellmq::{Broker, BrokerConfig, BrokerHandle, StoreFaults};
 use lapin::options::*;
@@ -63,8 +63,7 @@ async fn held(ch: &Channel, body: &str, delay_ms: i32) {
             body.as_bytes(),
             properties,
         )
-        .await
-        .expect("publish sent")
+        .confirmed()
         .await
         .expect("confirm")
         .is_ack();

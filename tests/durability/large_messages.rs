@@ -55,8 +55,7 @@ async fn publish_big(ch: &Channel, exchange: &str, key: &str, body: &[u8], heade
                 .with_delivery_mode(2)
                 .with_headers(headers),
         )
-        .await
-        .expect("publish sent")
+        .confirmed()
         .await
         .expect("confirm");
     assert!(confirm.is_ack());

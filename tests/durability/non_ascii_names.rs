@@ -53,8 +53,7 @@ async fn publish_confirmed_to(ch: &Channel, exchange: &str, key: &str, body: &st
             body.as_bytes(),
             BasicProperties::default().with_delivery_mode(2),
         )
-        .await
-        .expect("publish sent")
+        .confirmed()
         .await
         .expect("confirm");
     assert!(confirm.is_ack(), "{body} confirmed");

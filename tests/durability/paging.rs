@@ -143,15 +143,44 @@ async fn a_purge_forgets_the_paged_run_and_a_delete_drops_a_page_in_flight() {
         .expect("confirms");
     assert_eq!(message_count(&ch, "q").await, 0);
 
-    // A consumer asks for a page; the queue is deleted and declared again at once.
+    // A consumer takes the window and asks for a page; the read is held, so the page is in
+    // flight while the queue is deleted and declared again (with a backlog of its own, paged
+    // too).
     fill(&ch, "q", 53..100).await;
-    let _consumer = consume(&ch, "q", "c", false).await;
-    ch.queue_delete("q".into(), QueueDeleteOptions::default())
-        .await
-        .expect("deleted");
+    broker.hold_page_reads();
+    let mut consumer = consume(&ch, "q", "c", true).await;
+    let mut delivered = Vec::new();
+    for _ in 0..WINDOW {
+        delivered.push(body(&next_delivery(&mut consumer).await));
+    }
+    assert_eq!(delivered, names(53..53 + WINDOW), "the window, in memory");
+    eventually("a page read in flight", || broker.page_reads_held() == 1).await;
+    bounded(
+        "queue.delete",
+        ch.queue_delete("q".into(), QueueDeleteOptions::default()),
+    )
+    .await
+    .expect("deleted");
     declare(&ch, "q", true, FieldTable::default()).await;
-    fill(&ch, "q", 100..103).await;
-    assert_eq!(get_all(&ch, "q").await, names(100..103));
+    fill(&ch, "q", 100..120).await;
+    broker.release_page_reads();
+    eventually("the page handed over", || broker.page_reads_held() == 0).await;
+    sync(&ch).await;
+    // Dropped: the deleted queue's consumer got only the window before the delete cancelled
+    // it, and the new queue holds only its own messages, in order; nothing stays counted.
+    let rest = bounded("the cancelled consumer's end", async {
+        let mut rest = Vec::new();
+        while let Some(delivery) = futures_lite::StreamExt::next(&mut consumer).await {
+            rest.push(body(&delivery.expect("delivery")));
+        }
+        rest
+    })
+    .await;
+    assert_eq!(rest, Vec::<String>::new(), "nothing after the window");
+    assert_eq!(message_count(&ch, "q").await, 20);
+    assert_eq!(get_all(&ch, "q").await, names(100..120));
+    sync(&ch).await;
+    eventually("no memory counted", || broker.memory_used() == 0).await;
 }
 
 #[tokio::test]

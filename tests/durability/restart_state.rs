@@ -66,8 +66,7 @@ async fn publish_persistent_with(
             body.as_bytes(),
             properties.with_delivery_mode(2),
         )
-        .await
-        .expect("publish sent")
+        .confirmed()
         .await
         .expect("confirm");
     assert!(confirm.is_ack(), "{body} confirmed");

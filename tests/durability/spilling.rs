@@ -154,6 +154,13 @@ async fn spills_whose_commits_fail_stay_in_memory_and_nothing_is_lost() {
     broker.fail_next_writes(5);
     publish(&ch, "t", 300..900, |_| false).await;
     sync(&ch).await;
+    // All five failed on spills: nothing else here writes a message (transient messages on a
+    // transient queue), so each failure the store counts down was a spill's commit.
+    eventually("five spill commits failed", || broker.writes_to_fail() == 0).await;
+    assert!(
+        paged_out(&broker, "t") > 0,
+        "spilling went on after the failures"
+    );
     assert_eq!(consume_all(&ch, "t", 900).await, names(0..900));
     sync(&ch).await;
     assert_eq!(paged_out(&broker, "t"), 0);
@@ -171,18 +178,40 @@ async fn a_purge_and_a_delete_drop_what_was_spilled() {
     publish(&ch, "t", 0..600, |_| false).await;
     sync(&ch).await;
     assert!(paged_out(&broker, "t") > 0);
-    let purged = ch
-        .queue_purge("t".into(), QueuePurgeOptions::default())
-        .await
-        .expect("purged");
+    eventually("the spills committed", || spilled_in_store(&broker) > 0).await;
+    let purged = bounded(
+        "queue.purge",
+        ch.queue_purge("t".into(), QueuePurgeOptions::default()),
+    )
+    .await
+    .expect("purged");
     assert_eq!(purged, 600);
+    // The store drops the purged records too (what memory forgot must not stay on disk).
+    eventually("the purge dropped the spilled records", || {
+        spilled_in_store(&broker) == 0
+    })
+    .await;
     publish(&ch, "t", 600..610, |_| false).await;
     assert_eq!(consume_all(&ch, "t", 10).await, names(600..610));
     publish(&ch, "t", 610..1200, |_| false).await;
-    ch.queue_delete("t".into(), QueueDeleteOptions::default())
-        .await
-        .expect("deleted");
+    sync(&ch).await;
+    eventually("the spills committed", || spilled_in_store(&broker) > 0).await;
+    bounded(
+        "queue.delete",
+        ch.queue_delete("t".into(), QueueDeleteOptions::default()),
+    )
+    .await
+    .expect("deleted");
+    eventually("the delete dropped the spilled records", || {
+        spilled_in_store(&broker) == 0
+    })
+    .await;
     declare(&ch, "t", false, FieldTable::default()).await;
     publish(&ch, "t", 1200..1203, |_| false).await;
     assert_eq!(consume_all(&ch, "t", 3).await, names(1200..1203));
+}
+
+/// Spilled records in the store, over every queue the broker has had.
+fn spilled_in_store(broker: &BrokerHandle) -> u64 {
+    broker.spilled_in_store().expect("the store reads")
 }

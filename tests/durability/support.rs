@@ -14,26 +14,34 @@ pub(crate) fn on_disk(dir: &DataDir) -> BrokerConfig {
 }
 
 pub(crate) async fn start_on(dir: &DataDir) -> BrokerHandle {
-    Broker::start(on_disk(dir)).await.expect("broker starts")
+    bounded(
+        "Broker::start on a data directory",
+        Broker::start(on_disk(dir)),
+    )
+    .await
+    .expect("broker starts")
 }
 
 pub(crate) async fn channel(broker: &BrokerHandle) -> (lapin::Connection, Channel) {
     let connection = connect(broker).await;
-    let ch = connection.create_channel().await.expect("channel");
+    let ch = bounded("channel.open", connection.create_channel())
+        .await
+        .expect("channel");
     (connection, ch)
 }
 
 pub(crate) async fn declare(ch: &Channel, name: &str, durable: bool, arguments: FieldTable) {
-    ch.queue_declare(
+    let declare = ch.queue_declare(
         name.into(),
         QueueDeclareOptions {
             durable,
             ..Default::default()
         },
         arguments,
-    )
-    .await
-    .expect("queue declared");
+    );
+    bounded("queue.declare", declare)
+        .await
+        .expect("queue declared");
 }
 
 /// Publishes with confirms and waits for the confirm; true for an ack.
@@ -44,18 +52,14 @@ pub(crate) async fn publish_confirmed(
     persistent: bool,
 ) -> bool {
     let mode = if persistent { 2 } else { 1 };
-    ch.basic_publish(
+    let publish = ch.basic_publish(
         "".into(),
         queue.into(),
         BasicPublishOptions::default(),
         body.as_bytes(),
         BasicProperties::default().with_delivery_mode(mode),
-    )
-    .await
-    .expect("publish sent")
-    .await
-    .expect("confirm")
-    .is_ack()
+    );
+    publish.confirmed().await.expect("confirm").is_ack()
 }
 
 /// Publishes to a delayed exchange with confirms; true for an ack.
@@ -67,17 +71,13 @@ pub(crate) async fn publish_delayed(
 ) -> bool {
     let mut headers = FieldTable::default();
     headers.insert("x-delay".into(), AMQPValue::LongLongInt(delay_ms));
-    ch.basic_publish(
+    let publish = ch.basic_publish(
         exchange.into(),
         "k".into(),
         BasicPublishOptions::default(),
         body.as_bytes(),
         // Transient: a delayed exchange stores what it holds whatever the delivery mode.
         BasicProperties::default().with_headers(headers),
-    )
-    .await
-    .expect("publish sent")
-    .await
-    .expect("confirm")
-    .is_ack()
+    );
+    publish.confirmed().await.expect("confirm").is_ack()
 }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use crate::common::*;
 use crate::http_client::*;
 use dwellmq::BrokerConfig;
-use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueBindOptions};
+use lapin::options::{BasicGetOptions, QueueBindOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use serde_json::json;
@@ -38,23 +38,20 @@ async fn http_publish_follows_basic_publish_for_cc_bcc_and_x_delay() {
     let ch = t.channel().await;
     for queue in ["a", "b"] {
         declare_queue(&ch, queue).await;
-        ch.queue_bind(
+        let bind = ch.queue_bind(
             queue.into(),
             "amq.direct".into(),
             queue.into(),
             QueueBindOptions::default(),
             FieldTable::default(),
-        )
-        .await
-        .unwrap();
+        );
+        bounded("queue.bind", bind).await.unwrap();
     }
     let get = |queue: &'static str| {
         let ch = ch.clone();
         async move {
-            ch.basic_get(queue.into(), BasicGetOptions { no_ack: true })
-                .await
-                .unwrap()
-                .expect("a message")
+            let get = ch.basic_get(queue.into(), BasicGetOptions { no_ack: true });
+            bounded("basic.get", get).await.unwrap().expect("a message")
         }
     };
 
@@ -91,27 +88,19 @@ async fn an_unroutable_message_with_an_x_delay_on_a_standard_exchange_counts_as_
     let (t, addr) = start_api().await;
     let ch = t.channel().await;
     declare_queue(&ch, "a").await;
-    ch.queue_bind(
+    let bind = ch.queue_bind(
         "a".into(),
         "amq.direct".into(),
         "a".into(),
         QueueBindOptions::default(),
         FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    );
+    bounded("queue.bind", bind).await.unwrap();
     // No delayed exchange holds it: unroutable now, whatever its x-delay says.
     let mut headers = FieldTable::default();
     headers.insert("x-delay".into(), AMQPValue::LongInt(5000));
-    ch.basic_publish(
-        "amq.direct".into(),
-        "nowhere".into(),
-        BasicPublishOptions::default(),
-        b"by amqp",
-        BasicProperties::default().with_headers(headers),
-    )
-    .await
-    .unwrap();
+    let properties = BasicProperties::default().with_headers(headers);
+    publish_with(&ch, "amq.direct", "nowhere", b"by amqp", properties).await;
     sync(&ch).await;
     let reply = post(
         addr,
@@ -143,8 +132,6 @@ async fn an_unroutable_message_with_an_x_delay_on_a_standard_exchange_counts_as_
 /// refuses it on a channel without one; a reply to a reply address reaches its consumer.
 #[tokio::test]
 async fn http_publish_takes_direct_reply_to_as_basic_publish_does() {
-    use futures_lite::StreamExt;
-    use lapin::options::BasicConsumeOptions;
     let (t, addr) = start_api().await;
     let client = t.channel().await;
     declare_queue(&client, "rpc").await;
@@ -166,30 +153,11 @@ async fn http_publish_takes_direct_reply_to_as_basic_publish_does() {
         request.text()
     );
 
-    let mut replies = client
-        .basic_consume(
-            "amq.rabbitmq.reply-to".into(),
-            "replies".into(),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    client
-        .basic_publish(
-            "".into(),
-            "rpc".into(),
-            BasicPublishOptions::default(),
-            b"ping",
-            BasicProperties::default().with_reply_to("amq.rabbitmq.reply-to".into()),
-        )
-        .await
-        .unwrap();
-    let got = client
-        .basic_get("rpc".into(), BasicGetOptions { no_ack: true })
+    let mut replies = consume(&client, "amq.rabbitmq.reply-to", "replies", true).await;
+    let properties = BasicProperties::default().with_reply_to("amq.rabbitmq.reply-to".into());
+    publish_with(&client, "", "rpc", b"ping", properties).await;
+    let get = client.basic_get("rpc".into(), BasicGetOptions { no_ack: true });
+    let got = bounded("basic.get", get)
         .await
         .unwrap()
         .expect("the request");
@@ -208,6 +176,6 @@ async fn http_publish_takes_direct_reply_to_as_basic_publish_does() {
     )
     .await;
     assert_eq!(reply.json(), json!({"routed": true}));
-    let delivered = replies.next().await.expect("a reply").expect("delivered");
+    let delivered = next_delivery(&mut replies).await;
     assert_eq!(delivered.data, b"pong");
 }

@@ -100,80 +100,55 @@ fn stat(stats: &Value, name: &str) -> (u64, f64) {
     (count, rate)
 }
 
-/// Polls `path` until `ready` holds for its JSON, and returns that JSON. The rate sampler
-/// runs on real time (every 5 s, RabbitMQ's `collect_statistics_interval`), not on the
-/// broker's clock: there is no manual clock to move it, so the test waits for its passes.
-async fn poll_until(
-    addr: SocketAddr,
-    path: &str,
-    what: &str,
-    ready: impl Fn(&Value) -> bool,
-) -> Value {
-    for _ in 0..1_500 {
-        let json = get(addr, path, GUEST).await.json();
-        if ready(&json) {
-            return json;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what} at {path}");
-}
+/// The sampler's interval (RabbitMQ's `collect_statistics_interval`).
+const INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[tokio::test]
 async fn rates_are_the_increase_per_second_between_two_samples() {
-    let mut config = BrokerConfig::ephemeral();
+    // On a manual clock the sampler samples at the clock's time: the test takes the samples
+    // itself, one interval of broker time apart, and the rates are exact.
+    let mut config = BrokerConfig::ephemeral().with_manual_clock(T0_MS);
     config.http = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     let t = start_with(config).await;
     let addr = t.broker.http_addr().unwrap();
     let ch = t.channel().await;
     declare_queue(&ch, "rated").await;
-    ch.exchange_declare(
+    let declare = ch.exchange_declare(
         "rated-in".into(),
         ExchangeKind::Fanout,
         ExchangeDeclareOptions::default(),
         FieldTable::default(),
-    )
-    .await
-    .unwrap();
-    ch.queue_bind(
+    );
+    bounded("exchange.declare", declare).await.unwrap();
+    let bind = ch.queue_bind(
         "rated".into(),
         "rated-in".into(),
         "".into(),
         QueueBindOptions::default(),
         FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    );
+    bounded("queue.bind", bind).await.unwrap();
+    t.broker.sample_rates().await;
 
-    // A sample boundary: one unroutable message shows in the overview's rate at the first
-    // sample after it, which also has read the queue and the exchange declared before it.
-    publish(&ch, "", "nowhere", "marker").await;
-    sync(&ch).await;
-    poll_until(addr, "/api/overview", "the marker's sample", |o| {
-        stat(&o["message_stats"], "drop_unroutable").1 > 0.0
-    })
-    .await;
-
-    // Known traffic within the next 5 s interval: 3 published, 2 got and acked.
+    // One interval: 3 published, 2 got and acked, one unroutable.
     for body in ["a", "b", "c"] {
         publish(&ch, "rated-in", "", body).await;
     }
+    publish(&ch, "", "nowhere", "lost").await;
     sync(&ch).await;
     for _ in 0..2 {
-        let got = ch
-            .basic_get("rated".into(), BasicGetOptions::default())
-            .await
-            .unwrap()
-            .expect("a message");
+        let get = ch.basic_get("rated".into(), BasicGetOptions::default());
+        let got = bounded("basic.get", get).await.unwrap().expect("a message");
         got.delivery.ack(BasicAckOptions::default()).await.unwrap();
     }
     sync(&ch).await;
-    let queue = poll_until(addr, "/api/queues/%2F/rated", "the traffic's sample", |q| {
-        stat(&q["message_stats"], "publish").1 > 0.0
-    })
-    .await;
+    t.broker.advance(INTERVAL);
+    t.broker.sample_rates().await;
+
+    let queue = get(addr, "/api/queues/%2F/rated", GUEST).await.json();
     let stats = &queue["message_stats"];
-    // Per second over the 5 s between two samples, rounded to one decimal as RabbitMQ shows.
+    // Per second over the 5 s between the two samples, rounded to one decimal as RabbitMQ
+    // shows them.
     assert_eq!(stat(stats, "publish"), (3, 0.6), "{stats}");
     assert_eq!(stat(stats, "get"), (2, 0.4), "{stats}");
     assert_eq!(stat(stats, "deliver_get"), (2, 0.4), "{stats}");
@@ -185,19 +160,27 @@ async fn rates_are_the_increase_per_second_between_two_samples() {
     assert_eq!(stat(stats, "publish_out"), (3, 0.6), "{stats}");
     let overview = get(addr, "/api/overview", GUEST).await.json();
     let stats = &overview["message_stats"];
-    assert_eq!(stat(stats, "publish"), (4, 0.6), "{stats}");
-    assert_eq!(stat(stats, "drop_unroutable"), (1, 0.0), "{stats}");
+    assert_eq!(stat(stats, "publish"), (4, 0.8), "{stats}");
+    assert_eq!(stat(stats, "drop_unroutable"), (1, 0.2), "{stats}");
 
     // The next interval: one more published, nothing got. A rate is this interval's increase,
-    // not the total over the time since the start.
+    // not the total over the time since the start; a sample at the same instant changes
+    // nothing.
     publish(&ch, "rated-in", "", "d").await;
     sync(&ch).await;
-    let queue = poll_until(addr, "/api/queues/%2F/rated", "the next sample", |q| {
-        stat(&q["message_stats"], "publish").1 != 0.6
-    })
-    .await;
+    t.broker.sample_rates().await;
+    let queue = get(addr, "/api/queues/%2F/rated", GUEST).await.json();
+    assert_eq!(stat(&queue["message_stats"], "publish"), (4, 0.6));
+    t.broker.advance(INTERVAL);
+    t.broker.sample_rates().await;
+    let queue = get(addr, "/api/queues/%2F/rated", GUEST).await.json();
     let stats = &queue["message_stats"];
     assert_eq!(stat(stats, "publish"), (4, 0.2), "{stats}");
     assert_eq!(stat(stats, "get"), (2, 0.0), "{stats}");
     assert_eq!(stat(stats, "ack"), (2, 0.0), "{stats}");
+    let overview = get(addr, "/api/overview", GUEST).await.json();
+    assert_eq!(
+        stat(&overview["message_stats"], "drop_unroutable"),
+        (1, 0.0)
+    );
 }

@@ -11,6 +11,7 @@ mod http_client;
 
 mod consumer_cancel;
 mod dead_letters_kept_in_source;
+mod exchange_declarer;
 mod http_api;
 mod http_auth;
 mod http_browser_safety;

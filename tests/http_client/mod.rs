@@ -67,8 +67,28 @@ pub async fn raw(
     raw_with_headers(addr, method, path, who, &[], body).await
 }
 
+/// How long one request may take, from connecting to the server's close: a hang guard far
+/// above any answer (the longest, `POST /test/wait`, waits as long as the test asks), not a
+/// timing assertion.
+pub const EXCHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The same, with extra request headers.
 pub async fn raw_with_headers(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    who: As<'_>,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Reply {
+    let exchange = exchange(addr, method, path, who, headers, body);
+    match tokio::time::timeout(EXCHANGE_WAIT, exchange).await {
+        Ok(reply) => reply,
+        Err(_) => panic!("no complete answer to {method} {path} within {EXCHANGE_WAIT:?}"),
+    }
+}
+
+async fn exchange(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -200,7 +220,11 @@ pub async fn post(addr: SocketAddr, path: &str, who: As<'_>, body: Value) -> Rep
 /// An in-memory broker with HTTP on a free loopback port.
 pub async fn start_http(mut config: BrokerConfig) -> (BrokerHandle, SocketAddr) {
     config.http = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-    let broker = Broker::start(config).await.expect("broker starts");
+    let start = Broker::start(config);
+    let broker = tokio::time::timeout(EXCHANGE_WAIT, start)
+        .await
+        .expect("Broker::start within the hang guard")
+        .expect("broker starts");
     let addr = broker.http_addr().expect("HTTP is on");
     (broker, addr)
 }

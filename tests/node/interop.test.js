@@ -22,6 +22,8 @@ function brokerBinary() {
   return path.join(targetDir, "debug", "dwellmq");
 }
 
+// Bounded, as every wait here (CI also runs `node --test --test-timeout`): a broker that never
+// prints its URL fails the run instead of hanging it.
 before(async () => {
   broker = spawn(brokerBinary(), ["--listen", "127.0.0.1:0", "--in-memory", "--http", "off"], {
     stdio: ["ignore", "pipe", "inherit"],
@@ -31,7 +33,7 @@ before(async () => {
     lines.once("line", resolve);
     broker.once("exit", (code) => reject(new Error(`broker exited with ${code}`)));
   });
-});
+}, { timeout: 60000 });
 
 after(() => {
   if (broker) broker.kill("SIGTERM");

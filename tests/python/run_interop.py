@@ -8,7 +8,7 @@ else builds it with `cargo build --bin dwellmq` (into $CARGO_TARGET_DIR, default
 Then runs pytest on tests/python. The session fixture in conftest.py starts the binary with
 `--listen 127.0.0.1:0 --in-memory`, reads the AMQP URL from its first stdout line and stops it
 afterwards. Exits with pytest's status (non-zero on any failure, also when no test ran).
-Needs `python3 -m pip install pika==1.3.2 pytest`.
+Needs `python3 -m pip install pika==1.3.2 pytest prometheus-client`.
 """
 
 from __future__ import annotations
@@ -25,17 +25,19 @@ sys.dont_write_bytecode = True
 
 from conftest import REPO, broker_binary  # noqa: E402
 
-PYTEST_TIMEOUT = 900  # seconds for the whole suite; each test also has its own alarm
+# Seconds for the whole suite (each test also has its own alarm): below the limit .ci/run
+# gives this step, so that this script stops pytest and the broker itself and says why.
+PYTEST_TIMEOUT = 150
 
 
 def main(argv: list[str]) -> int:
-    for module in ("pika", "pytest"):
+    for module in ("pika", "pytest", "prometheus_client"):
         try:
             __import__(module)
         except ImportError:
             print(
                 f"run_interop: python module '{module}' is missing: "
-                "python3 -m pip install pika==1.3.2 pytest",
+                "python3 -m pip install pika==1.3.2 pytest prometheus-client",
                 file=sys.stderr,
             )
             return 2
@@ -52,6 +54,9 @@ def main(argv: list[str]) -> int:
     # pytest (and the broker it starts) run in their own process group, so that a timeout or
     # Ctrl-C here stops both and leaves no broker behind.
     proc = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True)
+    # Stopped from outside (.ci/run's step limit sends SIGTERM to this process's group, which
+    # pytest's is not): stop pytest's group too, quickly, so that no broker is left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(stop_group(proc, grace=3) or 143))
     try:
         status = proc.wait(PYTEST_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -67,9 +72,9 @@ def main(argv: list[str]) -> int:
     return status
 
 
-def stop_group(proc: subprocess.Popen) -> None:
+def stop_group(proc: subprocess.Popen, grace: float = 10) -> None:
     """Stops pytest's process group (pytest and the broker it started), politely first."""
-    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:

@@ -17,9 +17,15 @@ import urllib.request
 import pika
 import pytest
 
-from conftest import STARTUP_TIMEOUT, STOP_TIMEOUT, broker_binary, with_default_vhost
+from prometheus_client import parser
 
-parser = pytest.importorskip("prometheus_client.parser")
+from conftest import (
+    STARTUP_TIMEOUT,
+    STOP_TIMEOUT,
+    broker_binary,
+    skip_outside_ci,
+    with_default_vhost,
+)
 
 # (name, type) as the client's parser reports them: it drops a counter's `_total` suffix
 # from the family name, and RabbitMQ's info families are untyped ("unknown").
@@ -69,7 +75,7 @@ DASHBOARD_FAMILIES = [
 def broker_with_http():
     """(AMQP URL, HTTP base URL) of a broker of this module's own."""
     if os.environ.get("DWELLMQ_URL"):
-        pytest.skip("needs a dwellmq of its own; DWELLMQ_URL points at an external broker")
+        skip_outside_ci("needs a dwellmq of its own; DWELLMQ_URL points at an external broker")
     proc = subprocess.Popen(
         [
             str(broker_binary()),

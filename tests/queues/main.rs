@@ -8,4 +8,10 @@ mod common;
 mod acks_and_channels;
 mod consumers;
 mod declare;
+mod heap;
+mod memory_charges;
 mod waiting_messages;
+
+/// Counts what the heap holds, for the memory charge tests (`heap`).
+#[global_allocator]
+static HEAP: heap::Counting = heap::Counting;

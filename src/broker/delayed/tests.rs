@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::broker::exchange::DeclaredType;
+use crate::broker::exchange::{DeclaredBy, DeclaredType};
 use crate::broker::memory::held_footprint;
 use crate::broker::queue::Queue;
 use crate::broker::vhost::{ExchangeSpec, QueueSpec};
@@ -44,6 +44,7 @@ pub(super) fn declare_bound(
             arguments: [("x-delayed-type", FieldValue::from("fanout"))]
                 .into_iter()
                 .collect(),
+            declared_by: DeclaredBy::user("guest"),
         })
         .unwrap();
     let spec = QueueSpec {
@@ -91,7 +92,7 @@ fn a_release_racing_an_exchange_deletion_drops_the_message() {
     // through the dead exchange's bindings.
     vhost.delete_exchange("d", false).unwrap();
     assert_eq!(delayed.release_due(10), 1);
-    assert_eq!(queue.message_count(), 0);
+    assert_eq!(queue.message_count(&*vhost), 0);
     assert_eq!(delayed.unroutable(), 0);
     assert_eq!(delayed.forget_exchange(&"/".into(), &"d".into()), 1);
     assert_eq!(delayed.len(), 0);
@@ -117,6 +118,6 @@ fn moving_in_is_bounded_by_the_budget_and_release_catches_up() {
     // Released straight from either tier once due, even with no move-in in between.
     delayed.hold(&vhost, &exchange, message(b"m"), 9_000);
     assert_eq!(delayed.release_due(10_000), 102);
-    assert_eq!(queue.message_count(), 102);
+    assert_eq!(queue.message_count(&*vhost), 102);
     assert_eq!(delayed.next_wake(), None);
 }

@@ -73,7 +73,7 @@ impl Form {
     /// Tags of the messages released so far (taken out of the queue).
     fn released(&self) -> Vec<u64> {
         let mut tags = Vec::new();
-        while let Some((entry, _)) = self.queue.get(true) {
+        while let Some((entry, _)) = self.queue.get(&*self.vhost, true) {
             let chunks = entry.message.body.chunks().concat();
             tags.push(u64::from_be_bytes(
                 chunks.try_into().expect("an 8-octet tag"),

@@ -11,6 +11,7 @@ use super::tests_disk::{on_disk, TempStore};
 use super::{DelayedId, DelayedMessages, DelayedMove, MoveDelayedError};
 use crate::broker::memory::{held_footprint, MemoryMonitor};
 use crate::broker::queue::Queue;
+use crate::broker::vhost::VHost;
 
 const DAY_MS: u64 = 86_400_000;
 
@@ -31,9 +32,9 @@ fn message(body: &str) -> Arc<Message> {
 }
 
 /// The bodies of what `queue` holds, taken out.
-fn bodies(queue: &Arc<Queue>) -> Vec<String> {
+fn bodies(vhost: &VHost, queue: &Arc<Queue>) -> Vec<String> {
     let mut out = Vec::new();
-    while let Some((entry, _)) = queue.get(true) {
+    while let Some((entry, _)) = queue.get(vhost, true) {
         out.push(String::from_utf8_lossy(&entry.message.body.chunks().concat()).to_string());
     }
     out
@@ -82,7 +83,7 @@ fn a_transient_message_moves_between_wheel_and_far_tier_and_is_released_once_at_
 
     assert_eq!(serve_until(&delayed, 59_299), 0);
     assert_eq!(serve_until(&delayed, 60_000), 1);
-    assert_eq!(bodies(&queue), ["m"]);
+    assert_eq!(bodies(&vhost, &queue), ["m"]);
     let released = delayed.lateness.snapshot();
     assert_eq!((released.count, released.sum_ms), (1, 0), "on time");
     assert_eq!(serve_until(&delayed, 120_000), 0, "once");
@@ -98,7 +99,7 @@ fn a_moved_message_keeps_its_headers_and_body() {
         .move_held(only_id(&delayed), None, 5_000)
         .expect("moved");
     assert_eq!(serve_until(&delayed, 5_000), 1);
-    let (entry, _) = queue.get(true).expect("released");
+    let (entry, _) = queue.get(&*vhost, true).expect("released");
     assert_eq!(entry.message.body.chunks().concat(), b"keep me");
     let headers = entry.message.properties.headers.clone().expect("headers");
     assert_eq!(headers.get("trace"), Some(&FieldValue::from("keep me")));
@@ -141,7 +142,7 @@ fn a_durable_message_moves_between_disk_and_wheel_in_one_submission_each_time() 
 
     assert_eq!(serve_until(&delayed, DAY_MS - 1), 0);
     assert_eq!(serve_until(&delayed, 3 * DAY_MS), 1);
-    assert_eq!(bodies(&queue), ["far"]);
+    assert_eq!(bodies(&vhost, &queue), ["far"]);
     assert_eq!(stored(&temp), [], "its release removed the one hold");
     assert_eq!(delayed.disk_resident(), Some((0, 0)));
 }

@@ -2,10 +2,11 @@
 //! timer's wake, and serves every deadline in due order. It knows its clients only by the
 //! traits in [`client`]:
 //!
-//! - a [`DeadlineClient`] arms a callback at a deadline ([`Scheduler::arm`]): a queue's tick
-//!   (message TTL, `x-expires`, a delayed retry), a disk tier's next move-in;
-//! - a [`DueOnce`] owns its work ([`Scheduler::arm_once`]): the test double's delayed
-//!   deliveries;
+//! - a [`DeadlineClient`] arms a callback at a deadline ([`Locked::arm`]): a disk tier's next
+//!   move-in;
+//! - a [`DueOnce`] owns its work ([`Scheduler::arm_once`]): a queue's tick (message TTL,
+//!   `x-expires`, a delayed retry; it carries the queue and its owner, both weak), the test
+//!   double's delayed deliveries;
 //! - its [`Holder`] keeps items inside the entries themselves (the delayed exchanges' held
 //!   messages), with a book of them beside the core scheduler under its one lock
 //!   ([`Locked`]): a release takes a message out of the wheel and out of its exchange's
@@ -109,11 +110,6 @@ impl<H: Holder> Scheduler<H> {
     /// Makes the disk mover look at its work again.
     pub(crate) fn wake_mover(&self) {
         self.timer.wake_mover();
-    }
-
-    /// Calls `client` back at or after `at_ms`.
-    pub(crate) fn arm(&self, at_ms: u64, client: Weak<dyn DeadlineClient>) {
-        self.schedule(at_ms, Entry::Client(client));
     }
 
     /// Runs `work` at or after `at_ms`.

@@ -273,6 +273,16 @@ fn a_page_that_reached_the_end_its_request_knew_leaves_what_joined_the_run_since
     assert_eq!(got, vec![3, 4, 5, 6, 7]);
 }
 
+/// The positions whose store records `effects` forget (what left the queue for good).
+fn forgotten(fx: &mut Effects<u32>) -> Vec<u64> {
+    fx.drain()
+        .filter_map(|e| match e {
+            Effect::Forget { seq } => Some(seq),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn a_drop_head_limit_reads_pages_to_drop_from_the_head_of_the_run() {
     let mut q = paging_queue();
@@ -288,19 +298,25 @@ fn a_drop_head_limit_reads_pages_to_drop_from_the_head_of_the_run() {
         0,
         &mut fx,
     );
-    fx.drain();
-    // The 4 in memory are dropped at once; then the run is asked for (though nobody
-    // consumes) until the queue is within its limit.
+    // The 4 in memory, the oldest, are dropped at once; then the run is asked for (though
+    // nobody consumes) until the queue is within its limit.
+    assert_eq!(forgotten(&mut fx), vec![0, 1, 2, 3]);
     assert_eq!(q.ready(), 6);
-    let mut dropped = 0;
+    let mut dropped = Vec::new();
     while let Some(request) = q.page(&Committed(|_| true), 0) {
         q.page_in(request, Some(read(request)), 0, &mut fx);
-        dropped += fx
-            .drain()
-            .filter(|e| matches!(e, Effect::Dropped { .. }))
-            .count();
+        dropped.extend(forgotten(&mut fx));
     }
-    assert_eq!(dropped, 3);
+    assert_eq!(dropped, vec![4, 5, 6], "dropped from the head of the run");
     assert_eq!(q.ready(), 3);
     assert_eq!(q.paged_out(), (2, 4));
+    // The newest three are left, in order, the last two still read from the store.
+    let mut left = Vec::new();
+    while let Some((entry, _)) = q.get(true, 0, &mut fx) {
+        left.push(entry.seq);
+        if let Some(request) = q.page_for(1) {
+            q.page_in(request, Some(read(request)), 0, &mut fx);
+        }
+    }
+    assert_eq!(left, vec![7, 8, 9]);
 }

@@ -10,7 +10,7 @@ use dwellmq_core::schedule::DeadlineId;
 use dwellmq_store::{HeldView, Store, StoreError};
 use parking_lot::Mutex;
 
-use crate::broker::persist::recover::CATCH_UP_PER_SECOND;
+use crate::broker::persist::CATCH_UP_PER_SECOND;
 
 /// Ids read from the index per refill.
 pub(in crate::broker::delayed) const WINDOW_BATCH: usize = 4096;

@@ -114,7 +114,6 @@ impl HeldRound<Held> for ReleaseRound<'_> {
         // Through the one publish pipeline, as a publish to the holder without a delay:
         // copies in durable queues join this round's store group with the releases.
         let outcome = crate::broker::publish::route_and_enqueue(
-            vhost.runtime(),
             vhost,
             crate::broker::publish::Outgoing {
                 exchange,

@@ -10,7 +10,7 @@ use dwellmq_codec::ShortStr;
 use dwellmq_core::queue::ConsumerCredit;
 use dwellmq_core::{Message, QueueEntry};
 
-use super::queue::{ConnectionId, Queue};
+use super::{ConnectionId, Queue};
 
 /// Where a channel's deliveries go.
 pub(crate) trait DeliverySink: Send + Sync {
