@@ -20,7 +20,8 @@
 4. Builds a scratch crate whose Cargo.toml has the README's dependency lines (the `path` pointing
    at this checkout) and runs the README's Rust example in it as a test; checks that
    tests/amqp/readme_example.rs is the same code (it runs with the README's test command); and checks
-   that the library without default features pulls in none of the binary's dependencies.
+   that the library without default features pulls in none of the binary's dependencies, nor
+   the HTTP and TLS stacks (axum, hyper, rustls, ring), which the default features do pull in.
 
 The README's test command, the interop test runs and the benchmark commands are not
 repeated here: `.ci/run` runs the first ones, and benchmarks measure rather than check.
@@ -65,6 +66,9 @@ STARTUP_TIMEOUT = 1800.0  # run as printed, the first command compiles the broke
 EXAMPLE_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 BINARY_ONLY_DEPENDENCIES = ("clap", "mimalloc", "toml", "tracing-subscriber")
+# What the `http` and `tls` features bring in (the HTTP server stack, rustls and its crypto), which
+# an AMQP-only embedder does not compile.
+HTTP_AND_TLS_DEPENDENCIES = ("axum", "hyper", "rustls", "ring")
 
 
 def fail(message: str) -> None:
@@ -411,17 +415,26 @@ def scratch_crate(work: Path) -> tuple[Path, dict[str, str]]:
     return crate, env
 
 
-def no_binary_dependencies_for_embedders() -> None:
+def dependency_names(*features: str) -> set[str]:
+    """The names of the crates dwellmq's library and binaries depend on, with `features`
+    (cargo tree's arguments), normal dependencies only."""
     tree = subprocess.run(
-        ["cargo", "tree", "-p", "dwellmq", "--no-default-features", "-e", "normal",
-         "--prefix", "none"],
+        ["cargo", "tree", "-p", "dwellmq", *features, "-e", "normal", "--prefix", "none"],
         cwd=REPO, check=True, capture_output=True, text=True,
     ).stdout
-    names = {line.split(" ", 1)[0] for line in tree.splitlines() if line}
-    pulled = sorted(names.intersection(BINARY_ONLY_DEPENDENCIES))
+    return {line.split(" ", 1)[0] for line in tree.splitlines() if line}
+
+
+def no_binary_dependencies_for_embedders() -> None:
+    left_out = BINARY_ONLY_DEPENDENCIES + HTTP_AND_TLS_DEPENDENCIES
+    # The names are the crates' own: the default build has every one of them.
+    missing = sorted(set(left_out) - dependency_names())
+    if missing:
+        fail(f"the default build no longer depends on {missing}: update this check's names")
+    pulled = sorted(dependency_names("--no-default-features").intersection(left_out))
     if pulled:
         fail(f"dwellmq without default features still depends on {pulled}")
-    step("the library without default features pulls in none of " + ", ".join(BINARY_ONLY_DEPENDENCIES))
+    step("the library without default features pulls in none of " + ", ".join(left_out))
 
 
 def the_test_double_examples(work: Path) -> None:

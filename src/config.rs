@@ -324,12 +324,13 @@ pub struct BrokerConfig {
     pub expiry_mode: ExpiryMode,
     /// Policies applied at start (more can be set at runtime through `BrokerHandle`).
     pub policies: Vec<PolicyConfig>,
-    /// Where the HTTP management API and `/metrics` listen (RabbitMQ's port 15672); `None`
-    /// turns HTTP off. Port 0 picks a free port.
+    /// Where the HTTP management API and `/metrics` listen (RabbitMQ's port 15672, the
+    /// default when the `http` feature is on); `None` turns HTTP off. Port 0 picks a free
+    /// port. Without the `http` cargo feature it must be `None` (the default then).
     pub http: Option<SocketAddr>,
     /// Where Prometheus `/metrics` is also served on a listener of its own (RabbitMQ's
     /// `rabbitmq_prometheus` port, 15692), with nothing else; `None` (the default) leaves
-    /// `/metrics` on the HTTP API's listener only.
+    /// `/metrics` on the HTTP API's listener only. Needs the `http` cargo feature.
     pub metrics: Option<SocketAddr>,
     /// Host names the HTTP listener answers to besides `localhost` and IP literals (matched
     /// case-insensitively, without the port): the names operators reach it by, e.g.
@@ -342,7 +343,7 @@ pub struct BrokerConfig {
     /// default, on in [`BrokerConfig::ephemeral`].
     pub test_api: bool,
     /// A RabbitMQ definitions file (JSON) whose exchanges, queues and bindings are declared at
-    /// start, before any client connects.
+    /// start, before any client connects. Needs the `http` cargo feature.
     pub definitions: Option<PathBuf>,
     /// For reproducible test runs only: server-generated names (`amq.gen-` queues,
     /// `amq.ctag-` consumer tags, direct reply-to addresses) come from a generator seeded with
@@ -354,7 +355,7 @@ pub struct BrokerConfig {
     #[doc(hidden)]
     pub store_faults: Option<std::sync::Arc<dwellmq_store::faults::Faults>>,
     /// AMQP over TLS (RabbitMQ's port 5671), in addition to the plain listeners; `None` (the
-    /// default) serves no TLS.
+    /// default) serves no TLS. Needs the `tls` cargo feature.
     pub tls: Option<TlsConfig>,
 }
 
@@ -420,7 +421,8 @@ impl Default for BrokerConfig {
             timer_realtime_priority: None,
             expiry_mode: ExpiryMode::OnTime,
             policies: Vec::new(),
-            http: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 15672))),
+            // Only where the HTTP side is built: `Broker::start` refuses `http` without it.
+            http: cfg!(feature = "http").then(|| SocketAddr::from((Ipv4Addr::LOCALHOST, 15672))),
             metrics: None,
             http_allowed_hosts: Vec::new(),
             test_api: false,

@@ -4,6 +4,7 @@ use dwellmq_codec::{FieldTable, ShortStr};
 use dwellmq_core::routing::{BindingSet, RoutingKind};
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use super::scheduler::{next_incarnation, RETIRED};
 
@@ -77,6 +78,37 @@ impl DeclaredType {
     }
 }
 
+/// Who declared an exchange: the management API's `user_who_performed_action`, which RabbitMQ
+/// keeps in the exchange's record from its creation (a redeclare changes nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DeclaredBy {
+    /// The broker itself (RabbitMQ's `rmq-internal`): the exchanges every vhost is born with,
+    /// and those of a definitions file imported at start.
+    Broker,
+    /// A user: over AMQP the connection's, over HTTP (a declare or a definitions import) the
+    /// authenticated one.
+    User(Arc<str>),
+    /// Not known (RabbitMQ's `unknown`): a durable exchange restored at start, whose stored
+    /// record has no field for it.
+    Unrecorded,
+}
+
+impl DeclaredBy {
+    /// A user by name.
+    pub(crate) fn user(name: &str) -> Self {
+        DeclaredBy::User(Arc::from(name))
+    }
+
+    /// The name the management API shows.
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            DeclaredBy::Broker => "rmq-internal",
+            DeclaredBy::User(name) => name,
+            DeclaredBy::Unrecorded => "unknown",
+        }
+    }
+}
+
 /// An exchange in a vhost.
 pub(crate) struct Exchange {
     pub(crate) name: ShortStr,
@@ -93,6 +125,8 @@ pub(crate) struct Exchange {
     pub(crate) bindings: RwLock<BindingSet>,
     /// Message counters for the management API's rates.
     pub(crate) counters: super::rates::ExchangeCounters,
+    /// Who declared it.
+    pub(crate) declared_by: DeclaredBy,
     /// Whose held messages a delayed exchange holds and releases now
     /// (`super::scheduler::next_incarnation`): renewed by a purge, retired at deletion.
     incarnation: AtomicU64,
@@ -106,6 +140,7 @@ impl Exchange {
         auto_delete: bool,
         internal: bool,
         arguments: FieldTable,
+        declared_by: DeclaredBy,
     ) -> Self {
         let alternate_exchange = arguments
             .get("alternate-exchange")
@@ -122,6 +157,7 @@ impl Exchange {
             policy_alternate_exchange: RwLock::new(None),
             bindings: RwLock::new(BindingSet::new(kind.routing())),
             counters: Default::default(),
+            declared_by,
             incarnation: AtomicU64::new(next_incarnation()),
         }
     }

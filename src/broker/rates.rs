@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+#[cfg(feature = "http")]
 use serde_json::{Map, Value};
 
 /// How often the sampler reads the counters (RabbitMQ's default `collect_statistics_interval`).
@@ -145,6 +146,7 @@ impl Rates {
     }
 
     /// RabbitMQ's `message_stats` for `counts` (read now), with the rates last sampled.
+    #[cfg(feature = "http")]
     pub(crate) fn message_stats(&self, key: &RateKey, counts: &Counts) -> Value {
         let rates = self
             .samples
@@ -229,6 +231,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "http")]
     fn rates_are_increases_per_second_between_samples() {
         let rates = Rates::default();
         let key = RateKey::Queue("/".into(), "q".into());

@@ -55,7 +55,7 @@ impl Counters {
 /// The counters of `state`.
 pub(crate) fn counters(state: &BrokerState) -> Counters {
     let totals = state.stats.totals();
-    let deaths = &state.runtime.deaths;
+    let deaths = &state.queue_services().deaths;
     let dead_lettered = DEATH_REASONS.map(|r| (r, deaths.get(r).0));
     let dropped = DEATH_REASONS.map(|r| (r, deaths.get(r).1));
     let (expired_dl, expired_dropped) = deaths.get(DeathReason::Expired);
@@ -66,7 +66,7 @@ pub(crate) fn counters(state: &BrokerState) -> Counters {
         returned: totals.unroutable_returned,
         confirmed: totals.confirmed,
         nacked: totals.nacked,
-        redelivered: state.runtime.hooks.redelivered.load(Ordering::Relaxed),
+        redelivered: state.hooks().redelivered.load(Ordering::Relaxed),
         dead_lettered,
         dropped,
         expired: expired_dl + expired_dropped,
@@ -83,7 +83,9 @@ impl BrokerHandle {
     /// `collect_statistics_interval`): every `_details.rate` the API shows is the increase per
     /// second between the last two samples. Under a manual clock samples are taken at the
     /// clock's time, so a test that samples, moves the clock and samples again gets exact
-    /// rates (a second sample at the same instant changes nothing).
+    /// rates (a second sample at the same instant changes nothing). Rates exist only for the
+    /// HTTP API, so this needs the `http` feature.
+    #[cfg(feature = "http")]
     pub async fn sample_rates(&self) {
         let at_ms = crate::http::sampler::sample_time(&self.state);
         crate::http::sampler::sample(&self.state, at_ms).await;

@@ -62,10 +62,10 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
             vhost.clear_policy(&policy.name, DefinitionWrites::UNAWAITED);
         }
     }
-    state.runtime.hooks.clear();
+    state.hooks().clear();
     state.stats.clear();
-    state.runtime.deaths.clear();
-    state.runtime.queue_totals.clear();
+    state.queue_services().deaths.clear();
+    state.queue_services().queue_totals.clear();
     state.delayed.clear_unroutable();
     if fixture {
         for crate::config::PolicyConfig { vhost, policy } in &state.config.policies {
@@ -73,6 +73,8 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
             super::set_policy(state, vhost, policy.clone())
                 .map_err(|e| ResetError::Policy(name, e.to_string()))?;
         }
+        // Without the `http` feature a broker with a definitions file never started.
+        #[cfg(feature = "http")]
         if let Some(path) = &state.config.definitions {
             crate::http::definitions::import_file(state, path).map_err(ResetError::Definitions)?;
         }

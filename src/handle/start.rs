@@ -8,12 +8,12 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 
 use super::listener_role::{bind, ListenerRole};
 use super::{set_policy, BrokerHandle};
 use crate::broker::BrokerState;
 use crate::config::{BrokerConfig, PolicyConfig, PolicyError};
+use crate::server::tls::TlsAcceptor;
 use crate::server::{accept_loop, in_memory_loop};
 
 /// Why the broker could not start.
@@ -53,7 +53,16 @@ pub enum StartError {
     Definitions(String),
     /// The TLS settings could not be used.
     #[error(transparent)]
-    Tls(#[from] crate::server::tls::TlsError),
+    Tls(#[from] crate::server::tls_error::TlsError),
+    /// The configuration asks for something this build of dwellmq leaves out: the HTTP API,
+    /// `/metrics` or a definitions file without the `http` cargo feature, TLS without `tls`.
+    #[error("{setting} needs dwellmq built with its `{feature}` cargo feature")]
+    NotBuilt {
+        /// What was asked for.
+        setting: &'static str,
+        /// The cargo feature it needs.
+        feature: &'static str,
+    },
     /// No configured address could be bound.
     #[error("cannot listen on {addr} ({role}): {source}")]
     Bind {
@@ -107,16 +116,51 @@ impl Broker {
     }
 }
 
-/// Refuses a configuration that cannot start: no listen address, a bad memory watermark.
+/// Refuses a configuration that cannot start: no listen address, a bad memory watermark,
+/// a setting whose cargo feature is off.
 fn check_config(config: &BrokerConfig) -> Result<(), StartError> {
     if config.listen.is_empty() {
         return Err(StartError::NoListenAddress);
     }
+    check_features(config)?;
     config
         .limits
         .memory_high_watermark
         .validate()
         .map_err(StartError::MemoryWatermark)
+}
+
+/// Refuses settings whose cargo feature this build leaves out, before anything is bound: a
+/// silently missing listener would only show as a client's "connection refused".
+fn check_features(config: &BrokerConfig) -> Result<(), StartError> {
+    const HTTP: bool = cfg!(feature = "http");
+    const TLS: bool = cfg!(feature = "tls");
+    // (asked for, what, its feature, built)
+    let wanted = [
+        (
+            config.http.is_some(),
+            "the HTTP API (BrokerConfig::http)",
+            "http",
+            HTTP,
+        ),
+        (
+            config.metrics.is_some(),
+            "/metrics (BrokerConfig::metrics)",
+            "http",
+            HTTP,
+        ),
+        (
+            config.definitions.is_some(),
+            "a definitions file (BrokerConfig::definitions)",
+            "http",
+            HTTP,
+        ),
+        (config.tls.is_some(), "TLS (BrokerConfig::tls)", "tls", TLS),
+    ];
+    match wanted.into_iter().find(|&(set, _, _, built)| set && !built) {
+        Some((_, setting, feature, _)) => Err(StartError::NotBuilt { setting, feature }),
+        None => Ok(()),
+    }
 }
 
 /// Every listener the configuration asks for, bound and not yet served.
@@ -234,7 +278,7 @@ async fn open_state(config: BrokerConfig) -> Result<Arc<BrokerState>, StartError
     };
     let state = BrokerState::with_store(config, access, store, disk);
     let restoring = Arc::clone(&state);
-    tokio::task::spawn_blocking(move || crate::broker::persist::recover::restore(&restoring))
+    tokio::task::spawn_blocking(move || crate::broker::restore::restore(&restoring))
         .await
         .map_err(|e| StartError::Store(e.to_string()))?
         .map_err(|e| StartError::Store(e.to_string()))?;
@@ -274,16 +318,19 @@ fn apply_configured(
             source,
         })?;
     }
+    // Without the `http` feature `check_config` has refused a definitions file.
+    #[cfg(feature = "http")]
     if let Some(path) = definitions {
         crate::http::definitions::import_file(state, &path).map_err(StartError::Definitions)?;
         tracing::info!(path = %path.display(), "definitions imported");
     }
+    #[cfg(not(feature = "http"))]
+    let _ = (state, definitions);
     Ok(())
 }
 
 /// Spawns what serves the broker: a task per listener, the free-space check of the data
-/// directory, and the loop serving in-memory connections (whose sender is returned). The
-/// HTTP listeners are told the AMQP addresses (`amqp_addrs`) for the overview.
+/// directory, and the loop serving in-memory connections (whose sender is returned).
 fn serve(
     state: &Arc<BrokerState>,
     listeners: Listeners,
@@ -293,12 +340,17 @@ fn serve(
     Vec<JoinHandle<()>>,
     mpsc::UnboundedSender<tokio::io::DuplexStream>,
 ) {
-    let mut tasks: Vec<JoinHandle<()>> = listeners
-        .amqp
+    let Listeners {
+        amqp,
+        http,
+        metrics,
+        tls,
+    } = listeners;
+    let mut tasks: Vec<JoinHandle<()>> = amqp
         .into_iter()
         .map(|l| tokio::spawn(accept_loop(Arc::clone(state), l, shutdown.clone())))
         .collect();
-    for (listener, acceptor) in listeners.tls {
+    for (listener, acceptor) in tls {
         tasks.push(tokio::spawn(crate::server::tls::accept_loop(
             Arc::clone(state),
             listener,
@@ -306,24 +358,11 @@ fn serve(
             shutdown.clone(),
         )));
     }
-    if let Some(listener) = listeners.http {
-        let serve = crate::http::serve(
-            Arc::clone(state),
-            amqp_addrs.to_vec(),
-            listener,
-            shutdown.clone(),
-        );
-        tasks.push(tokio::spawn(serve));
-    }
-    if let Some(listener) = listeners.metrics {
-        let serve = crate::http::serve_metrics(
-            Arc::clone(state),
-            amqp_addrs.to_vec(),
-            listener,
-            shutdown.clone(),
-        );
-        tasks.push(tokio::spawn(serve));
-    }
+    // Without the `http` feature `check_config` has refused both listeners: they are `None`.
+    #[cfg(feature = "http")]
+    tasks.extend(serve_http(state, (http, metrics), amqp_addrs, &shutdown));
+    #[cfg(not(feature = "http"))]
+    let _ = (http, metrics, amqp_addrs);
     if let Some(dir) = &state.config.data_dir {
         // Checked once before the first connection, then every second.
         let check = Arc::new(crate::broker::free_space::FreeSpaceCheck::new(
@@ -341,4 +380,94 @@ fn serve(
         shutdown,
     )));
     (tasks, in_memory)
+}
+
+/// Spawns the HTTP API's listener and the metrics listener, those that are bound. Both are
+/// told the AMQP addresses (`amqp_addrs`) for the overview.
+#[cfg(feature = "http")]
+fn serve_http(
+    state: &Arc<BrokerState>,
+    (http, metrics): (Option<TcpListener>, Option<TcpListener>),
+    amqp_addrs: &[SocketAddr],
+    shutdown: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if let Some(listener) = http {
+        let serve = crate::http::serve(
+            Arc::clone(state),
+            amqp_addrs.to_vec(),
+            listener,
+            shutdown.clone(),
+        );
+        tasks.push(tokio::spawn(serve));
+    }
+    if let Some(listener) = metrics {
+        let serve = crate::http::serve_metrics(
+            Arc::clone(state),
+            amqp_addrs.to_vec(),
+            listener,
+            shutdown.clone(),
+        );
+        tasks.push(tokio::spawn(serve));
+    }
+    tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    use super::*;
+    use crate::config::TlsConfig;
+
+    fn refused_feature(config: &BrokerConfig) -> Option<&'static str> {
+        match check_config(config) {
+            Err(StartError::NotBuilt { feature, .. }) => Some(feature),
+            _ => None,
+        }
+    }
+
+    /// Each setting is refused exactly in the builds that leave its feature out (run with
+    /// and without default features).
+    #[test]
+    fn a_setting_whose_feature_is_left_out_is_refused() {
+        let any = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        // The feature a refusal names, in this build.
+        let http = (!cfg!(feature = "http")).then_some("http");
+        let tls = (!cfg!(feature = "tls")).then_some("tls");
+
+        assert_eq!(refused_feature(&BrokerConfig::ephemeral()), None);
+        let mut config = BrokerConfig::ephemeral();
+        config.http = Some(any);
+        assert_eq!(refused_feature(&config), http);
+        let mut config = BrokerConfig::ephemeral();
+        config.metrics = Some(any);
+        assert_eq!(refused_feature(&config), http);
+        let mut config = BrokerConfig::ephemeral();
+        config.definitions = Some("defs.json".into());
+        assert_eq!(refused_feature(&config), http);
+        let mut config = BrokerConfig::ephemeral();
+        config.tls = Some(TlsConfig::new(any, "cert.pem", "key.pem"));
+        assert_eq!(refused_feature(&config), tls);
+    }
+
+    /// The default configuration starts in every build: HTTP on 15672 only where it is built.
+    #[test]
+    fn the_default_configuration_asks_only_for_what_is_built() {
+        let config = BrokerConfig::default();
+        assert_eq!(config.http.is_some(), cfg!(feature = "http"));
+        assert_eq!(refused_feature(&config), None);
+    }
+
+    #[test]
+    fn the_refusal_names_the_setting_and_the_feature() {
+        let error = StartError::NotBuilt {
+            setting: "TLS (BrokerConfig::tls)",
+            feature: "tls",
+        };
+        assert_eq!(
+            error.to_string(),
+            "TLS (BrokerConfig::tls) needs dwellmq built with its `tls` cargo feature"
+        );
+    }
 }

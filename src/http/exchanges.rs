@@ -14,7 +14,7 @@ use super::fields::{json_to_table, short, table_to_json};
 use super::resource::{checked_vhost, committed, created_status, Deletable, Listed, Named};
 use super::Api;
 use crate::broker::access::{Operation, ResourceKind};
-use crate::broker::exchange::{DeclaredType, Exchange, ExchangeKind};
+use crate::broker::exchange::{DeclaredBy, DeclaredType, Exchange, ExchangeKind};
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::rates::RateKey;
 use crate::broker::vhost::{ExchangeSpec, VHost};
@@ -48,30 +48,13 @@ pub(crate) fn exchange_json(api: &Api, vhost: &VHost, x: &Exchange) -> Value {
         // detailed; dwellmq's is basic, as RabbitMQ's default.
         "incoming": [],
         "outgoing": [],
+        "user_who_performed_action": x.declared_by.name(),
     });
-    value["user_who_performed_action"] = declared_by(&x.name).into();
     if let ExchangeKind::Delayed(_) = x.kind {
         // As the delayed-message plugin reports it.
         value["messages_delayed"] = api.state.delayed.stats(&vhost.name, &x.name).0.into();
     }
     value
-}
-
-/// Who declared the exchange, as RabbitMQ reports it: `rmq-internal` (its name for the broker
-/// itself) for the ones every vhost is born with. The broker does not record who declared the
-/// others, so they show RabbitMQ's word for an unrecorded user, `unknown`, rather than no
-/// field at all.
-fn declared_by(name: &str) -> &'static str {
-    if is_predeclared(name) {
-        "rmq-internal"
-    } else {
-        "unknown"
-    }
-}
-
-/// The default exchange and the `amq.*` ones every vhost is born with.
-fn is_predeclared(name: &str) -> bool {
-    name.is_empty() || name.starts_with("amq.")
 }
 
 /// `/api/exchanges`: listed, shown and deleted as `resource` does it.
@@ -143,12 +126,13 @@ pub(crate) fn yes() -> bool {
 }
 
 /// Declares an exchange (its type, and for delayed exchanges `x-delayed-type`, parsed as
-/// `exchange.declare` parses them); true if it was created (false: an equivalent one existed).
-/// Its write reports to `writes`.
+/// `exchange.declare` parses them) on behalf of `declared_by`; true if it was created (false:
+/// an equivalent one existed, which keeps its declarer). Its write reports to `writes`.
 pub(crate) fn declare_exchange(
     vhost: &VHost,
     name: &str,
     body: ExchangeBody,
+    declared_by: DeclaredBy,
     writes: DefinitionWrites<'_>,
 ) -> ApiResult<bool> {
     let arguments = json_to_table(body.arguments.as_ref())?;
@@ -162,6 +146,7 @@ pub(crate) fn declare_exchange(
         auto_delete: body.auto_delete,
         internal: body.internal,
         arguments,
+        declared_by,
     };
     vhost.declare_exchange_reporting(spec, writes)?;
     Ok(!existed)
@@ -182,7 +167,9 @@ pub(crate) async fn declare(
         ResourceKind::Exchange,
         name,
     )?;
-    let created = committed(|writes| declare_exchange(&vhost, name, body, writes)).await?;
+    let declared_by = DeclaredBy::user(&user.user.name);
+    let created =
+        committed(|writes| declare_exchange(&vhost, name, body, declared_by, writes)).await?;
     Ok(created_status(created))
 }
 

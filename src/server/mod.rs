@@ -7,7 +7,12 @@ pub(crate) mod delivery;
 pub(crate) mod frames;
 pub(crate) mod handshake;
 pub(crate) mod outbound;
+#[cfg(feature = "tls")]
 pub(crate) mod tls;
+#[cfg(not(feature = "tls"))]
+#[path = "tls_off.rs"]
+pub(crate) mod tls;
+pub(crate) mod tls_error;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;

@@ -15,32 +15,12 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
-use tokio_rustls::TlsAcceptor;
+pub(crate) use tokio_rustls::TlsAcceptor;
 
 use super::{connection, shutdown_requested};
 use crate::broker::BrokerState;
 use crate::config::{TlsConfig, TlsVerify};
-
-/// Why the TLS settings cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// A certificate or key file could not be read or holds no usable PEM.
-    #[error("tls: cannot read {what} '{path}': {reason}")]
-    File {
-        /// `certfile`, `keyfile` or `cacertfile`.
-        what: &'static str,
-        /// The file.
-        path: String,
-        /// What went wrong.
-        reason: String,
-    },
-    /// `verify = verify_peer` needs `cacertfile`.
-    #[error("tls: verify = verify_peer needs a cacertfile to verify client certificates with")]
-    NoCaCertFile,
-    /// rustls refused the configuration (a key that does not match the certificate, say).
-    #[error("tls: {0}")]
-    Rustls(String),
-}
+use crate::server::tls_error::TlsError;
 
 fn read_certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let fail = |reason: String| TlsError::File {

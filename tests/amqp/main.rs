@@ -27,5 +27,6 @@ mod publish_modes;
 mod quorum_queues;
 mod readme_example;
 mod server_names;
+#[cfg(feature = "tls")]
 mod tls;
 mod ttl_and_limits;

@@ -178,7 +178,7 @@ async fn transient_messages_read_back_and_requeued_under_pressure_all_come_back(
         // The 60 the reader held come back redelivered, the rest for the first time.
         assert_eq!(redelivered, got.len() < 60, "redelivered flag of {body}");
         got.push(body);
-        ch.basic_ack(tag.into(), BasicAckOptions::default())
+        ch.basic_ack(tag, BasicAckOptions::default())
             .await
             .expect("ack");
     }

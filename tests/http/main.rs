@@ -11,12 +11,14 @@ mod http_client;
 
 mod consumer_cancel;
 mod dead_letters_kept_in_source;
+mod exchange_declarer;
 mod http_api;
 mod http_auth;
 mod http_browser_safety;
 mod http_connections;
 mod http_definitions;
 mod http_delayed;
+mod http_delayed_move;
 mod http_management_shapes;
 mod http_metrics_families;
 mod http_policies;

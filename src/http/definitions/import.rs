@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::exported_exchange;
 use crate::broker::access::{Permission, Stored, User};
+use crate::broker::exchange::DeclaredBy;
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::vhost::VHost;
 use crate::broker::BrokerState;
@@ -97,14 +98,16 @@ struct BindingDef {
     arguments: Option<Value>,
 }
 
-/// Applies `defs` to the broker. `scope` is the vhost of a per-vhost import (whose objects
-/// carry no `vhost`); otherwise each object names its vhost. Vhosts, exchanges, queues,
-/// bindings and policies report their writes to `writes`; the returned [`Stored`] are the
-/// writes of users and permissions.
+/// Applies `defs` to the broker on behalf of `acting` (who declares the exchanges, as
+/// RabbitMQ's acting user). `scope` is the vhost of a per-vhost import (whose objects carry no
+/// `vhost`); otherwise each object names its vhost. Vhosts, exchanges, queues, bindings and
+/// policies report their writes to `writes`; the returned [`Stored`] are the writes of users
+/// and permissions.
 fn import(
     state: &BrokerState,
     defs: Definitions,
     scope: Option<&str>,
+    acting: &DeclaredBy,
     writes: DefinitionWrites<'_>,
 ) -> ApiResult<Vec<Stored>> {
     let scope = Scope {
@@ -118,7 +121,7 @@ fn import(
         }
     }
     let plan = Plan::resolve(&scope, defs)?;
-    plan.apply(state, writes)
+    plan.apply(state, acting, writes)
 }
 
 /// Where an import's objects live: the one vhost of a per-vhost import, or each object's own.
@@ -218,7 +221,12 @@ impl Plan {
         })
     }
 
-    fn apply(self, state: &BrokerState, writes: DefinitionWrites<'_>) -> ApiResult<Vec<Stored>> {
+    fn apply(
+        self,
+        state: &BrokerState,
+        acting: &DeclaredBy,
+        writes: DefinitionWrites<'_>,
+    ) -> ApiResult<Vec<Stored>> {
         let mut stored = Vec::new();
         for user in self.users {
             stored.push(state.access.put_user(user).1);
@@ -231,7 +239,7 @@ impl Plan {
         }
         for (vhost, x) in self.exchanges {
             if exported_exchange(&x.name) {
-                declare_exchange(&vhost, &x.name, x.body, writes)?;
+                declare_exchange(&vhost, &x.name, x.body, acting.clone(), writes)?;
             }
         }
         for (vhost, q) in self.queues {
@@ -301,8 +309,9 @@ async fn import_committed(
     state: &BrokerState,
     defs: Definitions,
     scope: Option<&str>,
+    acting: &DeclaredBy,
 ) -> ApiResult<()> {
-    let stored = committed(|writes| import(state, defs, scope, writes)).await?;
+    let stored = committed(|writes| import(state, defs, scope, acting, writes)).await?;
     for change in stored {
         change.committed().await.map_err(ApiError::not_stored)?;
     }
@@ -311,23 +320,25 @@ async fn import_committed(
 
 /// `POST /api/definitions`: 204 once applied.
 pub(crate) async fn import_all(
-    _user: Authed<ADMINISTRATOR>,
+    user: Authed<ADMINISTRATOR>,
     State(api): State<Arc<Api>>,
     JsonBody(defs): JsonBody<Definitions>,
 ) -> ApiResult<StatusCode> {
-    import_committed(&api.state, defs, None).await?;
+    let acting = DeclaredBy::user(&user.user.name);
+    import_committed(&api.state, defs, None, &acting).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// `POST /api/definitions/{vhost}`: 204 once applied.
 pub(crate) async fn import_vhost(
-    _user: Authed<ADMINISTRATOR>,
+    user: Authed<ADMINISTRATOR>,
     State(api): State<Arc<Api>>,
     PathOf(vhost): PathOf<String>,
     JsonBody(defs): JsonBody<Definitions>,
 ) -> ApiResult<StatusCode> {
     api.vhost(&vhost)?;
-    import_committed(&api.state, defs, Some(&vhost)).await?;
+    let acting = DeclaredBy::user(&user.user.name);
+    import_committed(&api.state, defs, Some(&vhost), &acting).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -337,8 +348,14 @@ pub(crate) fn import_file(state: &BrokerState, path: &std::path::Path) -> Result
     let defs: Definitions = serde_json::from_slice(&text)
         .map_err(|e| format!("{}: not a definitions file: {e}", path.display()))?;
     // At start (or a test double's reset) nobody waits: everything is on disk with the next
-    // commit.
-    import(state, defs, None, DefinitionWrites::UNAWAITED)
-        .map(drop)
-        .map_err(|e| format!("{}: {}", path.display(), e.reason()))
+    // commit. The broker itself declares, as RabbitMQ's import at boot does.
+    import(
+        state,
+        defs,
+        None,
+        &DeclaredBy::Broker,
+        DefinitionWrites::UNAWAITED,
+    )
+    .map(drop)
+    .map_err(|e| format!("{}: {}", path.display(), e.reason()))
 }

@@ -9,8 +9,9 @@ use std::collections::BTreeSet;
 use lapin::options::{BasicAckOptions, BasicRejectOptions, QueueBindOptions};
 use lapin::types::FieldTable;
 
+use super::body::id_of;
 use super::model::Place;
-use super::{id_of, Sim, DLX3};
+use super::{Sim, DLX3};
 
 /// Bound for the last phase's rounds: each lets `dead3` take up to 4 kept messages.
 const DELIVERY_ROUNDS: usize = 100;
@@ -30,8 +31,6 @@ impl Sim {
         let Some((id, tag)) = self.get("q3").await else {
             return "get q3: empty".into();
         };
-        self.model.may_move(id, Place::Kept("q3".into()));
-        self.model.may_move(id, Place::Queue("dead3".into()));
         if let Err(e) = self
             .ch()
             .basic_reject(tag, BasicRejectOptions { requeue: false })
@@ -40,6 +39,8 @@ impl Sim {
             self.fail(&format!("reject failed: {e}"));
         }
         self.round_trip("q3").await;
+        let to = vec![Place::Kept("q3".into()), Place::Queue("dead3".into())];
+        self.model.dead_lettered(id, "q3", to, "rejected");
         format!("get {id} from q3 and reject it (to dead3 or kept)")
     }
 
@@ -91,7 +92,7 @@ impl Sim {
                 if let Err(e) = self.ch().basic_ack(tag, BasicAckOptions::default()).await {
                     self.fail(&format!("ack failed: {e}"));
                 }
-                self.model.removed(id);
+                self.model.removed(id, "acked from dead3");
                 delivered.insert(id);
             }
             self.round_trip("dead3").await;
@@ -114,7 +115,8 @@ impl Sim {
                 "kept messages {missing:?} never reached dead3 once it was bound"
             ));
         }
-        self.check("after the kept messages were delivered", false);
+        self.check("after the kept messages were delivered", false)
+            .await;
         self.report.kept_delivered += kept.len() as u64;
         format!("{} kept messages delivered to dead3", kept.len())
     }

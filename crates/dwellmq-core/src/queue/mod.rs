@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 pub use credit::{delivery_reservation, ChannelCredit, Congestion, ConsumerCredit};
 pub use effects::{DeathReason, DeliveryMark, Effect, Effects};
-pub use paging::{WriteProgress, READ_RETRY_MS};
+pub use paging::{WriteProgress, DEFERRED_READ_MS, READ_RETRY_MS};
 pub use settings::{DeadLetterTarget, ExpiryMode, QueueSettings};
 pub use store_progress::StoreProgress;
 

@@ -274,6 +274,17 @@ impl<C: Clone> QueueState<C> {
         self.arm(now_ms, fx);
     }
 
+    /// A read for deadlines asked for by `request` is put off (the owner's memory is over
+    /// its watermark: what it would dead-letter would only add to it): asked again shortly.
+    pub fn defer_read(&mut self, request: PageRequest, now_ms: u64, fx: &mut Effects<C>) {
+        if request.generation != self.generation {
+            return;
+        }
+        self.reads_in_flight = self.reads_in_flight.saturating_sub(1);
+        self.read_retry_at = Some(now_ms.saturating_add(DEFERRED_READ_MS));
+        self.arm(now_ms, fx);
+    }
+
     /// Brings the queue back from the store at start without reading its messages: `run`
     /// counts them, and the first page is read when a consumer or a `basic.get` wants it.
     /// Its deadlines are not known: the run is read for them from the first tick on (the
@@ -289,6 +300,9 @@ impl<C: Clone> QueueState<C> {
 /// How long after a failed read of the run it is asked again (the store reopens after a
 /// failed commit; the owner's reader has tried a few times already).
 pub const READ_RETRY_MS: u64 = 1000;
+
+/// How long a read for deadlines put off under memory pressure waits before it is asked again.
+pub const DEFERRED_READ_MS: u64 = 50;
 
 /// What the owner knows of a paging queue's store writes, completions included.
 pub trait WriteProgress {

@@ -113,7 +113,7 @@ impl Reference {
         );
         let msg = self.ready.remove(&id).expect("the head");
         ensure!(
-            &msg.body == body,
+            msg.body == body,
             "message {id} handed out with another body"
         );
         ensure!(

@@ -1,9 +1,15 @@
 //! A vhost's policies: which one applies to a queue or an exchange, by name pattern, kind and
-//! priority.
+//! priority; a change is written to the store and applied to existing queues and exchanges at
+//! once (taken back if its write fails).
+
+use std::sync::Arc;
 
 use dwellmq_core::arguments::QueueType;
 use dwellmq_core::policy::{ApplyTo, Policy, PolicyDefinition, PolicyError};
 use regex_lite::Regex;
+
+use super::VHost;
+use crate::broker::persist::DefinitionWrites;
 
 struct Entry {
     policy: Policy,
@@ -84,6 +90,97 @@ impl Policies {
                     .then_with(|| b.policy.name.cmp(&a.policy.name))
             })
             .map(|e| e.policy.definition.clone())
+    }
+}
+
+impl VHost {
+    /// Adds or replaces a policy and applies what changed to every queue and exchange; its
+    /// write reports to `writes`.
+    pub(crate) fn set_policy(
+        self: &Arc<Self>,
+        policy: Policy,
+        writes: DefinitionWrites<'_>,
+    ) -> Result<(), PolicyError> {
+        let mut policies = self.policies.write();
+        let replaced = policies.set(policy.clone())?;
+        // Submitted under the lock: the store sees a policy's changes in the order memory does.
+        let undo_in = self.me.clone();
+        let undo_policy = policy.clone();
+        self.runtime
+            .definitions
+            .policy_set(&self.name, &policy, writes, move || {
+                if let Some(vhost) = undo_in.upgrade() {
+                    vhost.undo_policy_set(&undo_policy, replaced);
+                }
+            });
+        drop(policies);
+        self.apply_policies();
+        Ok(())
+    }
+
+    /// Takes back a policy whose write failed: the one it replaced (or none) is in effect
+    /// again, unless the policy was changed since.
+    fn undo_policy_set(&self, policy: &Policy, replaced: Option<Policy>) {
+        let mut policies = self.policies.write();
+        if policies.get(&policy.name) != Some(policy) {
+            return;
+        }
+        tracing::warn!(
+            vhost = %self.name,
+            policy = %policy.name,
+            "the policy could not be written: it is taken back"
+        );
+        match replaced {
+            // Valid: it was in effect.
+            Some(replaced) => {
+                let _ = policies.set(replaced);
+            }
+            None => {
+                policies.clear(&policy.name);
+            }
+        }
+        drop(policies);
+        self.apply_policies();
+    }
+
+    /// Removes a policy (false if there was none of that name) and applies what changed; its
+    /// removal reports to `writes` (and is retried by the store until it is written).
+    pub(crate) fn clear_policy(self: &Arc<Self>, name: &str, writes: DefinitionWrites<'_>) -> bool {
+        let mut policies = self.policies.write();
+        let removed = policies.clear(name);
+        if removed {
+            self.runtime
+                .definitions
+                .policy_cleared(&self.name, name, writes);
+            drop(policies);
+            self.apply_policies();
+        }
+        removed
+    }
+
+    /// Every policy, by name.
+    pub(crate) fn policies(&self) -> Vec<Policy> {
+        self.policies.read().list()
+    }
+
+    /// Gives every queue and exchange the policy that now applies to it.
+    fn apply_policies(&self) {
+        let queues = self.queues();
+        let exchanges = self.exchanges();
+        let policies = self.policies.read();
+        let for_queues: Vec<_> = queues
+            .iter()
+            .map(|q| policies.for_queue(&q.name, q.config.queue_type))
+            .collect();
+        for exchange in &exchanges {
+            *exchange.policy_alternate_exchange.write() = policies
+                .for_exchange(&exchange.name)
+                .and_then(|d| d.alternate_exchange);
+        }
+        drop(policies);
+        for (queue, policy) in queues.iter().zip(&for_queues) {
+            queue.apply_policy(self, policy.as_ref());
+        }
     }
 }
 

@@ -1,34 +1,26 @@
-//! Start-up: what the store holds comes back before any client connects: policies, durable
-//! exchanges, durable queues (a paging queue with its stored messages counted, not read;
-//! any other with its persistent messages in order), bindings.
+//! Start-up: what the store holds comes back before any client connects: users and
+//! permissions, policies, durable exchanges, durable queues (a paging queue with its stored
+//! messages counted, not read; any other with its persistent messages in order), bindings,
+//! and the counts of what durable delayed exchanges hold. Above the vhost: it declares
+//! through the vhost's own operations, with the store's writes off meanwhile.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use dwellmq_codec::{FieldTable, FieldValue, ShortStr};
 use dwellmq_core::policy::{ApplyTo, Policy, PolicyDefinition, PolicyValue};
-use dwellmq_core::queue::DeathReason;
-use dwellmq_core::routing::{Binding, Destination};
-use dwellmq_core::{Message, QueueEntry};
 use dwellmq_store::{
     BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Snapshot, Store, StoreError,
 };
 
-use crate::broker::dead_letter::pending::reason_of_code;
-use crate::broker::exchange::{DeclaredType, ExchangeKind};
-use crate::broker::memory::MemoryMonitor;
-use crate::broker::persist::kept::KeptQueue;
+use crate::broker::exchange::{DeclaredBy, DeclaredType, ExchangeKind};
+use crate::broker::persist::kept::{KeptExchange, KeptQueue};
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::Queue;
 use crate::broker::vhost::{ExchangeSpec, QueueSpec, VHost};
 use crate::broker::BrokerState;
 
-/// Messages read per page when a queue is loaded.
+/// Stored delayed messages dropped per submission (those of an exchange that is gone).
 const PAGE: usize = 4096;
-
-/// Messages that fell due while the broker was down are released at most this many per second
-/// (oldest first), so that a long outage does not flood consumers at start.
-pub(crate) const CATCH_UP_PER_SECOND: u64 = 10_000;
 
 /// What went wrong restoring the store's contents.
 #[derive(Debug, thiserror::Error)]
@@ -62,19 +54,20 @@ struct Restored {
 /// listed by `GET /api/health/checks/definitions`, and come back with a restart that accepts
 /// them; what a kept exchange holds stays on disk with it.
 pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
-    let Some(store) = state.runtime.store.clone() else {
+    let Some(store) = state.store().cloned() else {
         return Ok(());
     };
-    state.runtime.restoring.store(true, Ordering::Release);
+    let definitions = &state.runtime.definitions;
+    definitions.set_restoring(true);
     let result = restore_from(state, &store);
-    state.runtime.restoring.store(false, Ordering::Release);
+    definitions.set_restoring(false);
     let (restored, queues) = result?;
     *state.unrestored.lock() = restored.kept.clone();
     // Now that every definition is back (dead-letter exchanges, their bindings and target
     // queues): messages whose TTL passed while the broker was down expire, dead-lettered
     // where their queue says, and the deadlines of the others are armed.
-    for queue in &queues {
-        queue.tick();
+    for (vhost, queue) in &queues {
+        queue.tick(&**vhost);
     }
     tracing::info!(
         path = %store.path().display(),
@@ -92,7 +85,7 @@ pub(crate) fn restore(state: &BrokerState) -> Result<(), RecoveryError> {
 }
 
 /// What a restore leaves to do: its report and the queues it restored.
-type RestoreOutcome = (Restored, Vec<Arc<Queue>>);
+type RestoreOutcome = (Restored, Vec<(Arc<VHost>, Arc<Queue>)>);
 
 fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcome, RecoveryError> {
     let snapshot = store.snapshot()?;
@@ -129,10 +122,14 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
                     .kept_exchanges
                     .push((x.vhost.clone(), x.name.clone()));
                 let reported = restored.kept.last().cloned().unwrap_or_default();
+                let kept = KeptExchange {
+                    kind: x.kind.clone(),
+                    held: (0, 0),
+                };
                 state
                     .runtime
                     .kept_exchanges
-                    .keep(&x.vhost, &x.name, &x.kind, reported);
+                    .keep(&x.vhost, &x.name, kept, reported);
             }
         }
     }
@@ -143,10 +140,10 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
             .find(|(id, _)| *id == q.id)
             .map_or(0, |&(_, seq)| seq);
         match restore_queue(state, &snapshot, q, next_seq) {
-            Ok((queue, count)) => {
+            Ok((vhost, queue, count)) => {
                 restored.queues += 1;
                 restored.messages += count;
-                queues.push(queue);
+                queues.push((vhost, queue));
             }
             Err(why) => {
                 skip(&mut restored, "queue", &q.vhost, &q.name, &why);
@@ -166,14 +163,7 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
                 let name = format!("{} -> {}", b.source, b.destination);
                 skip(&mut restored, "binding", &b.vhost, &name, &why);
                 let reported = restored.kept.last().cloned().unwrap_or_default();
-                // Back with a kept exchange or queue at either end if a declare takes it back.
-                state
-                    .runtime
-                    .kept_exchanges
-                    .keep_binding(b, reported.clone());
-                if b.destination_kind == DestinationKind::Queue {
-                    state.runtime.kept_queues.keep_binding(b, reported);
-                }
+                keep_binding(state, b, reported);
             }
         }
     }
@@ -184,7 +174,7 @@ fn restore_from(state: &BrokerState, store: &Arc<Store>) -> Result<RestoreOutcom
 /// Messages held by durable delayed exchanges: their exchanges' counts, and the disk tier that
 /// reads their ids from the index as time advances. No body is read here: with millions held,
 /// a start reads one counter row per exchange. Those that fell due while the broker was down
-/// are released oldest first from now on, at most [`CATCH_UP_PER_SECOND`]. Ones whose exchange
+/// are released oldest first from now on, at most [`CATCH_UP_PER_SECOND`](crate::broker::persist::CATCH_UP_PER_SECOND). Ones whose exchange
 /// is gone are removed from the store, a chunk of ids at a time.
 fn restore_delayed(
     state: &BrokerState,
@@ -216,7 +206,7 @@ fn restore_delayed(
                 state
                     .runtime
                     .kept_exchanges
-                    .keep_held(&vhost_name, &exchange_name, count, bytes);
+                    .update(&vhost_name, &exchange_name, |x| x.held = (count, bytes));
                 continue;
             }
             // No definition at all: what a deletion interrupted by a crash left behind.
@@ -318,6 +308,8 @@ fn restore_exchange(state: &BrokerState, x: &ExchangeDef) -> Result<(), String> 
         auto_delete: x.auto_delete,
         internal: x.internal,
         arguments,
+        // The stored record has no field for it (store format 4).
+        declared_by: DeclaredBy::Unrecorded,
     };
     vhost
         .declare_exchange_reporting(spec, DefinitionWrites::UNAWAITED)
@@ -325,14 +317,14 @@ fn restore_exchange(state: &BrokerState, x: &ExchangeDef) -> Result<(), String> 
         .map_err(|e| e.to_string())
 }
 
-/// Declares the queue under its stored id and loads its messages page by page; returns it
-/// and how many.
+/// Declares the queue under its stored id and loads its messages page by page; returns its
+/// vhost, the queue and how many.
 fn restore_queue(
     state: &BrokerState,
     snapshot: &Snapshot,
     q: &QueueDef,
     next_seq: u64,
-) -> Result<(Arc<Queue>, usize), String> {
+) -> Result<(Arc<VHost>, Arc<Queue>, usize), String> {
     let vhost = state
         .vhost(&q.vhost)
         .ok_or_else(|| format!("no vhost '{}'", q.vhost))?;
@@ -354,134 +346,41 @@ fn restore_queue(
     if queue.store_id.set(q.id).is_err() {
         return Err("declared twice".into());
     }
-    if queue.pages() {
-        // Counted, not read: the first page is read when a consumer or a get wants it.
-        let stored = snapshot.queue_stored(q.id).map_err(|e| e.to_string())?;
-        queue.restore_paged(stored.first_seq, stored.count, stored.bytes, next_seq);
-        return Ok((queue, stored.count as usize));
-    }
-    let count = load_messages(&state.memory, snapshot, &queue, q.id, next_seq)
+    let count = queue
+        .load_stored(&*vhost, snapshot, q.id, next_seq)
         .map_err(|e| e.to_string())?;
-    Ok((queue, count))
-}
-
-/// Takes back the messages stored under a kept queue's id into `queue`, which a declare gave
-/// that id, as a restart would: a paging queue as one run counted from the store, none of its
-/// messages read (the caller reads its first page, `Queue::read_first_page`, once it is in
-/// its vhost), any other with its messages loaded page by page. Returns how many. The caller
-/// ticks it once it is in its vhost.
-pub(crate) fn load_kept_messages(
-    memory: &Arc<MemoryMonitor>,
-    store: &Store,
-    queue: &Arc<Queue>,
-    kept: KeptQueue,
-) -> Result<usize, StoreError> {
-    let snapshot = store.snapshot()?;
     if queue.pages() {
-        let stored = snapshot.queue_stored(kept.id)?;
-        queue.restore_run(stored.first_seq, stored.count, stored.bytes, kept.next_seq);
-        return Ok(stored.count as usize);
+        // One page at once: what expired at its head while the broker was down expires now.
+        queue.read_first_page(&*vhost);
     }
-    load_messages(memory, &snapshot, queue, kept.id, kept.next_seq)
-}
-
-/// Loads the messages stored under `id` into `queue`, page by page; returns how many.
-fn load_messages(
-    memory: &Arc<MemoryMonitor>,
-    snapshot: &Snapshot,
-    queue: &Arc<Queue>,
-    id: u64,
-    next_seq: u64,
-) -> Result<usize, StoreError> {
-    let mut count = 0;
-    let mut from = 0;
-    loop {
-        let page = snapshot.queue_messages(id, from, PAGE)?;
-        let Some(last) = page.last() else { break };
-        from = last.seq + 1;
-        let full = page.len() == PAGE;
-        let (entries, dead_letters) = entries(memory, queue, page);
-        count += entries.len() + dead_letters.len();
-        queue.restore(entries, next_seq);
-        queue.restore_dead_letters(dead_letters);
-        if !full {
-            break;
-        }
-    }
-    // Even an empty queue continues its numbering.
-    queue.restore(Vec::new(), next_seq);
-    Ok(count)
-}
-
-/// A dead-lettered message its queue keeps until every target takes it: the message, why it
-/// died, its position.
-type KeptDeadLetter = (Arc<Message>, DeathReason, u64);
-
-/// Stored messages as queue entries, each with the time its delayed retry is due (if it
-/// waits for one), and the dead-lettered ones the queue keeps (at-least-once dead-lettering).
-/// Their state is exact: `redelivered` only for a message delivered before the restart (its
-/// persist or a state write says so), and a quorum queue's counts.
-fn entries(
-    memory: &Arc<MemoryMonitor>,
-    queue: &Arc<Queue>,
-    page: Vec<dwellmq_store::StoredMessage>,
-) -> (Vec<(QueueEntry, Option<u64>)>, Vec<KeptDeadLetter>) {
-    let mut out = Vec::with_capacity(page.len());
-    let mut dead_letters = Vec::new();
-    for stored in page {
-        let body_len = stored.message.body_len();
-        let guard = memory.charge_message(body_len);
-        let Some(message) = stored.message.unpack(Some(Box::new(guard))) else {
-            tracing::warn!(queue = %queue.name, seq = stored.seq, "stored message malformed, skipped");
-            continue;
-        };
-        if let Some(code) = stored.state.dead_letter_reason {
-            let reason = reason_of_code(code).unwrap_or(DeathReason::Rejected);
-            dead_letters.push((message, reason, stored.seq));
-            continue;
-        }
-        let entry = QueueEntry {
-            message,
-            seq: stored.seq,
-            redelivered: stored.state.redelivered,
-            delivery_count: stored.state.delivery_count,
-            acquired_count: stored.state.acquired_count,
-            expires_at: (stored.expires_at_ms != 0).then_some(stored.expires_at_ms),
-        };
-        let ready_at = stored.state.ready_at_ms;
-        out.push((entry, (ready_at != 0).then_some(ready_at)));
-    }
-    (out, dead_letters)
+    Ok((vhost, queue, count))
 }
 
 fn restore_binding(state: &BrokerState, b: &BindingDef) -> Result<(), String> {
     let vhost = state
         .vhost(&b.vhost)
         .ok_or_else(|| format!("no vhost '{}'", b.vhost))?;
-    restore_binding_in(&vhost, b)
+    vhost.bind_stored(b)
 }
 
-/// Binds `b` in `vhost` again (its write rewrites the stored record).
-pub(crate) fn restore_binding_in(vhost: &VHost, b: &BindingDef) -> Result<(), String> {
-    let destination = match b.destination_kind {
+/// A binding the restore keeps comes back with a kept exchange or queue at either end, if a
+/// declare takes one back.
+fn keep_binding(state: &BrokerState, b: &BindingDef, reported: String) {
+    let runtime = &state.runtime;
+    runtime
+        .kept_exchanges
+        .keep_binding(&b.source, b, reported.clone());
+    match b.destination_kind {
+        DestinationKind::Exchange if b.destination != b.source => {
+            runtime
+                .kept_exchanges
+                .keep_binding(&b.destination, b, reported);
+        }
+        DestinationKind::Exchange => {}
         DestinationKind::Queue => {
-            vhost.queue(&b.destination).map_err(|e| e.to_string())?;
-            Destination::Queue(ShortStr::from(b.destination.as_str()))
+            runtime
+                .kept_queues
+                .keep_binding(&b.destination, b, reported);
         }
-        DestinationKind::Exchange => {
-            vhost.exchange(&b.destination).map_err(|e| e.to_string())?;
-            Destination::Exchange(ShortStr::from(b.destination.as_str()))
-        }
-    };
-    vhost.exchange(&b.source).map_err(|e| e.to_string())?;
-    let arguments = FieldTable::from_encoded(&b.arguments).ok_or("malformed arguments")?;
-    let binding = Binding {
-        source: ShortStr::from(b.source.as_str()),
-        destination,
-        routing_key: ShortStr::from(b.routing_key.as_str()),
-        arguments,
-    };
-    vhost
-        .bind_reporting(binding, DefinitionWrites::UNAWAITED)
-        .map_err(|e| e.to_string())
+    }
 }

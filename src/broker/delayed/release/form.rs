@@ -1,4 +1,4 @@
-//! What a held message becomes when it is released.
+//! What a held message becomes when it is released: its headers as the plugin writes them.
 
 use std::sync::Arc;
 
