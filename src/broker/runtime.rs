@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
+use super::delayed::DelayedMessages;
 use super::names::NameGenerator;
 use super::persist::kept::{Kept, KeptExchange, KeptQueue};
 use super::persist::Definitions;
 use super::queue::QueueServices;
 use super::reply_to::ReplyConsumers;
-use super::delayed::DelayedMessages;
 use super::scheduler::Scheduler;
 
 /// Shared by every vhost of a broker.

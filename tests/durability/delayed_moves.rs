@@ -97,3 +97,71 @@ async fn moved_durable_messages_keep_their_new_due_times_across_a_restart_and_ar
     assert_eq!(broker.delayed_count("/", "reminders"), 0);
     broker.shutdown().await;
 }
+
+/// A held message released (by the clock, or moved to now) into a quorum queue just before
+/// two commits fail: what was confirmed, and the released message, are in the queue after a
+/// restart; a nacked publish is not. (Which commits fail depends on the writer's timing: the
+/// store's `a_release_elided_with_its_hold_in_a_failed_commit_still_retries_its_queue_copy`
+/// makes the losing case certain.)
+async fn released_before_failing_commits_survives(move_it: bool) {
+    let dir = DataDir::new("delayed-release-fail");
+    let config = |start_ms| BrokerConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..BrokerConfig::ephemeral().with_manual_clock(start_ms)
+    };
+    let broker = Broker::start(config(T0_MS)).await.unwrap();
+    let (connection, ch) = channel(&broker).await;
+    declare_delayed(&ch, "later", "direct", true).await;
+    let mut quorum = FieldTable::default();
+    quorum.insert(
+        "x-queue-type".into(),
+        lapin::types::AMQPValue::LongString("quorum".into()),
+    );
+    declare(&ch, "q1", true, quorum).await;
+    ch.queue_bind(
+        "q1".into(),
+        "later".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish_confirmed(&ch, "q1", "before", true).await);
+    assert!(publish_delayed(&ch, "later", "held", 3_000).await);
+    if move_it {
+        let id = broker.delayed_messages("/", "later", 1)[0].id;
+        broker.move_delayed(id, DelayedMove::Now).expect("moved");
+    } else {
+        assert_eq!(broker.advance(Duration::from_millis(3_000)), 1);
+    }
+    broker.fail_next_writes(2);
+    let mut expected = vec!["before".to_string(), "held".to_string()];
+    for body in ["maybe-1", "maybe-2", "maybe-3"] {
+        if publish_confirmed(&ch, "q1", body, true).await {
+            expected.push(body.to_string());
+        }
+    }
+    assert!(publish_confirmed(&ch, "q1", "after", true).await);
+    expected.push("after".to_string());
+    connection.close(200, "bye".into()).await.unwrap();
+    broker.shutdown().await;
+
+    let broker = Broker::start(config(T0_MS + 4_000)).await.unwrap();
+    let (_connection, ch) = channel(&broker).await;
+    assert_eq!(bodies(drain_with_get(&ch, "q1").await), expected);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_message_released_before_failing_commits_is_in_its_queue_after_a_restart() {
+    released_before_failing_commits_survives(false).await;
+}
+
+#[tokio::test]
+async fn a_message_moved_to_now_before_failing_commits_is_in_its_queue_after_a_restart() {
+    released_before_failing_commits_survives(true).await;
+}

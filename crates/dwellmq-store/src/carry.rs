@@ -43,22 +43,38 @@ impl Carry {
     /// hold; a dead-lettering's removal from its queue and its copies). A submission of plain
     /// writes is not retried: its submitter heard of the failure (the publisher is nacked)
     /// and nothing confirmed depends on it. Then drops what later ops make pointless.
-    pub(crate) fn keep(&mut self, batch: &[Submission]) {
-        let must_retry = |s: &Submission| s.ops.iter().any(Op::is_retried);
+    ///
+    /// `retried` is [`retry_marks`] of the batch as submitted, taken before the writer
+    /// elided pairs in it: a release elided with its hold still makes its group retried (a
+    /// delayed message moved and released in one batch must not lose the queue copy that
+    /// its release's group wrote).
+    pub(crate) fn keep(&mut self, batch: &[Submission], retried: &[bool]) {
+        let must_retry = |i: usize| retried.get(i).copied().unwrap_or(true);
         let groups: Vec<u64> = batch
             .iter()
-            .filter(|s| must_retry(s))
-            .filter_map(|s| s.group)
+            .enumerate()
+            .filter(|&(i, _)| must_retry(i))
+            .filter_map(|(_, s)| s.group)
             .collect();
         let kept = batch
             .iter()
-            .filter(|s| must_retry(s) || s.group.is_some_and(|g| groups.contains(&g)));
-        self.ops.extend(kept.flat_map(|s| &s.ops).cloned());
+            .enumerate()
+            .filter(|&(i, s)| must_retry(i) || s.group.is_some_and(|g| groups.contains(&g)));
+        self.ops.extend(kept.flat_map(|(_, s)| &s.ops).cloned());
         let dropped = compact(&mut self.ops);
         if dropped > 0 {
             tracing::debug!(dropped, carried = self.ops.len(), "carried ops superseded");
         }
     }
+}
+
+/// Which submissions of `batch` a failed commit must retry for their own sake: those holding a
+/// removal or a state write ([`Op::is_retried`]). Taken before elision.
+pub(crate) fn retry_marks(batch: &[Submission]) -> Vec<bool> {
+    batch
+        .iter()
+        .map(|s| s.ops.iter().any(Op::is_retried))
+        .collect()
 }
 
 /// Drops each op that a later op of the carry makes pointless, whatever comes between (all of

@@ -26,8 +26,8 @@ pub(crate) use services::QueueServices;
 
 mod apply;
 mod commands;
-mod deadline;
 pub(crate) mod consumer;
+mod deadline;
 mod inspect;
 pub(crate) mod kept_dead_letters;
 mod owner;
