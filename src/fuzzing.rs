@@ -168,6 +168,24 @@ fn step(s: &mut Script<'_>, out: &mut BytesMut, frame_max: u32) -> Option<Step> 
             ..Default::default()
         }),
         3 => Method::ChannelCloseOk,
+        op @ 4..=7 => declaration(op, s),
+        8..=10 => {
+            publish(s, out, ch, frame_max);
+            return Some(Step::Frames);
+        }
+        op @ 11..=16 => consuming(op, s),
+        17 => mode(s),
+        18 => removal(s),
+        op @ 19..=22 => return Some(control(op, s, out)),
+        _ => Method::BasicRecover(BasicRecover { requeue: true }),
+    };
+    encode_method(out, ch, &method);
+    Some(Step::Frames)
+}
+
+/// Ops 4 to 7: a queue or exchange declared, a queue or exchange bound.
+fn declaration(op: u8, s: &mut Script<'_>) -> Method {
+    match op {
         4 => Method::QueueDeclare(QueueDeclare {
             queue: s.pick(&QUEUES).into(),
             passive: s.one_in(8),
@@ -177,73 +195,84 @@ fn step(s: &mut Script<'_>, out: &mut BytesMut, frame_max: u32) -> Option<Step> 
             no_wait: s.one_in(8),
             arguments: queue_arguments(s),
         }),
-        5 => {
-            let exchange = s.pick(&EXCHANGES);
-            let mut arguments = FieldTable::new();
-            let kind = if exchange.starts_with('d') {
-                arguments.insert(
-                    "x-delayed-type",
-                    s.pick(&["direct", "fanout", "topic", "bad"]),
-                );
-                "x-delayed-message"
-            } else {
-                s.pick(&["direct", "fanout", "topic", "headers", "bogus"])
-            };
-            Method::ExchangeDeclare(ExchangeDeclare {
-                exchange: exchange.into(),
-                kind: kind.into(),
-                passive: s.one_in(8),
-                durable: s.flag(),
-                auto_delete: s.flag(),
-                internal: s.one_in(8),
-                no_wait: s.one_in(8),
-                arguments,
-            })
-        }
+        5 => exchange_declare(s),
         6 => Method::QueueBind(QueueBind {
             queue: s.pick(&QUEUES).into(),
             exchange: s.pick(&EXCHANGES).into(),
             routing_key: s.pick(&KEYS).into(),
             ..Default::default()
         }),
-        7 => Method::ExchangeBind(ExchangeBind {
+        // 7
+        _ => Method::ExchangeBind(ExchangeBind {
             destination: s.pick(&EXCHANGES).into(),
             source: s.pick(&EXCHANGES).into(),
             routing_key: s.pick(&KEYS).into(),
             ..Default::default()
         }),
-        8..=10 => {
-            let publish = Method::BasicPublish(dwellmq_codec::methods::BasicPublish {
-                exchange: s.pick(&EXCHANGES).into(),
-                routing_key: s.pick(&KEYS).into(),
-                mandatory: s.flag(),
-                immediate: s.one_in(16),
-            });
-            let properties = properties(s);
-            let len = usize::from(s.b()) * usize::from(s.b() % 4 + 1);
-            let body = vec![s.b(); len];
-            // Now and then a header that announces another size than the body sent.
-            let announced = match s.b() % 16 {
-                0 => len as u64 + u64::from(s.b()),
-                1 => (len as u64).saturating_sub(1),
-                _ => len as u64,
-            };
-            encode_method(out, ch, &publish);
-            encode_header(
-                out,
-                ch,
-                &ContentHeader {
-                    class_id: 60,
-                    body_size: announced,
-                    properties,
-                },
-            );
-            let chunk = (frame_max as usize).saturating_sub(8).max(1);
-            for piece in body.chunks(chunk) {
-                encode_body(out, ch, piece);
-            }
-            return Some(Step::Frames);
-        }
+    }
+}
+
+/// An exchange declared: the `d` ones as delayed exchanges (with a delayed type, maybe a bad one).
+fn exchange_declare(s: &mut Script<'_>) -> Method {
+    let exchange = s.pick(&EXCHANGES);
+    let mut arguments = FieldTable::new();
+    let kind = if exchange.starts_with('d') {
+        arguments.insert(
+            "x-delayed-type",
+            s.pick(&["direct", "fanout", "topic", "bad"]),
+        );
+        "x-delayed-message"
+    } else {
+        s.pick(&["direct", "fanout", "topic", "headers", "bogus"])
+    };
+    Method::ExchangeDeclare(ExchangeDeclare {
+        exchange: exchange.into(),
+        kind: kind.into(),
+        passive: s.one_in(8),
+        durable: s.flag(),
+        auto_delete: s.flag(),
+        internal: s.one_in(8),
+        no_wait: s.one_in(8),
+        arguments,
+    })
+}
+
+/// Ops 8 to 10: a publish with its header and body frames on channel `ch`.
+fn publish(s: &mut Script<'_>, out: &mut BytesMut, ch: u16, frame_max: u32) {
+    let publish = Method::BasicPublish(dwellmq_codec::methods::BasicPublish {
+        exchange: s.pick(&EXCHANGES).into(),
+        routing_key: s.pick(&KEYS).into(),
+        mandatory: s.flag(),
+        immediate: s.one_in(16),
+    });
+    let properties = properties(s);
+    let len = usize::from(s.b()) * usize::from(s.b() % 4 + 1);
+    let body = vec![s.b(); len];
+    // Now and then a header that announces another size than the body sent.
+    let announced = match s.b() % 16 {
+        0 => len as u64 + u64::from(s.b()),
+        1 => (len as u64).saturating_sub(1),
+        _ => len as u64,
+    };
+    encode_method(out, ch, &publish);
+    encode_header(
+        out,
+        ch,
+        &ContentHeader {
+            class_id: 60,
+            body_size: announced,
+            properties,
+        },
+    );
+    let chunk = (frame_max as usize).saturating_sub(8).max(1);
+    for piece in body.chunks(chunk) {
+        encode_body(out, ch, piece);
+    }
+}
+
+/// Ops 11 to 16: consumers, gets, acks, nacks and rejects, prefetch.
+fn consuming(op: u8, s: &mut Script<'_>) -> Method {
+    match op {
         11 => Method::BasicConsume(BasicConsume {
             queue: s.pick(&QUEUES).into(),
             consumer_tag: s.pick(&["", "c0", "c1"]).into(),
@@ -278,59 +307,75 @@ fn step(s: &mut Script<'_>, out: &mut BytesMut, frame_max: u32) -> Option<Step> 
                 })
             }
         }
-        16 => Method::BasicQos(BasicQos {
+        // 16
+        _ => Method::BasicQos(BasicQos {
             prefetch_size: 0,
             prefetch_count: u16::from(s.b() % 4),
             global: s.flag(),
         }),
-        17 => match s.b() % 5 {
-            0 => Method::ConfirmSelect(ConfirmSelect { no_wait: s.flag() }),
-            1 => Method::TxSelect,
-            2 => Method::TxCommit,
-            3 => Method::TxRollback,
-            _ => Method::BasicRecover(BasicRecover { requeue: s.flag() }),
-        },
-        18 => match s.b() % 6 {
-            0 => Method::QueuePurge(QueuePurge {
-                queue: s.pick(&QUEUES).into(),
-                no_wait: false,
-            }),
-            1 => Method::QueueDelete(QueueDelete {
-                queue: s.pick(&QUEUES).into(),
-                if_unused: s.flag(),
-                if_empty: s.flag(),
-                no_wait: false,
-            }),
-            2 => Method::QueueUnbind(QueueUnbind {
-                queue: s.pick(&QUEUES).into(),
-                exchange: s.pick(&EXCHANGES).into(),
-                routing_key: s.pick(&KEYS).into(),
-                arguments: FieldTable::new(),
-            }),
-            3 => Method::ExchangeDelete(ExchangeDelete {
-                exchange: s.pick(&EXCHANGES).into(),
-                if_unused: s.flag(),
-                no_wait: false,
-            }),
-            4 => Method::ExchangeUnbind(ExchangeUnbind {
-                destination: s.pick(&EXCHANGES).into(),
-                source: s.pick(&EXCHANGES).into(),
-                routing_key: s.pick(&KEYS).into(),
-                ..Default::default()
-            }),
-            _ => Method::ChannelFlow(ChannelFlow { active: s.flag() }),
-        },
-        19 => return Some(Step::Advance(u64::from(s.u16()))),
-        20 => return Some(Step::Flush),
+    }
+}
+
+/// Op 17: a channel mode (confirms, transactions) or a recover.
+fn mode(s: &mut Script<'_>) -> Method {
+    match s.b() % 5 {
+        0 => Method::ConfirmSelect(ConfirmSelect { no_wait: s.flag() }),
+        1 => Method::TxSelect,
+        2 => Method::TxCommit,
+        3 => Method::TxRollback,
+        _ => Method::BasicRecover(BasicRecover { requeue: s.flag() }),
+    }
+}
+
+/// Op 18: a purge, a deletion or an unbinding (or a flow).
+fn removal(s: &mut Script<'_>) -> Method {
+    match s.b() % 6 {
+        0 => Method::QueuePurge(QueuePurge {
+            queue: s.pick(&QUEUES).into(),
+            no_wait: false,
+        }),
+        1 => Method::QueueDelete(QueueDelete {
+            queue: s.pick(&QUEUES).into(),
+            if_unused: s.flag(),
+            if_empty: s.flag(),
+            no_wait: false,
+        }),
+        2 => Method::QueueUnbind(QueueUnbind {
+            queue: s.pick(&QUEUES).into(),
+            exchange: s.pick(&EXCHANGES).into(),
+            routing_key: s.pick(&KEYS).into(),
+            arguments: FieldTable::new(),
+        }),
+        3 => Method::ExchangeDelete(ExchangeDelete {
+            exchange: s.pick(&EXCHANGES).into(),
+            if_unused: s.flag(),
+            no_wait: false,
+        }),
+        4 => Method::ExchangeUnbind(ExchangeUnbind {
+            destination: s.pick(&EXCHANGES).into(),
+            source: s.pick(&EXCHANGES).into(),
+            routing_key: s.pick(&KEYS).into(),
+            ..Default::default()
+        }),
+        _ => Method::ChannelFlow(ChannelFlow { active: s.flag() }),
+    }
+}
+
+/// Ops 19 to 22: the clock advanced, the output flushed, raw octets, the connection closed.
+fn control(op: u8, s: &mut Script<'_>, out: &mut BytesMut) -> Step {
+    match op {
+        19 => Step::Advance(u64::from(s.u16())),
+        20 => Step::Flush,
         21 => {
             // Raw octets: framing errors, unknown methods, garbage.
             let n = usize::from(s.b() % 32);
             out.extend_from_slice(s.take(n));
-            return Some(Step::Frames);
+            Step::Frames
         }
-        22 => {
+        // 22
+        _ => {
             if !s.one_in(4) {
-                return Some(Step::Frames);
+                return Step::Frames;
             }
             encode_method(
                 out,
@@ -340,12 +385,9 @@ fn step(s: &mut Script<'_>, out: &mut BytesMut, frame_max: u32) -> Option<Step> 
                     ..Default::default()
                 }),
             );
-            return Some(Step::Close);
+            Step::Close
         }
-        _ => Method::BasicRecover(BasicRecover { requeue: true }),
-    };
-    encode_method(out, ch, &method);
-    Some(Step::Frames)
+    }
 }
 
 /// Aborts the process on any panic, also one inside a broker task.

@@ -3,6 +3,7 @@
 mod clock;
 mod counters;
 mod faults;
+mod held;
 mod inspect;
 mod listener_role;
 mod pauses;
@@ -21,7 +22,7 @@ use tokio::task::JoinHandle;
 
 use dwellmq_timer::Clock;
 
-use crate::broker::delayed::{DelayedId, DelayedMessageInfo};
+use crate::broker::delayed::{DelayedId, DelayedMessageInfo, DelayedMove, MoveDelayedError};
 use crate::broker::BrokerState;
 use crate::config::{Policy, PolicyError};
 pub(crate) use clock::{release_due, settle};
@@ -30,6 +31,7 @@ pub use counters::{Counters, DEATH_REASONS};
 pub use dwellmq_core::queue::DeathReason;
 pub use faults::FaultError;
 pub(crate) use faults::{delay_deliveries, force_close};
+pub(crate) use held::move_held;
 pub use inspect::PeekedMessage;
 pub use listener_role::ListenerRole;
 pub(crate) use reset::reset;
@@ -178,8 +180,8 @@ impl BrokerHandle {
     pub fn release_retries(&self, vhost: &str, queue: &str) -> usize {
         self.state
             .vhost(vhost)
-            .and_then(|v| v.queue(queue).ok())
-            .map_or(0, |q| q.release_retries())
+            .and_then(|v| Some((v.queue(queue).ok()?, v)))
+            .map_or(0, |(q, v)| q.release_retries(&*v))
     }
 
     /// Adds or replaces (by name) a policy in `vhost` and applies it at once to the queues and
@@ -352,6 +354,19 @@ impl BrokerHandle {
         self.state.delayed.cancel(id)
     }
 
+    /// Moves one held message to another due time: [`DelayedMove::Now`] releases it at once,
+    /// `At` and `After` hold it until then (not in the past, at most ten years ahead). Its
+    /// headers (`x-delay` as published), body and properties stay; it is released once, at its
+    /// new time. Returns its new id: an id names its due time. A durable exchange's message
+    /// moves in one store commit (a crash leaves it at its old time or its new one).
+    pub fn move_delayed(
+        &self,
+        id: DelayedId,
+        to: DelayedMove,
+    ) -> Result<DelayedId, MoveDelayedError> {
+        held::move_held(&self.state, None, id, to)
+    }
+
     /// Drops every message held by a delayed exchange; returns how many.
     pub fn purge_delayed(&self, vhost: &str, exchange: &str) -> usize {
         self.state
@@ -386,7 +401,7 @@ impl BrokerHandle {
     /// Messages that left their queues for `reason` since start: (dead-lettered, dropped
     /// because the queue has no dead-letter exchange).
     pub fn death_counts(&self, reason: DeathReason) -> (u64, u64) {
-        self.state.runtime.deaths.get(reason)
+        self.state.queue_services().deaths.get(reason)
     }
 
     /// Held messages that found no route when released (dropped), since start.
@@ -432,7 +447,7 @@ impl BrokerHandle {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         // Commits what is queued and releases the data directory (a new broker may open it).
-        if let Some(store) = self.state.runtime.store.clone() {
+        if let Some(store) = self.state.store().cloned() {
             let _ = tokio::task::spawn_blocking(move || store.shutdown()).await;
         }
     }
@@ -440,12 +455,13 @@ impl BrokerHandle {
 
 /// A queue snapshot, for the handle and the test endpoints.
 pub(crate) fn queue_info(state: &BrokerState, vhost: &str, queue: &str) -> Option<QueueInfo> {
-    let queue = state.vhost(vhost)?.queue(queue).ok()?;
+    let vhost = state.vhost(vhost)?;
+    let queue = vhost.queue(queue).ok()?;
     let retrying = queue.retrying();
-    let figures = queue.figures();
+    let figures = queue.figures(&*vhost);
     Some(QueueInfo {
         name: queue.name.to_string(),
-        messages: queue.message_count(),
+        messages: queue.message_count(&*vhost),
         consumers: queue.consumer_count(),
         unacked: queue.unacked_count(),
         retrying: retrying.len(),

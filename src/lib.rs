@@ -33,7 +33,9 @@ mod http;
 mod rfc3339;
 mod server;
 
-pub use broker::delayed::{DelayedId, DelayedMessageInfo, ParseDelayedIdError};
+pub use broker::delayed::{
+    DelayedId, DelayedMessageInfo, DelayedMove, MoveDelayedError, ParseDelayedIdError,
+};
 pub use broker::memory::{
     queued_message_footprint, HELD_MESSAGE_MEMORY_OVERHEAD, MESSAGE_MEMORY_OVERHEAD,
 };

@@ -32,7 +32,7 @@ pub const MESSAGE_MEMORY_OVERHEAD: usize = std::mem::size_of::<dwellmq_core::Mes
 /// up to [`dwellmq_core::PACK_BODY_LIMIT`]): its packed buffer (names, encoded properties and
 /// body) and its place in the list. The queue charges these in bulk; the message is charged
 /// [`MESSAGE_MEMORY_OVERHEAD`] again from its delivery. 96 octets for a 16-octet persistent
-/// message routed by a 12-octet key, as measured (see ARCHITECTURE.md, Memory).
+/// message routed by a 12-octet key, as measured (see docs/design-notes.md, Memory).
 pub fn queued_message_footprint(
     exchange: &str,
     routing_key: &str,
@@ -48,7 +48,7 @@ pub fn queued_message_footprint(
 /// The same for a small message held by a delayed exchange, which keeps it packed (names,
 /// encoded properties and body in one buffer): the packed header, its place in the scheduler
 /// and its exchange's index, and allocator rounding. Measured: about 175 octets of RSS per
-/// held message with a small body (see ARCHITECTURE.md, Memory).
+/// held message with a small body (see docs/design-notes.md, Memory).
 pub const HELD_MESSAGE_MEMORY_OVERHEAD: usize = 160;
 
 // A held message grows into a queued one at release, never shrinks.

@@ -1,4 +1,6 @@
 //! The broker's shared state: vhosts with their exchanges and queues, consumers, accounting.
+//! `BrokerState` builds the parts and wires them; the map of the modules, and which may import
+//! which, is in ARCHITECTURE.md ("`src/broker/`, bottom to top").
 //!
 //! Everything here is reached from connection tasks through `Arc`s and short locks; there is no
 //! broker-wide task or channel hop on the publish → deliver path.
@@ -6,19 +8,19 @@
 pub(crate) mod access;
 pub(crate) mod available_memory;
 pub(crate) mod connections;
-pub(crate) mod dead_letter;
 pub(crate) mod delayed;
 pub(crate) mod disk_alarm;
+pub(crate) mod effects;
 pub(crate) mod exchange;
 pub(crate) mod free_space;
 pub(crate) mod memory;
 pub(crate) mod names;
 pub(crate) mod persist;
-pub(crate) mod policies;
 pub(crate) mod publish;
 pub(crate) mod queue;
 pub(crate) mod rates;
 pub(crate) mod reply_to;
+pub(crate) mod restore;
 pub(crate) mod runtime;
 pub(crate) mod scheduler;
 pub(crate) mod stats;
@@ -54,7 +56,8 @@ pub(crate) struct BrokerState {
     pub(crate) manual_clock: Option<Arc<ManualClock>>,
     /// Messages held by delayed exchanges.
     pub(crate) delayed: Arc<DelayedMessages>,
-    /// What queues share: clock, deadlines, accounting.
+    /// What vhosts and the publish pipeline share: the queues' services, the scheduler, names,
+    /// reply consumers, the definitions store, what the restore kept.
     pub(crate) runtime: Arc<Runtime>,
     /// Direct reply-to consumers, by reply address.
     pub(crate) reply_consumers: Arc<reply_to::ReplyConsumers>,
@@ -128,28 +131,39 @@ impl BrokerState {
             high_watermark(&config),
             config.limits.memory_paging_ratio,
         );
-        let runtime = Runtime::new(
+        let queues = Arc::new(queue::QueueServices::new(
             clock.clone(),
             Arc::clone(&memory),
+            store.clone(),
             config.expiry_mode,
-            config.name_seed,
-            store,
             dwellmq_core::paging::Paging {
                 window_messages: config.limits.queue_window_messages.max(1),
                 window_bytes: config.limits.queue_window_bytes.max(1),
             },
             manual_clock.is_some(),
-        );
+            Arc::default(),
+        ));
+        let timer = Arc::new(timer_thread::TimerControl::default());
+        let scheduler = Arc::new(scheduler::Scheduler::new(
+            clock.now_ms(),
+            Arc::clone(&timer),
+        ));
+        let delayed = DelayedMessages::with_scheduler(Arc::clone(&scheduler), Arc::clone(&memory));
+        if let Some(store) = &store {
+            delayed.set_store(Arc::clone(store));
+        }
+        let names = Arc::new(names::NameGenerator::new(config.name_seed));
+        let runtime = Runtime::new(queues, scheduler, names);
         let mut vhosts: HashMap<String, Arc<VHost>> = HashMap::new();
         for name in std::iter::once("/").chain(config.vhosts.iter().map(String::as_str)) {
-            vhosts
-                .entry(name.to_string())
-                .or_insert_with(|| VHost::shared(name.into(), Arc::clone(&runtime)));
+            vhosts.entry(name.to_string()).or_insert_with(|| {
+                VHost::shared(name.into(), Arc::clone(&runtime), delayed.clone())
+            });
         }
         Arc::new_cyclic(|me| BrokerState {
             me: me.clone(),
-            delayed: Arc::clone(&runtime.delayed),
-            timer: Arc::clone(&runtime.timer),
+            delayed,
+            timer,
             reply_consumers: Arc::clone(&runtime.reply_consumers),
             runtime,
             memory,
@@ -190,12 +204,13 @@ impl BrokerState {
         if vhosts.contains_key(name) {
             return false;
         }
-        let vhost = VHost::shared(name.into(), Arc::clone(&self.runtime));
+        let vhost = VHost::shared(name.into(), Arc::clone(&self.runtime), self.delayed.clone());
         let added = Arc::downgrade(&vhost);
         vhosts.insert(name.to_string(), vhost);
         drop(vhosts);
         let me = self.me.clone();
-        persist::vhost_added(&self.runtime, name, writes, move || {
+        let definitions = &self.runtime.definitions;
+        definitions.vhost_added(name, writes, move || {
             if let (Some(state), Some(added)) = (me.upgrade(), added.upgrade()) {
                 state.undo_vhost_add(&added);
             }
@@ -240,23 +255,13 @@ impl BrokerState {
         for connection in self.connections.list().iter().filter(|c| c.vhost == name) {
             connection.close(reason.clone());
         }
-        for queue in vhost.queues() {
-            let _ = vhost.delete_queue_instance_reporting(&queue, writes);
-        }
-        for exchange in vhost.exchanges() {
-            if exchange.name.is_empty() || exchange.name.starts_with("amq.") {
-                exchange.retire();
-                self.delayed.forget_exchange(&vhost.name, &exchange.name);
-            } else {
-                let _ = vhost.delete_exchange_reporting(&exchange.name, false, writes);
-            }
-        }
+        vhost.tear_down(writes);
         for (granted_in, user, _) in self.access.permissions() {
             if granted_in == name {
                 let _ = self.access.clear_permission(&granted_in, &user);
             }
         }
-        persist::vhost_deleted(&self.runtime, name, writes);
+        self.runtime.definitions.vhost_deleted(name, writes);
     }
 
     pub(crate) fn user(&self, name: &str) -> Option<Arc<access::User>> {
@@ -290,19 +295,65 @@ fn high_watermark(config: &BrokerConfig) -> u64 {
 }
 
 impl BrokerState {
+    /// The durable store (`--data-dir`), or `None` in memory.
+    pub(crate) fn store(&self) -> Option<&Arc<dwellmq_store::Store>> {
+        self.runtime.queues.store.as_ref()
+    }
+
+    /// What every queue is given: clock, store, memory, counters, test hooks.
+    pub(crate) fn queue_services(&self) -> &queue::QueueServices {
+        &self.runtime.queues
+    }
+
+    /// Faults a test injects, pause points, and counters for the test endpoints.
+    pub(crate) fn hooks(&self) -> &test_hooks::TestHooks {
+        &self.runtime.queues.hooks
+    }
+
+    /// The earliest moment the timer must act: a delayed release or move-in, or a queue tick.
+    pub(crate) fn next_wake(&self) -> Option<u64> {
+        self.delayed.next_wake()
+    }
+
     /// The test double's fault: the store's next `n` commits carrying a message write fail
     /// (see [`dwellmq_store::Store::fail_next_commits`]). Nothing without a store.
     pub(crate) fn fail_next_writes(&self, n: u64) {
-        if let Some(store) = &self.runtime.store {
+        if let Some(store) = self.store() {
             store.fail_next_commits(n);
         }
     }
 
     /// Failing commits still to come.
     pub(crate) fn writes_to_fail(&self) -> u64 {
-        self.runtime
-            .store
-            .as_ref()
-            .map_or(0, |store| store.commits_to_fail())
+        self.store().map_or(0, |store| store.commits_to_fail())
+    }
+}
+
+/// Vhosts and the publish pipeline reach the delayed exchanges' holder through
+/// [`vhost::HeldMessages`], so that the vhost module does not depend on it.
+impl vhost::HeldMessages for DelayedMessages {
+    fn hold(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<exchange::Exchange>,
+        message: Arc<dwellmq_core::Message>,
+        due_ms: u64,
+        ticket: Option<&Arc<tickets::PublishTicket>>,
+    ) {
+        self.hold_confirmed(vhost, exchange, message, due_ms, ticket);
+    }
+
+    fn forget_exchange(&self, vhost: &dwellmq_codec::ShortStr, exchange: &dwellmq_codec::ShortStr) {
+        DelayedMessages::forget_exchange(self, vhost, exchange);
+    }
+
+    fn reattach_kept(
+        &self,
+        vhost: &Arc<VHost>,
+        exchange: &Arc<exchange::Exchange>,
+        held: (u64, u64),
+        now_ms: u64,
+    ) {
+        DelayedMessages::reattach_kept(self, vhost, exchange, held, now_ms);
     }
 }

@@ -1,16 +1,16 @@
-//! What the broker writes to its durable store (`dwellmq-store`, on `--data-dir`): durable
-//! exchanges, queues, bindings and policies as they are declared and deleted, and persistent
-//! messages on durable queues (`Effect::Persist`/`Forget`, submitted by `queue.rs` under the
-//! queue's lock, so a queue's persists and forgets reach the writer in order).
+//! What the broker writes of its definitions to the durable store (`dwellmq-store`, on
+//! `--data-dir`): vhosts, durable exchanges, queues, bindings and policies as they are
+//! declared and deleted. This module knows the store's records, not the broker's objects: the
+//! vhost hands it names and definitions, and says how a failed write is taken back. (A queue
+//! writes its own messages; `tickets` says who waits for a write.)
 //!
 //! Every write is a submission to the store's group-commit writer thread: nothing here waits
 //! for a disk, so connection tasks never block on an fsync. A declare-ok (bind-ok, delete-ok...)
 //! waits for the commit of the definitions its method wrote (passed down to the writes as
-//! [`DefinitionWrites`]), and a persistent message's publisher confirm for its commit, both
-//! through a [`PublishTicket`].
+//! [`DefinitionWrites`]).
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use dwellmq_codec::{FieldTable, FieldValue};
 use dwellmq_core::policy::{Policy, PolicyValue};
@@ -19,18 +19,16 @@ use dwellmq_store::{
     BindingDef, DestinationKind, ExchangeDef, Op, PolicyDef, QueueDef, Store, VhostDef,
 };
 
-use super::exchange::Exchange;
-use super::queue::Queue;
-use super::runtime::Runtime;
-use super::vhost::VHost;
-
 pub(crate) use super::tickets::{
     submit_counted, AwaitedWrites, DefinitionWrites, PublishTicket, SettledBy,
 };
 
 pub(crate) mod kept;
-pub(crate) mod kept_exchanges;
-pub(crate) mod recover;
+
+/// Messages that fell due while the broker was down (or while their exchange was kept on
+/// disk) are released at most this many per second, oldest first, so that a long outage does
+/// not flood consumers at start.
+pub(crate) const CATCH_UP_PER_SECOND: u64 = 10_000;
 
 /// How the broker opens its store.
 pub(crate) struct StoreSettings {
@@ -64,13 +62,202 @@ pub(crate) fn open(
     Store::open_with(dir, options)
 }
 
-/// The store, unless the broker is in memory or is restoring what the store holds (then
-/// nothing is written back).
-fn store(runtime: &Runtime) -> Option<&Arc<Store>> {
-    if runtime.restoring.load(Ordering::Acquire) {
-        return None;
+/// Where the broker's definitions are written: the store, unless the broker is in memory.
+pub(crate) struct Definitions {
+    store: Option<Arc<Store>>,
+    /// Set while the broker restores what the store holds at start: nothing is written back.
+    restoring: AtomicBool,
+}
+
+impl Definitions {
+    pub(crate) fn new(store: Option<Arc<Store>>) -> Self {
+        Definitions {
+            store,
+            restoring: AtomicBool::new(false),
+        }
     }
-    runtime.store.as_ref()
+
+    /// A restore begins (`true`) or ends: meanwhile nothing is written.
+    pub(crate) fn set_restoring(&self, restoring: bool) {
+        self.restoring.store(restoring, Ordering::Release);
+    }
+
+    /// Whether a restore is under way.
+    pub(crate) fn is_restoring(&self) -> bool {
+        self.restoring.load(Ordering::Acquire)
+    }
+
+    /// The store, unless the broker is in memory or is restoring what the store holds (then
+    /// nothing is written back).
+    pub(crate) fn writing(&self) -> Option<&Arc<Store>> {
+        if self.is_restoring() {
+            return None;
+        }
+        self.store.as_ref()
+    }
+
+    /// A vhost was added at runtime (configured ones are not written: the config brings them).
+    /// If writing it fails, `undo` deletes it again.
+    pub(crate) fn vhost_added(
+        &self,
+        name: &str,
+        writes: DefinitionWrites<'_>,
+        undo: impl FnOnce() + Send + 'static,
+    ) {
+        let Some(store) = self.writing() else { return };
+        let ops = vec![Op::PutVhost(VhostDef {
+            name: name.into(),
+            metadata: Vec::new(),
+        })];
+        write_or_undo(store, ops, writes, undo);
+    }
+
+    /// A vhost was deleted: the store drops every definition and message under it.
+    pub(crate) fn vhost_deleted(&self, name: &str, writes: DefinitionWrites<'_>) {
+        let Some(store) = self.writing() else { return };
+        write(store, vec![Op::DeleteVhost { name: name.into() }], writes);
+    }
+
+    /// A durable exchange was created; `then` hears whether its definition was committed
+    /// (a failure is logged first). False if nothing is written.
+    pub(crate) fn exchange_declared(
+        &self,
+        def: ExchangeDef,
+        writes: DefinitionWrites<'_>,
+        then: impl FnOnce(bool) + Send + 'static,
+    ) -> bool {
+        let Some(store) = self.writing() else {
+            return false;
+        };
+        submit_counted(
+            store,
+            vec![Op::PutExchange(def)],
+            writes.ticket(),
+            move |outcome| {
+                if let Err(e) = outcome {
+                    tracing::error!(error = %e, "writing a durable definition failed; it is taken back");
+                }
+                then(outcome.is_ok());
+            },
+        );
+        true
+    }
+
+    /// Exchanges of `vhost` were deleted (with the bindings whose source they were).
+    pub(crate) fn exchanges_deleted(
+        &self,
+        vhost: &str,
+        names: &[impl AsRef<str>],
+        writes: DefinitionWrites<'_>,
+    ) {
+        let Some(store) = self.writing() else { return };
+        if names.is_empty() {
+            return;
+        }
+        let ops = names
+            .iter()
+            .map(|name| Op::DeleteExchange {
+                vhost: vhost.into(),
+                name: name.as_ref().into(),
+            })
+            .collect();
+        write(store, ops, writes);
+    }
+
+    /// A durable queue was created (`def` carries its store id); if writing it fails, `undo`
+    /// takes the declare back.
+    pub(crate) fn queue_declared(
+        &self,
+        def: QueueDef,
+        writes: DefinitionWrites<'_>,
+        undo: impl FnOnce() + Send + 'static,
+    ) {
+        let Some(store) = self.writing() else { return };
+        write_or_undo(store, vec![Op::PutQueue(def)], writes, undo);
+    }
+
+    /// The stored queue `name` (store id `id`) of `vhost` is being deleted: it goes with its
+    /// messages and `bindings` (those leading to it; written before the vhost drops them, so
+    /// that a queue declared again under the name does not get them back after a restart).
+    pub(crate) fn queue_deleted<'b>(
+        &self,
+        vhost: &str,
+        name: &str,
+        id: u64,
+        bindings: impl IntoIterator<Item = &'b Binding>,
+        writes: DefinitionWrites<'_>,
+    ) {
+        let Some(store) = self.writing() else { return };
+        let mut ops: Vec<Op> = bindings
+            .into_iter()
+            .map(|binding| Op::DeleteBinding(binding_def(vhost, binding)))
+            .collect();
+        ops.push(Op::DeleteQueue {
+            vhost: vhost.into(),
+            name: name.into(),
+            id,
+        });
+        write(store, ops, writes);
+    }
+
+    /// A binding of `vhost` between two durable ends was added; if writing it fails, `undo`
+    /// takes it back.
+    pub(crate) fn bound(
+        &self,
+        vhost: &str,
+        binding: &Binding,
+        writes: DefinitionWrites<'_>,
+        undo: impl FnOnce() + Send + 'static,
+    ) {
+        let Some(store) = self.writing() else { return };
+        let ops = vec![Op::PutBinding(binding_def(vhost, binding))];
+        write_or_undo(store, ops, writes, undo);
+    }
+
+    /// A binding was removed (removing one that was never stored is harmless).
+    pub(crate) fn unbound(&self, vhost: &str, binding: &Binding, writes: DefinitionWrites<'_>) {
+        let Some(store) = self.writing() else { return };
+        let ops = vec![Op::DeleteBinding(binding_def(vhost, binding))];
+        write(store, ops, writes);
+    }
+
+    /// A policy was set in `vhost`; if writing it fails, `undo` puts back what it replaced.
+    pub(crate) fn policy_set(
+        &self,
+        vhost: &str,
+        policy: &Policy,
+        writes: DefinitionWrites<'_>,
+        undo: impl FnOnce() + Send + 'static,
+    ) {
+        let Some(store) = self.writing() else { return };
+        let mut definition = FieldTable::new();
+        for (key, value) in policy.definition.entries() {
+            let value = match value {
+                PolicyValue::Integer(n) => FieldValue::I64(n),
+                PolicyValue::Text(t) => FieldValue::LongStr(t.into_bytes().into()),
+            };
+            definition.insert(key, value);
+        }
+        let ops = vec![Op::PutPolicy(PolicyDef {
+            vhost: vhost.into(),
+            name: policy.name.clone(),
+            pattern: policy.pattern.clone(),
+            apply_to: policy.apply_to.name().into(),
+            priority: policy.priority,
+            definition: definition.to_encoded(),
+        })];
+        write_or_undo(store, ops, writes, undo);
+    }
+
+    /// A policy was removed.
+    pub(crate) fn policy_cleared(&self, vhost: &str, name: &str, writes: DefinitionWrites<'_>) {
+        let Some(store) = self.writing() else { return };
+        let ops = vec![Op::DeletePolicy {
+            vhost: vhost.into(),
+            name: name.into(),
+        }];
+        write(store, ops, writes);
+    }
 }
 
 /// Submits definition changes; a failure is logged and reported to the method that made
@@ -96,222 +283,8 @@ fn write_or_undo(
     });
 }
 
-/// A vhost was added at runtime (configured ones are not written: the config brings them).
-/// If writing it fails, `undo` deletes it again.
-pub(crate) fn vhost_added(
-    runtime: &Runtime,
-    name: &str,
-    writes: DefinitionWrites<'_>,
-    undo: impl FnOnce() + Send + 'static,
-) {
-    let Some(store) = store(runtime) else { return };
-    write_or_undo(
-        store,
-        vec![Op::PutVhost(VhostDef {
-            name: name.into(),
-            metadata: Vec::new(),
-        })],
-        writes,
-        undo,
-    );
-}
-
-/// A vhost was deleted: the store drops every definition and message under it.
-pub(crate) fn vhost_deleted(runtime: &Runtime, name: &str, writes: DefinitionWrites<'_>) {
-    let Some(store) = store(runtime) else { return };
-    write(store, vec![Op::DeleteVhost { name: name.into() }], writes);
-}
-
-/// A durable exchange was created in `vhost` (`home`): if writing it fails, it is deleted
-/// again, as if never declared. If the restore kept an exchange of that vhost and name on disk,
-/// the declare takes it back: returns the kept bindings from and to it (the caller binds them
-/// again once the exchange is in its vhost), and once its definition is committed it takes
-/// the messages the kept exchange holds on disk. If that write fails, the exchange leaves
-/// memory only, and what is stored stays kept.
-pub(crate) fn exchange_declared(
-    runtime: &Runtime,
-    vhost: &str,
-    home: &Weak<VHost>,
-    exchange: &Arc<Exchange>,
-    writes: DefinitionWrites<'_>,
-) -> Option<Vec<(BindingDef, String)>> {
-    let store = store(runtime)?;
-    if !exchange.durable {
-        return None;
-    }
-    let retaken = runtime.kept_exchanges.take(vhost, &exchange.name);
-    let bindings = retaken.as_ref().map(|kept| kept.bindings.clone());
-    if let Some(kept) = &retaken {
-        tracing::info!(
-            vhost, exchange = %exchange.name, held = kept.held.0,
-            "a declare takes back an exchange the restore kept"
-        );
-    }
-    let (home, exchange) = (Weak::clone(home), Arc::clone(exchange));
-    let ops = vec![Op::PutExchange(ExchangeDef {
-        vhost: vhost.into(),
-        name: exchange.name.to_string(),
-        kind: exchange.kind.type_name().into(),
-        auto_delete: exchange.auto_delete,
-        internal: exchange.internal,
-        arguments: exchange.arguments.to_encoded(),
-    })];
-    submit_counted(store, ops, writes.ticket(), move |outcome| {
-        let Some(vhost) = home.upgrade() else { return };
-        match (outcome, retaken) {
-            (Ok(_), None) => {}
-            (Ok(_), Some(kept)) => {
-                // Only now: had the write failed, the exchange's deletion would have dropped
-                // them with its own.
-                if vhost.is_current(&exchange) {
-                    let runtime = vhost.runtime();
-                    let now_ms = runtime.clock.now_ms();
-                    runtime
-                        .delayed
-                        .reattach_kept(&vhost, &exchange, kept.held, now_ms);
-                }
-            }
-            (Err(e), None) => {
-                tracing::error!(error = %e, "writing a durable definition failed; it is taken back");
-                vhost.undo_exchange_declare(&exchange);
-            }
-            (Err(e), Some(kept)) => {
-                tracing::error!(error = %e, "writing a durable definition failed; it is taken back");
-                vhost.undo_exchange_reattach(&exchange);
-                vhost
-                    .runtime()
-                    .kept_exchanges
-                    .put_back(&vhost.name, &exchange.name, kept);
-            }
-        }
-    });
-    bindings
-}
-
-/// Exchanges were deleted (with the bindings whose source they were).
-pub(crate) fn exchanges_deleted(
-    runtime: &Runtime,
-    vhost: &str,
-    names: &[impl AsRef<str>],
-    writes: DefinitionWrites<'_>,
-) {
-    let Some(store) = store(runtime) else { return };
-    if names.is_empty() {
-        return;
-    }
-    let ops = names
-        .iter()
-        .map(|name| Op::DeleteExchange {
-            vhost: vhost.into(),
-            name: name.as_ref().into(),
-        })
-        .collect();
-    write(store, ops, writes);
-}
-
-/// A queue was created in `vhost`: a durable, non-exclusive one is written with a fresh id
-/// (its messages are stored under that id), or with the id of a queue of its vhost and name
-/// that the restore kept on disk, whose messages it takes back (returns the kept bindings to
-/// it then: the caller binds them again and ticks the queue once it is in its vhost). If
-/// writing it fails, it is deleted again, with whatever was stored under a fresh id
-/// meanwhile; a kept queue's messages and bindings stay kept.
-pub(crate) fn queue_declared(
-    runtime: &Runtime,
-    vhost: &Weak<VHost>,
-    queue: &Arc<Queue>,
-    writes: DefinitionWrites<'_>,
-) -> Option<Vec<(BindingDef, String)>> {
-    let store = store(runtime)?;
-    if !queue.durable || queue.exclusive_owner.is_some() {
-        return None;
-    }
-    let mut reattached = None;
-    let id =
-        *queue.store_id.get_or_init(
-            || match runtime.kept_queues.take(&queue.vhost, &queue.name) {
-                Some(kept) => {
-                    let id = kept.queue.id;
-                    reattached = Some(kept);
-                    id
-                }
-                None => store.allocate_queue_id(),
-            },
-        );
-    if let Some(kept) = &reattached {
-        match recover::load_kept_messages(&runtime.memory, store, queue, kept.queue) {
-            Ok(count) => tracing::info!(
-                vhost = %queue.vhost, queue = %queue.name, id, messages = count,
-                "a declare took back a queue the restore kept"
-            ),
-            Err(e) => tracing::error!(
-                vhost = %queue.vhost, queue = %queue.name, id, error = %e,
-                "reading a kept queue's messages failed"
-            ),
-        }
-    }
-    let bindings = reattached.as_ref().map(|kept| kept.bindings.clone());
-    let (undo_in, undo_queue) = (Weak::clone(vhost), Arc::clone(queue));
-    let ops = vec![Op::PutQueue(queue_def(queue, id))];
-    write_or_undo(store, ops, writes, move || {
-        let Some(vhost) = undo_in.upgrade() else {
-            return;
-        };
-        match reattached {
-            // Its stored definition and messages stay as the restore kept them.
-            Some(retaken) => {
-                vhost.undo_queue_reattach(&undo_queue);
-                vhost
-                    .runtime()
-                    .kept_queues
-                    .put_back(&undo_queue.vhost, &undo_queue.name, retaken);
-            }
-            None => vhost.undo_queue_declare(&undo_queue),
-        }
-    });
-    bindings
-}
-
-fn queue_def(queue: &Queue, id: u64) -> QueueDef {
-    QueueDef {
-        vhost: queue.vhost.to_string(),
-        name: queue.name.to_string(),
-        id,
-        auto_delete: queue.auto_delete,
-        arguments: queue.arguments.to_encoded(),
-    }
-}
-
-/// A stored queue is being deleted: it goes with its messages and the bindings leading to
-/// it (called before the vhost drops those, so that a queue declared again under the same
-/// name does not get them back after a restart).
-pub(crate) fn queue_deleted(
-    runtime: &Runtime,
-    vhost: &VHost,
-    queue: &Queue,
-    writes: DefinitionWrites<'_>,
-) {
-    let Some(store) = store(runtime) else { return };
-    let Some(&id) = queue.store_id.get() else {
-        return;
-    };
-    let destination = Destination::Queue(queue.name.clone());
-    let mut ops = Vec::new();
-    for exchange in vhost.exchanges() {
-        for binding in exchange.bindings.read().iter() {
-            if binding.destination == destination {
-                ops.push(Op::DeleteBinding(binding_def(&vhost.name, binding)));
-            }
-        }
-    }
-    ops.push(Op::DeleteQueue {
-        vhost: vhost.name.to_string(),
-        name: queue.name.to_string(),
-        id,
-    });
-    write(store, ops, writes);
-}
-
-fn binding_def(vhost: &str, binding: &Binding) -> BindingDef {
+/// A binding as the store records it.
+pub(crate) fn binding_def(vhost: &str, binding: &Binding) -> BindingDef {
     let (destination_kind, destination) = match &binding.destination {
         Destination::Queue(name) => (DestinationKind::Queue, name.to_string()),
         Destination::Exchange(name) => (DestinationKind::Exchange, name.to_string()),
@@ -324,103 +297,4 @@ fn binding_def(vhost: &str, binding: &Binding) -> BindingDef {
         routing_key: binding.routing_key.to_string(),
         arguments: binding.arguments.to_encoded(),
     }
-}
-
-/// A binding was added: written when both ends are durable (RabbitMQ's rule). If writing a
-/// `new` one fails, it is removed from `source` again (one that was there before stays: it
-/// was written before).
-pub(crate) fn bound(
-    runtime: &Runtime,
-    vhost: &str,
-    source: &Arc<Exchange>,
-    binding: &Binding,
-    durable_destination: bool,
-    new: bool,
-    writes: DefinitionWrites<'_>,
-) {
-    let Some(store) = store(runtime) else { return };
-    if !(source.durable && durable_destination) {
-        return;
-    }
-    let (undo_source, undo_binding) = (Arc::clone(source), binding.clone());
-    let ops = vec![Op::PutBinding(binding_def(vhost, binding))];
-    write_or_undo(store, ops, writes, move || {
-        if new {
-            tracing::warn!(
-                source = %undo_binding.source,
-                destination = ?undo_binding.destination,
-                "the binding could not be written: it is taken back"
-            );
-            undo_source.bindings.write().remove(&undo_binding);
-        }
-    });
-}
-
-/// A binding was removed (removing one that was never stored is harmless).
-pub(crate) fn unbound(
-    runtime: &Runtime,
-    vhost: &str,
-    binding: &Binding,
-    writes: DefinitionWrites<'_>,
-) {
-    let Some(store) = store(runtime) else { return };
-    let ops = vec![Op::DeleteBinding(binding_def(vhost, binding))];
-    write(store, ops, writes);
-}
-
-/// A policy was set in `vhost` (`home`), replacing `replaced` if there was one of its name:
-/// if writing it fails, the replaced one (or none) is in effect again.
-pub(crate) fn policy_set(
-    runtime: &Runtime,
-    vhost: &str,
-    home: &Weak<VHost>,
-    policy: &Policy,
-    replaced: Option<Policy>,
-    writes: DefinitionWrites<'_>,
-) {
-    let Some(store) = store(runtime) else { return };
-    let mut definition = FieldTable::new();
-    for (key, value) in policy.definition.entries() {
-        let value = match value {
-            PolicyValue::Integer(n) => FieldValue::I64(n),
-            PolicyValue::Text(t) => FieldValue::LongStr(t.into_bytes().into()),
-        };
-        definition.insert(key, value);
-    }
-    let (undo_in, undo_policy) = (Weak::clone(home), policy.clone());
-    write_or_undo(
-        store,
-        vec![Op::PutPolicy(PolicyDef {
-            vhost: vhost.into(),
-            name: policy.name.clone(),
-            pattern: policy.pattern.clone(),
-            apply_to: policy.apply_to.name().into(),
-            priority: policy.priority,
-            definition: definition.to_encoded(),
-        })],
-        writes,
-        move || {
-            if let Some(vhost) = undo_in.upgrade() {
-                vhost.undo_policy_set(&undo_policy, replaced);
-            }
-        },
-    );
-}
-
-/// A policy was removed.
-pub(crate) fn policy_cleared(
-    runtime: &Runtime,
-    vhost: &str,
-    name: &str,
-    writes: DefinitionWrites<'_>,
-) {
-    let Some(store) = store(runtime) else { return };
-    write(
-        store,
-        vec![Op::DeletePolicy {
-            vhost: vhost.into(),
-            name: name.into(),
-        }],
-        writes,
-    );
 }

@@ -2,11 +2,13 @@
 //! /api/exchanges/.../publish` over HTTP, a queue dead-lettering, a delayed exchange
 //! releasing).
 //!
-//! Before routing, a publish from a client takes the same steps: the exchange may be published
-//! to, the properties are the publisher's own, the delay is read as the exchange reads it, the
-//! `CC` and `BCC` headers give extra routing keys and `BCC` leaves the message, and a copy that
-//! a delayed exchange holds keeps `BCC` to route by it at release ([`target`],
-//! [`check_properties`], [`prepare`]). Then [`route_and_enqueue`] is the one way on for every
+//! Before routing, a publish from a client (`basic.publish` or HTTP) takes the same steps,
+//! written once in [`accept`] (and [`check_size`], which a channel applies to the content
+//! header before the body arrives): the size limit, the exchange may be published to, the
+//! properties are the publisher's own, a direct reply-to request gets the publisher's reply
+//! address, the delay is read as the exchange reads it, the `CC` and `BCC` headers give extra
+//! routing keys and `BCC` leaves the message, and a copy that a delayed exchange holds keeps
+//! `BCC` to route by it at release. Then [`route_and_enqueue`] is the one way on for every
 //! caller: route (core's walk of the exchange graph), a mandatory message no queue would take
 //! returned, hold at the delayed exchanges on the way, enqueue, the store ticket that holds a
 //! confirm until the stored copies commit.
@@ -22,9 +24,9 @@ use dwellmq_core::queue::PublishOutcome;
 
 use super::exchange::{Exchange, ExchangeKind};
 use super::memory::MemoryMonitor;
-use super::persist::PublishTicket;
+use super::queue::QueueOwner;
 use super::reply_to::{REPLY_PREFIX, REPLY_QUEUE};
-use super::runtime::Runtime;
+use super::tickets::PublishTicket;
 use super::vhost::{Routing, VHost};
 
 /// A publish ready to route.
@@ -39,8 +41,55 @@ pub(crate) struct Prepared {
     pub(crate) bcc: Option<FieldValue>,
 }
 
+/// What a client publishes, before the broker's checks.
+pub(crate) struct Submitted<'a> {
+    /// The exchange's name as published.
+    pub(crate) exchange: ShortStr,
+    pub(crate) routing_key: ShortStr,
+    pub(crate) properties: BasicProperties,
+    pub(crate) body: Body,
+    /// The authenticated user (`user_id` must be theirs).
+    pub(crate) user: &'a str,
+    /// The publisher's direct reply-to address: a channel's, if it consumes from
+    /// `amq.rabbitmq.reply-to`; never one over HTTP.
+    pub(crate) reply_address: Option<&'a ShortStr>,
+}
+
+/// The size limit (`Limits::max_message_size`): `size` octets of body may be published. A
+/// channel applies it to the content header, before the body arrives; HTTP to the body.
+pub(crate) fn check_size(size: u64, max: u64) -> BrokerResult<()> {
+    if size > max {
+        return Err(BrokerError::PreconditionFailed(format!(
+            "message size {size} is larger than configured max size {max}"
+        )));
+    }
+    Ok(())
+}
+
+/// The steps every publish from a client takes before routing, its size checked already (see
+/// the module's text): returns the exchange it enters by and the message ready to route.
+pub(crate) fn accept(
+    vhost: &VHost,
+    submitted: Submitted<'_>,
+) -> BrokerResult<(Arc<Exchange>, Prepared)> {
+    let Submitted {
+        exchange,
+        routing_key,
+        mut properties,
+        body,
+        user,
+        reply_address,
+    } = submitted;
+    let target = target(vhost, &exchange)?;
+    check_properties(&properties, user)?;
+    resolve_reply_to(&mut properties, reply_address)?;
+    let memory = &vhost.runtime().queues.memory;
+    let prepared = prepare(memory, &target, exchange, routing_key, properties, body)?;
+    Ok((target, prepared))
+}
+
 /// The exchange to publish to: it must exist and not be internal.
-pub(crate) fn target(vhost: &VHost, exchange: &str) -> BrokerResult<Arc<Exchange>> {
+fn target(vhost: &VHost, exchange: &str) -> BrokerResult<Arc<Exchange>> {
     let target = vhost.exchange(exchange)?;
     if target.internal {
         return Err(BrokerError::AccessRefused(format!(
@@ -53,7 +102,7 @@ pub(crate) fn target(vhost: &VHost, exchange: &str) -> BrokerResult<Arc<Exchange
 
 /// The properties RabbitMQ checks: `user_id` must be the publisher's, `expiration` must be a
 /// TTL.
-pub(crate) fn check_properties(properties: &BasicProperties, user: &str) -> BrokerResult<()> {
+fn check_properties(properties: &BasicProperties, user: &str) -> BrokerResult<()> {
     if let Some(user_id) = &properties.user_id {
         if user_id.as_str() != user {
             return Err(BrokerError::PreconditionFailed(format!(
@@ -70,7 +119,7 @@ pub(crate) fn check_properties(properties: &BasicProperties, user: &str) -> Brok
 /// Direct reply-to, the request's side: `reply_to = amq.rabbitmq.reply-to` becomes the
 /// publisher's reply address, which only a channel consuming from the pseudo-queue has (over
 /// HTTP there is none); without one the publish is refused, as RabbitMQ refuses it.
-pub(crate) fn resolve_reply_to(
+fn resolve_reply_to(
     properties: &mut BasicProperties,
     reply_address: Option<&ShortStr>,
 ) -> BrokerResult<()> {
@@ -88,7 +137,7 @@ pub(crate) fn resolve_reply_to(
 /// delayed exchange refuses an `x-delay` it cannot read; any other exchange ignores one (a
 /// delayed exchange behind it reads it as no delay). A `CC` or `BCC` header that is not an
 /// array is refused.
-pub(crate) fn prepare(
+fn prepare(
     memory: &Arc<MemoryMonitor>,
     exchange: &Exchange,
     exchange_name: ShortStr,
@@ -165,9 +214,7 @@ pub(crate) fn stores_copies(message: &Message, routing: &Routing) -> bool {
 /// whether a queue refused it (`x-overflow` = reject-publish: the publisher hears a nack).
 /// Every way into queues goes through here, by [`route_and_enqueue`]: a publish on a channel
 /// or over HTTP, a dead-lettering, a delayed exchange's release.
-#[allow(clippy::too_many_arguments)]
 fn enqueue(
-    runtime: &Runtime,
     vhost: &Arc<VHost>,
     message: &Arc<Message>,
     bcc: Option<&FieldValue>,
@@ -176,31 +223,30 @@ fn enqueue(
     ticket: Option<&Arc<PublishTicket>>,
     mut taken: Option<&mut Vec<ShortStr>>,
 ) -> bool {
+    let runtime = vhost.runtime();
+    let services = &runtime.queues;
     if !routing.delayed.is_empty() {
         // The queues are chosen again at release, from the bindings as they are then.
-        let held = held_copy(&runtime.memory, message, bcc);
+        let held = held_copy(&services.memory, message, bcc);
         for exchange in routing.delayed.drain(..) {
             let held = Arc::clone(&held);
-            runtime
-                .delayed
-                .hold_confirmed(vhost, &exchange, held, due_ms, ticket);
+            vhost.held().hold(vhost, &exchange, held, due_ms, ticket);
         }
     }
     let mut rejected = false;
     for queue in routing.queues.drain(..) {
-        if let Some(delay) = runtime.hooks.delivery_delay(&queue.vhost, &queue.name) {
+        if let Some(delay) = services.hooks.delivery_delay(&queue.vhost, &queue.name) {
             // An injected fault: the message enters the queue later, in broker time.
-            let due_ms = runtime.clock.now_ms().saturating_add(delay.delay_ms);
+            let due_ms = services.clock.now_ms().saturating_add(delay.delay_ms);
             let held = Arc::clone(message);
-            runtime
-                .scheduler
-                .deliver_later(&queue, held, due_ms, &delay.pending);
+            let owner = QueueOwner::weak(&**vhost);
+            queue.deliver_later(&runtime.scheduler, owner, held, due_ms, &delay.pending);
             if let Some(taken) = taken.as_deref_mut() {
                 taken.push(queue.name.clone());
             }
             continue;
         }
-        let outcome = queue.publish_confirmed(Arc::clone(message), ticket);
+        let outcome = queue.publish_confirmed(&**vhost, Arc::clone(message), ticket);
         if outcome == PublishOutcome::Rejected {
             rejected = true;
         } else if let Some(taken) = taken.as_deref_mut() {
@@ -260,30 +306,27 @@ pub(crate) struct Outcome {
 /// `ticket` makes (a confirm, a transaction's commit), and its copies count on it; the caller
 /// settles the ticket.
 pub(crate) fn route_and_enqueue(
-    runtime: &Runtime,
     vhost: &Arc<VHost>,
     outgoing: Outgoing<'_>,
     routing: &mut Routing,
     ticket: Option<&mut dyn FnMut() -> Arc<PublishTicket>>,
 ) -> Outcome {
-    route_and_enqueue_skipping(runtime, vhost, outgoing, routing, ticket, None)
+    route_and_enqueue_skipping(vhost, outgoing, routing, ticket, None)
 }
 
 /// As [`route_and_enqueue`], for an at-least-once dead-lettering's attempt: queues named in
 /// `taken` took the message at an earlier attempt and are skipped; each queue that takes it
 /// now is added.
 pub(crate) fn route_and_enqueue_once_each(
-    runtime: &Runtime,
     vhost: &Arc<VHost>,
     outgoing: Outgoing<'_>,
     routing: &mut Routing,
     taken: &mut Vec<ShortStr>,
 ) -> Outcome {
-    route_and_enqueue_skipping(runtime, vhost, outgoing, routing, None, Some(taken))
+    route_and_enqueue_skipping(vhost, outgoing, routing, None, Some(taken))
 }
 
 fn route_and_enqueue_skipping(
-    runtime: &Runtime,
     vhost: &Arc<VHost>,
     outgoing: Outgoing<'_>,
     routing: &mut Routing,
@@ -300,6 +343,7 @@ fn route_and_enqueue_skipping(
         mandatory,
         dead_lettered,
     } = outgoing;
+    let runtime = vhost.runtime();
     if exchange.is_default() && routing_key.starts_with(REPLY_PREFIX) {
         // Direct reply-to, the reply's side: straight to the requester's reply consumer, no
         // queue in between (and nothing stored, so no ticket).
@@ -346,11 +390,12 @@ fn route_and_enqueue_skipping(
     }
     let dropped = !routed && routing.delayed.is_empty();
     let ticket = match ticket {
-        Some(make) if runtime.store.is_some() && stores_copies(message, routing) => Some(make()),
+        Some(make) if runtime.queues.store.is_some() && stores_copies(message, routing) => {
+            Some(make())
+        }
         _ => None,
     };
     let rejected = enqueue(
-        runtime,
         vhost,
         message,
         bcc,

@@ -1,175 +1,74 @@
-//! What every queue needs from its broker: the clock, the one deadline scheduler and the
-//! delayed exchanges' holder (a dead-letter exchange may be a delayed one), memory accounting
-//! and counters.
+//! What a vhost and the publish pipeline share with the rest of the broker: the services every
+//! queue is given, the one deadline scheduler, server-generated names, the direct reply-to
+//! consumers, and what the last restore kept on disk. The delayed exchanges' holder is not
+//! here: a vhost reaches it through `vhost::HeldMessages`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dwellmq_core::queue::{DeathReason, ExpiryMode};
-use dwellmq_store::Store;
-use dwellmq_timer::SharedClock;
-
 use super::delayed::DelayedMessages;
-use super::memory::MemoryMonitor;
 use super::names::NameGenerator;
+use super::persist::kept::{Kept, KeptExchange, KeptQueue};
+use super::persist::Definitions;
+use super::queue::QueueServices;
+use super::reply_to::ReplyConsumers;
 use super::scheduler::Scheduler;
-use super::timer_thread::TimerControl;
 
-/// Messages that left queues without being consumed, by reason.
-#[derive(Debug, Default)]
-pub(crate) struct DeathCounters {
-    dead_lettered: [AtomicU64; 4],
-    dropped: [AtomicU64; 4],
-}
-
-fn index(reason: DeathReason) -> usize {
-    match reason {
-        DeathReason::Rejected => 0,
-        DeathReason::Expired => 1,
-        DeathReason::Maxlen => 2,
-        DeathReason::DeliveryLimit => 3,
-    }
-}
-
-impl DeathCounters {
-    pub(crate) fn dead_lettered(&self, reason: DeathReason) {
-        self.dead_lettered[index(reason)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn dropped(&self, reason: DeathReason) {
-        self.dropped[index(reason)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Back to zero (a reset between tests).
-    pub(crate) fn clear(&self) {
-        for counter in self.dead_lettered.iter().chain(&self.dropped) {
-            counter.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// (dead-lettered, dropped) for `reason` since start.
-    pub(crate) fn get(&self, reason: DeathReason) -> (u64, u64) {
-        let i = index(reason);
-        (
-            self.dead_lettered[i].load(Ordering::Relaxed),
-            self.dropped[i].load(Ordering::Relaxed),
-        )
-    }
-}
-
-/// Shared by the broker and every queue.
+/// Shared by every vhost of a broker.
 pub(crate) struct Runtime {
-    pub(crate) clock: SharedClock,
-    pub(crate) memory: Arc<MemoryMonitor>,
+    /// Given to every queue: clock, store, memory, counters, test hooks, page reader.
+    pub(crate) queues: Arc<QueueServices>,
     /// Every deadline: queue ticks, delayed releases, the test double's delayed deliveries.
-    pub(crate) scheduler: Arc<Scheduler>,
-    /// Messages held by delayed exchanges (a client of `scheduler`).
-    pub(crate) delayed: Arc<DelayedMessages>,
-    pub(crate) timer: Arc<TimerControl>,
-    pub(crate) expiry_mode: ExpiryMode,
-    pub(crate) deaths: DeathCounters,
-    /// Deliveries, gets and acks by queue type, and queue churn (for `/metrics`).
-    pub(crate) queue_totals: super::stats::QueueTotals,
+    pub(crate) scheduler: Arc<Scheduler<DelayedMessages>>,
     /// Server-generated names (queues, consumer tags, reply addresses).
     pub(crate) names: Arc<NameGenerator>,
-    /// The durable store (`--data-dir`), or `None` in memory: durable definitions and
-    /// persistent messages on durable queues go there (`super::persist`).
-    pub(crate) store: Option<Arc<Store>>,
-    /// Set while the broker restores what the store holds at start: nothing is written back.
-    pub(crate) restoring: std::sync::atomic::AtomicBool,
-    /// Faults a test injects, and counters for the test endpoints.
-    pub(crate) hooks: super::test_hooks::TestHooks,
     /// Direct reply-to consumers by reply address: the publish pipeline delivers replies.
-    pub(crate) reply_consumers: Arc<super::reply_to::ReplyConsumers>,
+    pub(crate) reply_consumers: Arc<ReplyConsumers>,
+    /// Where durable definitions are written (nowhere in memory, nor while restoring).
+    pub(crate) definitions: Definitions,
     /// Stored queues the restore kept on disk, for a declare to take back.
-    pub(crate) kept_queues: super::persist::kept::KeptQueues,
+    pub(crate) kept_queues: Kept<KeptQueue>,
     /// Exchanges the last restore kept on disk, until a declare takes them back.
-    pub(crate) kept_exchanges: super::persist::kept_exchanges::KeptExchanges,
-    /// How much of a paging queue stays in memory (`Limits::queue_window_*`).
-    pub(crate) paging: dwellmq_core::paging::Paging,
-    /// Reads paging queues' pages off their locks.
-    pub(crate) page_reader: super::queue::page_reader::PageReader,
-    /// The clock moves only when told (the test double): a read of a queue's run that a
-    /// deadline asks for is done at once, so that advancing the clock plays out its expiry
-    /// before it returns.
-    pub(crate) manual_clock: bool,
-    /// The last spill id given to a paging queue (names its spilled records; per process,
-    /// as the spill table is dropped at start).
-    spill_ids: std::sync::atomic::AtomicU64,
+    pub(crate) kept_exchanges: Kept<KeptExchange>,
 }
 
 impl Runtime {
     pub(crate) fn new(
-        clock: SharedClock,
-        memory: Arc<MemoryMonitor>,
-        expiry_mode: ExpiryMode,
-        name_seed: Option<u64>,
-        store: Option<Arc<Store>>,
-        paging: dwellmq_core::paging::Paging,
-        manual_clock: bool,
+        queues: Arc<QueueServices>,
+        scheduler: Arc<Scheduler<DelayedMessages>>,
+        names: Arc<NameGenerator>,
     ) -> Arc<Self> {
-        let now = clock.now_ms();
-        let names = Arc::new(NameGenerator::new(name_seed));
-        let timer = Arc::new(TimerControl::default());
-        let scheduler = Arc::new(Scheduler::new(now, Arc::clone(&timer)));
-        let delayed = Arc::new(DelayedMessages::with_scheduler(
-            Arc::clone(&scheduler),
-            Arc::clone(&memory),
-        ));
-        if let Some(store) = &store {
-            delayed.set_store(Arc::clone(store));
-        }
         Arc::new(Runtime {
+            definitions: Definitions::new(queues.store.clone()),
+            queues,
             scheduler,
-            delayed,
-            clock,
-            memory,
-            timer,
-            expiry_mode,
-            deaths: DeathCounters::default(),
-            queue_totals: Default::default(),
-            store,
-            restoring: std::sync::atomic::AtomicBool::new(false),
-            hooks: Default::default(),
-            kept_queues: Default::default(),
-            kept_exchanges: Default::default(),
-            paging,
-            page_reader: Default::default(),
-            manual_clock,
-            spill_ids: Default::default(),
-            reply_consumers: Arc::new(super::reply_to::ReplyConsumers::new(Arc::clone(&names))),
+            reply_consumers: Arc::new(ReplyConsumers::new(Arc::clone(&names))),
             names,
+            kept_queues: Kept::default(),
+            kept_exchanges: Kept::default(),
         })
     }
+}
 
-    /// A runtime on the system clock with no memory limit (unit tests of the broker layer).
-    #[cfg(test)]
+#[cfg(test)]
+impl Runtime {
+    /// A runtime on the system clock with no memory limit and no store (unit tests).
     pub(crate) fn standalone() -> Arc<Self> {
-        Self::new(
-            Arc::new(dwellmq_timer::SystemClock::new()),
-            MemoryMonitor::new(u64::MAX),
-            ExpiryMode::OnTime,
+        let clock: dwellmq_timer::SharedClock = Arc::new(dwellmq_timer::SystemClock::new());
+        let timer = Arc::new(super::timer_thread::TimerControl::default());
+        let scheduler = Arc::new(Scheduler::new(clock.now_ms(), timer));
+        let queues = QueueServices::new(
+            clock,
+            super::memory::MemoryMonitor::new(u64::MAX),
             None,
-            None,
+            dwellmq_core::queue::ExpiryMode::OnTime,
             dwellmq_core::paging::Paging::DEFAULT,
             false,
+            Arc::default(),
+        );
+        Self::new(
+            Arc::new(queues),
+            scheduler,
+            Arc::new(NameGenerator::new(None)),
         )
-    }
-
-    /// A new spill id (see `Queue::spill_id`).
-    pub(crate) fn next_spill_id(&self) -> u64 {
-        self.spill_ids
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1
-    }
-
-    /// How many spill ids were given out (they run from 1 to this).
-    pub(crate) fn spill_ids_issued(&self) -> u64 {
-        self.spill_ids.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// The earliest moment the timer must act: a delayed release or move-in, or a queue tick.
-    pub(crate) fn next_wake(&self) -> Option<u64> {
-        self.delayed.next_wake()
     }
 }

@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dwellmq_core::arguments::QueueType;
+use dwellmq_core::queue::DeathReason;
 
 /// Upper bounds (bytes) of RabbitMQ 4's `rabbitmq_message_size_bytes` buckets; a ninth bucket
 /// takes everything larger.
@@ -70,6 +71,48 @@ impl MessageCounts {
     pub(crate) fn channel_closed(&mut self, published: bool) {
         self.channels_closed += 1;
         self.publishers_stopped += u64::from(published);
+    }
+}
+
+/// Messages that left queues without being consumed, by reason.
+#[derive(Debug, Default)]
+pub(crate) struct DeathCounters {
+    dead_lettered: [AtomicU64; 4],
+    dropped: [AtomicU64; 4],
+}
+
+fn death_index(reason: DeathReason) -> usize {
+    match reason {
+        DeathReason::Rejected => 0,
+        DeathReason::Expired => 1,
+        DeathReason::Maxlen => 2,
+        DeathReason::DeliveryLimit => 3,
+    }
+}
+
+impl DeathCounters {
+    pub(crate) fn dead_lettered(&self, reason: DeathReason) {
+        self.dead_lettered[death_index(reason)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn dropped(&self, reason: DeathReason) {
+        self.dropped[death_index(reason)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Back to zero (a reset between tests).
+    pub(crate) fn clear(&self) {
+        for counter in self.dead_lettered.iter().chain(&self.dropped) {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// (dead-lettered, dropped) for `reason` since start.
+    pub(crate) fn get(&self, reason: DeathReason) -> (u64, u64) {
+        let i = death_index(reason);
+        (
+            self.dead_lettered[i].load(Ordering::Relaxed),
+            self.dropped[i].load(Ordering::Relaxed),
+        )
     }
 }
 

@@ -15,47 +15,17 @@
 //! the disk tier's lock (whose holder the OS may have descheduled), take milliseconds at times
 //! on a busy machine: the timer thread must wait for neither.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::thread::{JoinHandle, Thread};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::scheduler::Drive;
+pub(crate) use super::scheduler::TimerControl;
 use super::BrokerState;
 
 /// How long one round of moving messages into the wheel may take before releases get their
 /// turn again (moving in runs a horizon ahead, so it can catch up later).
 const MOVE_IN_BUDGET: Duration = Duration::from_micros(300);
-
-/// How the rest of the broker reaches the timer thread.
-#[derive(Default)]
-pub(crate) struct TimerControl {
-    thread: OnceLock<Thread>,
-    mover: OnceLock<Thread>,
-    stop: AtomicBool,
-}
-
-impl TimerControl {
-    /// Makes the timer thread (and the disk mover) look at their deadlines again (a sooner
-    /// one has arrived).
-    pub(crate) fn wake(&self) {
-        self.wake_timer();
-        if let Some(mover) = self.mover.get() {
-            mover.unpark();
-        }
-    }
-
-    fn wake_timer(&self) {
-        if let Some(thread) = self.thread.get() {
-            thread.unpark();
-        }
-    }
-
-    /// Asks the thread to exit.
-    pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.wake();
-    }
-}
 
 /// Starts the timer thread for `state` (system clock only), and the disk mover when messages
 /// are held on disk; joining the timer thread joins both.
@@ -81,37 +51,57 @@ pub(crate) fn spawn(state: Arc<BrokerState>) -> std::io::Result<JoinHandle<()>> 
         })
 }
 
+/// The timer thread's way of driving the scheduler: the system clock, sleeping between rounds.
+struct Sleeper<'a> {
+    state: &'a BrokerState,
+}
+
+impl Drive for Sleeper<'_> {
+    fn now_ms(&self) -> u64 {
+        self.state.clock.now_ms()
+    }
+
+    fn wait(&mut self, _now_ms: u64, next: Option<u64>) -> bool {
+        match next {
+            Some(due) => std::thread::park_timeout(self.state.clock.until(due)),
+            None => std::thread::park(),
+        }
+        true
+    }
+
+    fn stopped(&self) -> bool {
+        self.state.timer.stopped()
+    }
+
+    fn move_in_budget(&self) -> Option<Duration> {
+        Some(MOVE_IN_BUDGET)
+    }
+}
+
 fn run(state: &BrokerState) {
     // Registered before the first look at the deadlines, so no wake-up can be missed.
-    let _ = state.timer.thread.set(std::thread::current());
+    state.timer.register_timer();
     if let Some(priority) = state.config.timer_realtime_priority {
         set_realtime_priority(priority);
     }
-    while !state.timer.stop.load(Ordering::Acquire) {
-        let now = state.clock.now_ms();
-        match state.runtime.next_wake() {
-            Some(due) if due <= now => {
-                let scheduler = &state.runtime.scheduler;
-                scheduler.release_due(now, &state.delayed);
-                scheduler.move_in(now, Some(MOVE_IN_BUDGET), &state.delayed);
-            }
-            Some(due) => std::thread::park_timeout(state.clock.until(due)),
-            None => std::thread::park(),
-        }
-    }
+    let scheduler = &state.runtime.scheduler;
+    scheduler.serve_until(&mut Sleeper { state }, &state.delayed);
 }
 
 /// How long the mover waits before trying again when moving in failed (a store read error).
 const MOVER_RETRY: Duration = Duration::from_millis(100);
 
+/// The disk mover: it moves what is due within the horizon, then sleeps until the disk tier's
+/// next move-in, a deadline the tier arms in the scheduler like any other: the timer thread
+/// wakes the mover then (an unpark: it never takes the disk tier's lock itself).
 fn run_disk_mover(state: &BrokerState) {
-    let _ = state.timer.mover.set(std::thread::current());
+    state.timer.register_mover();
     state.delayed.hand_disk_to_mover();
     // The timer thread may be asleep until a disk move-in it no longer makes.
     state.timer.wake_timer();
-    while !state.timer.stop.load(Ordering::Acquire) {
+    while !state.timer.stopped() {
         let now = state.clock.now_ms();
-        match state.delayed.next_disk_move() {
+        match state.delayed.next_disk_move(now) {
             Some(at) if at <= now => {
                 if state.delayed.move_in_disk(now) > 0 {
                     // The timer thread's next deadline may be sooner now.
@@ -122,8 +112,8 @@ fn run_disk_mover(state: &BrokerState) {
                     std::thread::park_timeout(MOVER_RETRY);
                 }
             }
-            Some(at) => std::thread::park_timeout(state.clock.until(at)),
-            None => std::thread::park(),
+            // Its move-in is armed in the scheduler, which wakes the mover then.
+            _ => std::thread::park(),
         }
     }
 }

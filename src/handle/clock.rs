@@ -6,31 +6,49 @@ use std::time::Duration;
 use dwellmq_timer::{Clock, ManualClock};
 
 use super::{SettleTimeout, UnwrittenOutput};
+use crate::broker::scheduler::Drive;
 use crate::broker::BrokerState;
 
-/// What the timer thread does under the system clock, all at once: every deadline up to
-/// `target_ms` is served at its own time, in order, so a chain of deadlines (a message that
-/// expires into a queue where it waits again) plays out as it would in real time. Returns how
-/// many held messages were released.
-pub(crate) fn release_due(state: &BrokerState, clock: &ManualClock, target_ms: u64) -> usize {
-    let mut released = 0;
-    // Rounds at one instant; a deadline that keeps re-arming itself at `now` is a bug, and
-    // must not hang the test that advances the clock.
-    let mut rounds_at_now = 0;
-    loop {
-        let now = clock.now_ms();
-        let scheduler = &state.runtime.scheduler;
-        released += scheduler.release_due(now, &state.delayed);
-        scheduler.move_in(now, None, &state.delayed);
-        match state.runtime.next_wake() {
-            Some(next) if next <= now && rounds_at_now < 1000 => rounds_at_now += 1,
-            Some(next) if next <= target_ms && next > now => {
-                rounds_at_now = 0;
-                clock.set_now(next);
+/// Rounds served at one instant before the stepping gives up on it: a deadline that keeps
+/// re-arming itself at `now` is a bug, and must not hang the test that advances the clock.
+const ROUNDS_AT_ONE_INSTANT: u32 = 1000;
+
+/// A manual clock stepped from deadline to deadline up to a target.
+struct Stepper<'a> {
+    clock: &'a ManualClock,
+    target_ms: u64,
+}
+
+impl Drive for Stepper<'_> {
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn wait(&mut self, _now_ms: u64, next: Option<u64>) -> bool {
+        match next {
+            Some(next) if next <= self.target_ms => {
+                self.clock.set_now(next);
+                true
             }
-            _ => break,
+            _ => false,
         }
     }
+
+    fn rounds_at_one_instant(&self) -> Option<u32> {
+        Some(ROUNDS_AT_ONE_INSTANT)
+    }
+}
+
+/// What the timer thread does under the system clock, all at once: every deadline up to
+/// `target_ms` is served at its own time, in order, by the same loop, so a chain of deadlines
+/// (a message that expires into a queue where it waits again) plays out as it would in real
+/// time. Returns how many held messages were released.
+pub(crate) fn release_due(state: &BrokerState, clock: &ManualClock, target_ms: u64) -> usize {
+    let mut stepper = Stepper { clock, target_ms };
+    let released = state
+        .runtime
+        .scheduler
+        .serve_until(&mut stepper, &state.delayed);
     clock.set_now(target_ms);
     released
 }

@@ -55,7 +55,7 @@ impl Counters {
 /// The counters of `state`.
 pub(crate) fn counters(state: &BrokerState) -> Counters {
     let totals = state.stats.totals();
-    let deaths = &state.runtime.deaths;
+    let deaths = &state.queue_services().deaths;
     let dead_lettered = DEATH_REASONS.map(|r| (r, deaths.get(r).0));
     let dropped = DEATH_REASONS.map(|r| (r, deaths.get(r).1));
     let (expired_dl, expired_dropped) = deaths.get(DeathReason::Expired);
@@ -66,7 +66,7 @@ pub(crate) fn counters(state: &BrokerState) -> Counters {
         returned: totals.unroutable_returned,
         confirmed: totals.confirmed,
         nacked: totals.nacked,
-        redelivered: state.runtime.hooks.redelivered.load(Ordering::Relaxed),
+        redelivered: state.hooks().redelivered.load(Ordering::Relaxed),
         dead_lettered,
         dropped,
         expired: expired_dl + expired_dropped,

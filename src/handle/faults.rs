@@ -98,7 +98,7 @@ pub(crate) fn delay_deliveries(
             queue: queue.into(),
         });
     }
-    state.runtime.hooks.delay_deliveries(vhost, queue, delay_ms);
+    state.hooks().delay_deliveries(vhost, queue, delay_ms);
     Ok(())
 }
 
@@ -132,7 +132,7 @@ impl BrokerHandle {
     /// Answers the next `n` publisher confirms (on any channel) with `basic.nack` instead of
     /// `basic.ack`; the messages are routed as usual. 0 cancels what is left.
     pub fn nack_next_confirms(&self, n: u64) {
-        self.state.runtime.hooks.nack_next_confirms(n);
+        self.state.hooks().nack_next_confirms(n);
     }
 
     /// Holds every message published to `queue` from now on for `delay` of broker time before

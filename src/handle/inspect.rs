@@ -87,13 +87,12 @@ impl BrokerHandle {
     /// deleted ones included: what a purge or a delete dropped is gone from here once its
     /// write has committed. 0 without a data directory.
     pub fn spilled_in_store(&self) -> Result<u64, dwellmq_store::StoreError> {
-        let runtime = &self.state.runtime;
-        let Some(store) = &runtime.store else {
+        let Some(store) = self.state.store() else {
             return Ok(0);
         };
         let snapshot = store.snapshot()?;
         let mut count = 0;
-        for spill in 1..=runtime.spill_ids_issued() {
+        for spill in 1..=self.state.queue_services().spill_ids_issued() {
             count += snapshot.spilled_messages(spill, 0, usize::MAX)?.len() as u64;
         }
         Ok(count)

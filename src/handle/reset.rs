@@ -62,10 +62,10 @@ pub(crate) fn reset(state: &BrokerState, fixture: bool) -> Result<Removed, Reset
             vhost.clear_policy(&policy.name, DefinitionWrites::UNAWAITED);
         }
     }
-    state.runtime.hooks.clear();
+    state.hooks().clear();
     state.stats.clear();
-    state.runtime.deaths.clear();
-    state.runtime.queue_totals.clear();
+    state.queue_services().deaths.clear();
+    state.queue_services().queue_totals.clear();
     state.delayed.clear_unroutable();
     if fixture {
         for crate::config::PolicyConfig { vhost, policy } in &state.config.policies {

@@ -278,7 +278,7 @@ async fn open_state(config: BrokerConfig) -> Result<Arc<BrokerState>, StartError
     };
     let state = BrokerState::with_store(config, access, store, disk);
     let restoring = Arc::clone(&state);
-    tokio::task::spawn_blocking(move || crate::broker::persist::recover::restore(&restoring))
+    tokio::task::spawn_blocking(move || crate::broker::restore::restore(&restoring))
         .await
         .map_err(|e| StartError::Store(e.to_string()))?
         .map_err(|e| StartError::Store(e.to_string()))?;

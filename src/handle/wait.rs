@@ -148,7 +148,7 @@ pub(crate) fn check(state: &BrokerState, condition: &Condition) -> (bool, String
         ),
         Condition::Idle => {
             let now = state.clock.now_ms();
-            let due = state.runtime.next_wake().filter(|&at| at <= now);
+            let due = state.next_wake().filter(|&at| at <= now);
             let busy = super::clock::unwritten(state).len();
             let idle = due.is_none() && busy == 0;
             let seen = match due {

@@ -7,6 +7,11 @@
 //! - `GET /api/delayed/{vhost}/{exchange}/histogram?from=&bucket_ms=&buckets=`: how many fall
 //!   due in each interval (a timeline, without listing a million messages).
 //! - `DELETE /api/delayed/{vhost}/{exchange}/messages/{id}`: cancels one (204, 404 if gone).
+//! - `POST /api/delayed/{vhost}/{exchange}/messages/{id}/move` with `{"now": true}`,
+//!   `{"delay_ms": N}` (from now) or `{"due": "<RFC 3339>" | ms since 1970}`: moves one to
+//!   another due time, headers and body kept; `{"id", "due_ms", "due"}` with its new id (an id
+//!   names its due time). 404 if it is not held, 400 for a due time in the past or more than
+//!   ten years away.
 //! - `DELETE /api/delayed/{vhost}/{exchange}/contents`: drops all; `{"purged": n}`.
 
 use std::sync::Arc;
@@ -19,13 +24,14 @@ use serde_json::{json, Value};
 
 use super::auth::{Authed, MANAGEMENT};
 use super::error::{ApiError, ApiResult};
-use super::extract::{PathOf, QueryOf};
+use super::extract::{JsonBody, PathOf, QueryOf};
 use super::fields::table_to_json;
 use super::resource::checked_vhost;
 use super::Api;
-use crate::broker::delayed::{DelayedId, ListPage};
+use crate::broker::delayed::{DelayedId, DelayedMove, ListPage, MoveDelayedError};
 use crate::broker::exchange::{Exchange, ExchangeKind};
 use crate::broker::vhost::VHost;
+use crate::rfc3339;
 
 /// Messages per page when the request does not say, and at most.
 const DEFAULT_LIMIT: usize = 100;
@@ -219,4 +225,70 @@ pub(crate) async fn purge(
         .delayed
         .purge_exchange(&vhost.name, &exchange.name);
     Ok(Json(json!({ "purged": purged })))
+}
+
+/// The body of a move: exactly one of `now`, `delay_ms` and `due`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MoveBody {
+    now: Option<bool>,
+    delay_ms: Option<u64>,
+    due: Option<Value>,
+}
+
+impl MoveBody {
+    fn destination(self) -> ApiResult<DelayedMove> {
+        match (self.now, self.delay_ms, self.due) {
+            (Some(true), None, None) => Ok(DelayedMove::Now),
+            (None, Some(ms), None) => Ok(DelayedMove::After(ms)),
+            (None, None, Some(Value::Number(n))) => {
+                n.as_u64().map(DelayedMove::At).ok_or_else(|| {
+                    ApiError::bad_request("'due' must be milliseconds since 1970 or RFC 3339")
+                })
+            }
+            (None, None, Some(Value::String(text))) => rfc3339::parse(&text)
+                .map(DelayedMove::At)
+                .map_err(ApiError::bad_request),
+            _ => Err(ApiError::bad_request(
+                "give one of {\"now\": true}, {\"delay_ms\": N} or {\"due\": \"<RFC 3339 time>\"}",
+            )),
+        }
+    }
+}
+
+/// `POST /api/delayed/{vhost}/{exchange}/messages/{id}/move`.
+pub(crate) async fn move_message(
+    user: Authed<MANAGEMENT>,
+    State(api): State<Arc<Api>>,
+    PathOf((vhost, exchange, id)): PathOf<(String, String, String)>,
+    JsonBody(body): JsonBody<MoveBody>,
+) -> ApiResult<Json<Value>> {
+    let (vhost, exchange) = delayed_exchange(&api, &user, &vhost, &exchange)?;
+    let id = parse_id(&id)?;
+    let to = body.destination()?;
+    // Under a manual clock a move to now releases the message before it answers: routing,
+    // off the runtime's worker threads.
+    let state = Arc::clone(&api.state);
+    let moved = tokio::task::spawn_blocking(move || {
+        let of = Some((vhost.name.as_str(), exchange.name.as_str()));
+        crate::handle::move_held(&state, of, id, to)
+    })
+    .await
+    .map_err(|e| ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    match moved {
+        Ok(id) => Ok(Json(json!({
+            "id": id.to_string(),
+            "due_ms": id.due_ms,
+            "due": rfc3339::format(id.due_ms),
+        }))),
+        Err(e @ MoveDelayedError::NotFound(_)) => Err(ApiError::status(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            e.to_string(),
+        )),
+        Err(e @ (MoveDelayedError::InThePast { .. } | MoveDelayedError::TooFar { .. })) => {
+            Err(ApiError::bad_request(e.to_string()))
+        }
+        Err(e @ MoveDelayedError::Unreadable(_)) => Err(ApiError::unavailable(e.to_string())),
+    }
 }

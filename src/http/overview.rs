@@ -25,7 +25,7 @@ pub(crate) const RABBITMQ_API_VERSION: &str = "3.13.7";
 /// (ready, unacked) over a vhost's queues.
 fn vhost_totals(vhost: &VHost) -> (usize, usize) {
     vhost.queues().iter().fold((0, 0), |(r, u), q| {
-        (r + q.message_count(), u + q.unacked_count())
+        (r + q.message_count(vhost), u + q.unacked_count())
     })
 }
 

@@ -13,7 +13,7 @@ use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use dwellmq_codec::{BasicProperties, ShortStr};
 use dwellmq_core::Body;
-use dwellmq_core::{BrokerError, BrokerResult, Message};
+use dwellmq_core::{BrokerResult, Message};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -44,32 +44,24 @@ pub(crate) fn publish_message(
     body: Bytes,
     user: &str,
 ) -> BrokerResult<bool> {
-    let max = state.config.limits.max_message_size;
-    if body.len() as u64 > max {
-        return Err(BrokerError::PreconditionFailed(format!(
-            "message size {} is larger than configured max size {max}",
-            body.len()
-        )));
-    }
-    // The checks and the message as on a channel (`broker::publish`).
-    let target = publish::target(vhost, exchange)?;
-    publish::check_properties(&properties, user)?;
-    let mut properties = properties;
-    // No reply consumer over HTTP: a request for a direct reply is refused.
-    publish::resolve_reply_to(&mut properties, None)?;
+    // The checks and the message as on a channel (`broker::publish`). No reply consumer
+    // over HTTP: a request for a direct reply is refused.
+    publish::check_size(body.len() as u64, state.config.limits.max_message_size)?;
+    let submitted = publish::Submitted {
+        exchange: ShortStr::from(exchange),
+        routing_key: routing_key.clone(),
+        properties,
+        body: Body::Single(body),
+        user,
+        reply_address: None,
+    };
+    let (target, prepared) = publish::accept(vhost, submitted)?;
     let Prepared {
         message,
         delay_ms,
         extra_keys,
         bcc,
-    } = publish::prepare(
-        &state.memory,
-        &target,
-        target.name.clone(),
-        routing_key.clone(),
-        properties,
-        Body::Single(body),
-    )?;
+    } = prepared;
     let mut counts = MessageCounts {
         published: 1,
         ..MessageCounts::default()
@@ -86,7 +78,7 @@ pub(crate) fn publish_message(
         dead_lettered: false,
     };
     // No confirm over HTTP: nothing waits for the store, and a refusing queue changes nothing.
-    let outcome = publish::route_and_enqueue(&state.runtime, vhost, outgoing, &mut routing, None);
+    let outcome = publish::route_and_enqueue(vhost, outgoing, &mut routing, None);
     // Counted on the exchange as a channel's publish is (RabbitMQ publishes HTTP messages
     // through a channel of its own).
     target.counters.published_one(outcome.routed);
@@ -105,9 +97,14 @@ pub(crate) struct Got {
 
 /// `basic.get` `count` times; with `requeue` the messages go back (marked redelivered), else
 /// they are acknowledged at once.
-pub(crate) fn get_messages(queue: &Arc<Queue>, count: usize, requeue: bool) -> Vec<Got> {
+pub(crate) fn get_messages(
+    vhost: &VHost,
+    queue: &Arc<Queue>,
+    count: usize,
+    requeue: bool,
+) -> Vec<Got> {
     queue
-        .take_for_inspection(count, requeue)
+        .take_for_inspection(vhost, count, requeue)
         .into_iter()
         .map(|(entry, remaining)| Got {
             message: entry.message,
@@ -218,9 +215,9 @@ pub(crate) async fn get(
             )))
         }
     };
-    let queue = find_queue(&api, &user, &vhost, &name)?;
+    let (home, queue) = find_queue(&api, &user, &vhost, &name)?;
     user.permit(&vhost, Operation::Read, ResourceKind::Queue, &name)?;
-    let got = get_messages(&queue, body.count.min(MAX_GET), requeue);
+    let got = get_messages(&home, &queue, body.count.min(MAX_GET), requeue);
     let list: Vec<Value> = got
         .iter()
         .map(|g| got_json(g, base64_only, body.truncate))
@@ -276,7 +273,7 @@ pub(crate) async fn aliveness(
         0,
     )?;
     // Whatever an earlier, interrupted test left behind must not be mistaken for this one's.
-    queue.purge();
+    queue.purge(&*vhost);
     publish_message(
         &api.state,
         &vhost,
@@ -286,7 +283,7 @@ pub(crate) async fn aliveness(
         Bytes::from_static(b"test_message"),
         &user.user.name,
     )?;
-    let got = get_messages(&queue, 1, false);
+    let got = get_messages(&vhost, &queue, 1, false);
     if got.first().is_some_and(|g| g.message.body_len() == 12) {
         Ok(Json(json!({"status": "ok"})).into_response())
     } else {

@@ -13,6 +13,7 @@ use super::{Api, NODE};
 use crate::broker::connections::ConnectionInfo;
 use crate::broker::queue::Queue;
 use crate::broker::rates::RateKey;
+use crate::broker::vhost::VHost;
 
 /// `{"name": n, "name_details": {"rate": r}}` for each level and its last sampled rate.
 fn with_rates(out: &mut Map<String, Value>, levels: &[(&'static str, u64)], rates: &[f64]) {
@@ -29,9 +30,14 @@ fn at(ms: Option<u64>) -> Value {
 }
 
 /// The queue's JSON; `connections` are the open ones (for `consumer_details`).
-pub(crate) fn queue_json(api: &Api, q: &Arc<Queue>, connections: &[Arc<ConnectionInfo>]) -> Value {
+pub(crate) fn queue_json(
+    api: &Api,
+    vhost: &VHost,
+    q: &Arc<Queue>,
+    connections: &[Arc<ConnectionInfo>],
+) -> Value {
     let rates = &api.state.rates;
-    let figures = q.figures();
+    let figures = q.figures(vhost);
     let (ready, unacked) = (figures.ready, figures.unacked);
     let bytes = figures.ready_bytes + figures.unacked_bytes;
     let (persistent, persistent_bytes) = q.persisted_ready();

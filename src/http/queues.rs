@@ -30,7 +30,7 @@ impl Listed for Queues {
         queues.sort_by(|a, b| a.name.cmp(&b.name));
         queues
             .iter()
-            .map(|q| queue_json(api, q, &connections))
+            .map(|q| queue_json(api, vhost, q, &connections))
             .collect()
     }
 }
@@ -38,7 +38,12 @@ impl Listed for Queues {
 impl Named for Queues {
     fn show(api: &Api, vhost: &VHost, name: &str) -> Option<Value> {
         let queue = vhost.queue(name).ok()?;
-        Some(queue_json(api, &queue, &api.state.connections.list()))
+        Some(queue_json(
+            api,
+            vhost,
+            &queue,
+            &api.state.connections.list(),
+        ))
     }
 }
 
@@ -71,9 +76,10 @@ pub(crate) fn find_queue<const N: u8>(
     user: &Authed<N>,
     vhost: &str,
     name: &str,
-) -> ApiResult<Arc<Queue>> {
+) -> ApiResult<(Arc<VHost>, Arc<Queue>)> {
     let vhost = checked_vhost(api, user, vhost)?;
-    vhost.queue(name).map_err(|_| ApiError::not_found())
+    let queue = vhost.queue(name).map_err(|_| ApiError::not_found())?;
+    Ok((vhost, queue))
 }
 
 /// The body of `PUT /api/queues/{vhost}/{name}`.
@@ -150,8 +156,8 @@ pub(crate) async fn purge(
     State(api): State<Arc<Api>>,
     PathOf((vhost, name)): PathOf<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let queue = find_queue(&api, &user, &vhost, &name)?;
+    let (home, queue) = find_queue(&api, &user, &vhost, &name)?;
     user.permit(&vhost, Operation::Read, ResourceKind::Queue, &name)?;
-    queue.purge();
+    queue.purge(&*home);
     Ok(StatusCode::NO_CONTENT)
 }

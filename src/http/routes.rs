@@ -198,6 +198,10 @@ fn delayed() -> Routes {
             "/api/delayed/{vhost}/{exchange}/messages/{id}",
             delete(delayed::cancel),
         )
+        .route(
+            "/api/delayed/{vhost}/{exchange}/messages/{id}/move",
+            post(delayed::move_message),
+        )
 }
 
 fn policy_routes() -> Routes {

@@ -71,7 +71,7 @@ pub(crate) async fn sample(state: &BrokerState, at_ms: u64) {
         for queue in vhost.queues() {
             let key = RateKey::Queue(vhost.name.to_string(), queue.name.to_string());
             rates.record(sweep, key, at_ms, &queue.counters.counts());
-            let figures = queue.figures();
+            let figures = queue.figures(&*vhost);
             ready += figures.ready;
             unacked += figures.unacked;
             let key = RateKey::QueueDepth(vhost.name.to_string(), queue.name.to_string());

@@ -35,7 +35,7 @@ pub(crate) async fn show(_user: Authed<MANAGEMENT>, State(api): State<Arc<Api>>)
         "manual": api.state.manual_clock.is_some(),
         "now_ms": now,
         "now": rfc3339::format(now),
-        "next_due_ms": api.state.runtime.next_wake(),
+        "next_due_ms": api.state.next_wake(),
     }))
 }
 

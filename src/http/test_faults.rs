@@ -92,8 +92,8 @@ pub(crate) async fn nack_confirms(
     State(api): State<Arc<Api>>,
     JsonBody(body): JsonBody<NackBody>,
 ) -> Json<Value> {
-    api.state.runtime.hooks.nack_next_confirms(body.count);
-    Json(json!({ "pending": api.state.runtime.hooks.nacks_pending() }))
+    api.state.hooks().nack_next_confirms(body.count);
+    Json(json!({ "pending": api.state.hooks().nacks_pending() }))
 }
 
 #[derive(Deserialize)]

@@ -50,11 +50,7 @@ pub(crate) async fn queue(
     let peek = query.peek.unwrap_or(DEFAULT_PEEK).min(MAX_PEEK);
     let retrying = queue.retrying();
     let (ttl_count, next_expiry) = queue.expiring(1);
-    let fault = api
-        .state
-        .runtime
-        .hooks
-        .delivery_delay(&vhost.name, &queue.name);
+    let fault = api.state.hooks().delivery_delay(&vhost.name, &queue.name);
     let fault_held = fault
         .as_ref()
         .map_or(0, |d| d.pending.load(Ordering::Relaxed));
@@ -67,7 +63,7 @@ pub(crate) async fn queue(
     Ok(Json(json!({
         "vhost": vhost.name.as_str(),
         "name": queue.name.as_str(),
-        "ready": queue.message_count(),
+        "ready": queue.message_count(&*vhost),
         "unacked": queue.unacked_count(),
         "consumers": queue.consumer_count(),
         "held": {

@@ -11,6 +11,8 @@ mod http_client;
 
 mod binary;
 mod crash_definitions;
+mod crash_delayed;
+mod crash_support;
 mod durability_crash;
 mod output;
 mod test_double_binary;

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Loads the page at `/` of the real `dwellmq` binary in headless Chromium (what CI runs): the
 page logs in with its own form (a failed login makes the browser prompt for nothing), the
-timeline shows the held messages, durations read in human units, cancelling one from the page
-removes it (checked through AMQP with pika), and a screenshot is written to target/page.png.
+timeline shows the held messages, durations read in human units, releasing one now from the
+page delivers it at once, moving one gives it a new due time, and cancelling one removes it
+(checked through AMQP with pika),
+and a screenshot is written to target/page.png.
 Then the attacks an operator's browser must not carry: a page on another site posts forms and
 no-cors fetches to the API while the browser holds the operator's credentials, and a page
 whose name is rebound to the broker's address calls the API as `guest`; neither changes
@@ -260,9 +262,9 @@ def serve_attack_page(api_origin: str) -> ThreadingHTTPServer:
     return server
 
 
-def publish_fixture(ch, http_port: int) -> str:
+def publish_fixture(ch, http_port: int) -> list:
     """Held messages, one waiting for its TTL, one for a delayed retry, one discarded; returns
-    the id of the first held message."""
+    the ids of the held messages in due order."""
     ch.exchange_declare("later", "x-delayed-message", arguments={"x-delayed-type": "direct"})
     ch.queue_declare("jobs")
     ch.queue_bind("jobs", "later", "job")
@@ -289,7 +291,7 @@ def publish_fixture(ch, http_port: int) -> str:
     ch.basic_reject(method.delivery_tag, requeue=False)
     retry = api(http_port, "/api/queues/%2F/retry")
     expect(retry["messages_delayed"] == 1, "a message waits for a delayed retry", retry)
-    return held["items"][0]["id"]
+    return [item["id"] for item in held["items"]]
 
 
 def log_in(browser: Chromium, user: str, password: str) -> None:
@@ -322,6 +324,8 @@ def check_page(browser: Chromium) -> None:
     expect(sum(bars) == 3 and bars[0] == 2, "the timeline shows the held messages", bars)
     buttons = browser.eval("document.querySelectorAll('button.cancel').length")
     expect(buttons == 4, "each held message has a cancel button", buttons)
+    buttons = browser.eval("document.querySelectorAll('button.release-now').length")
+    expect(buttons == 4, "each held message has a release-now button", buttons)
     due = browser.eval(
         "[...document.querySelectorAll('.exchange tbody tr')].map(r => r.cells[1].textContent)")
     expect(due == ["in 10.0 s", "in 10.5 s", "in 50 min", "in 23 h 57 min"],
@@ -402,7 +406,7 @@ def scenario(amqp_url: str, http_port: int, chromium: str) -> None:
     ch = connection.channel()
     # Confirms: each publish has been handled by the time basic_publish returns.
     ch.confirm_delivery()
-    first_id = publish_fixture(ch, http_port)
+    first_id, _, far_id, tomorrow_id = publish_fixture(ch, http_port)
 
     browser = Chromium(chromium)
     try:
@@ -422,8 +426,33 @@ def scenario(amqp_url: str, http_port: int, chromium: str) -> None:
                          "document.querySelectorAll('button.cancel').length === 3")
         expect(api(http_port, "/api/delayed/%2F/later")["messages_delayed"] == 3,
                "the broker holds three messages")
+        clicked = browser.eval(
+            f"(() => {{ const b = document.querySelector('button.release-now[data-id=\"{far_id}\"]');"
+            " if (!b) return false; b.click(); return true; })()")
+        expect(clicked is True, "the page releases a message now", far_id)
+        browser.wait_for("the page to show two messages",
+                         "document.querySelectorAll('button.cancel').length === 2")
+        expect(api(http_port, "/api/delayed/%2F/later")["messages_delayed"] == 2,
+               "the broker holds two messages")
+        # "move…" asks for the new due time (answered here in place of the operator).
+        browser.eval("window.prompt = () => '+30 min'")
+        clicked = browser.eval(
+            f"(() => {{ const b = document.querySelector('button.move[data-id=\"{tomorrow_id}\"]');"
+            " if (!b) return false; b.click(); return true; })()")
+        expect(clicked is True, "the page moves a message", tomorrow_id)
+        browser.wait_for("the page to show the moved message due in 30 min",
+                         "[...document.querySelectorAll('.exchange tbody tr')]"
+                         ".some(r => r.cells[1].textContent === 'in 30 min')")
+        due_in = [m["due_in_ms"] for m in api(http_port, "/api/delayed/%2F/later")["items"]]
+        expect(due_in == [10_500, 1_800_000], "the broker holds it 30 minutes from now", due_in)
     finally:
         browser.close()
+
+    # Due in 50 minutes, released from the page: already in the queue (the manual clock serves
+    # a move to now before the answer), without the clock moving.
+    method, _, body = ch.basic_get("jobs", auto_ack=True)
+    received = body.decode() if method is not None else None
+    expect(received == "far", "through AMQP: the message released now arrives at once", received)
 
     # "first" was due before "second": had it not been cancelled, it would arrive first.
     # The advance returns once everything due is routed.

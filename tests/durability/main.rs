@@ -12,6 +12,7 @@ mod access_write_failures;
 mod at_least_once_dead_letters;
 mod data_dir;
 mod delayed_listing_unreadable;
+mod delayed_moves;
 mod delayed_namesakes;
 mod delayed_on_disk;
 mod durability_faults;

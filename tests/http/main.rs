@@ -18,6 +18,7 @@ mod http_browser_safety;
 mod http_connections;
 mod http_definitions;
 mod http_delayed;
+mod http_delayed_move;
 mod http_management_shapes;
 mod http_metrics_families;
 mod http_policies;

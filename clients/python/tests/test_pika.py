@@ -43,6 +43,39 @@ def test_a_day_long_delay_takes_no_time(dwellmq):
     connection.close()
 
 
+def test_a_held_message_is_released_now_or_moved_keeping_its_headers(dwellmq):
+    connection, ch = channel(dwellmq)
+    delayed_exchange(ch)
+    for body in (b"reminder", b"retry"):
+        ch.basic_publish("reminders", "r", body,
+                         pika.BasicProperties(headers={"x-delay": DAY_MS, "who": body.decode()}))
+    first, second = [m["id"] for m in dwellmq.held("reminders")["messages"]]
+    # Now: in the queue before the call returns, no clock moved.
+    moved = dwellmq.release_now("reminders", first)
+    assert moved["due_ms"] == dwellmq.now_ms
+    method, properties, body = ch.basic_get("due", auto_ack=True)
+    assert body == b"reminder"
+    assert properties.headers["who"] == "reminder"
+    assert properties.headers["x-delay"] == -DAY_MS
+    # Later: a week, by delay; the new id names the new due time.
+    later = dwellmq.move_held("reminders", second, delay_ms=7 * DAY_MS)
+    assert later["id"] != second
+    assert dwellmq.held("reminders")["messages"][0]["id"] == later["id"]
+    assert dwellmq.advance(days=6)["released"] == 0
+    assert dwellmq.advance(days=1)["released"] == 1
+    assert dwellmq.queue("due")["messages"][0]["properties"]["headers"]["who"] == "retry"
+    # Gone: 404; a time in the past: 400.
+    with pytest.raises(DwellmqError) as gone:
+        dwellmq.release_now("reminders", second)
+    assert gone.value.status == 404
+    ch.basic_publish("reminders", "r", b"x", pika.BasicProperties(headers={"x-delay": 1000}))
+    held = dwellmq.held("reminders")["messages"][0]["id"]
+    with pytest.raises(DwellmqError) as past:
+        dwellmq.move_held("reminders", held, due=dwellmq.now_ms - 1)
+    assert past.value.status == 400
+    connection.close()
+
+
 def test_expired_messages_carry_x_death(dwellmq):
     connection, ch = channel(dwellmq)
     ch.queue_declare("dead")

@@ -13,6 +13,7 @@ pub mod queue;
 mod queue_messages;
 pub mod routing;
 pub mod schedule;
+pub mod stream;
 
 pub use body::Body;
 pub use error::{BrokerError, BrokerResult};

@@ -98,6 +98,16 @@ impl PackedMessage {
         }
     }
 
+    /// The length `message` packs to, without packing it.
+    pub fn packed_len_of(message: &Message) -> usize {
+        2 + clamp_name(message.exchange.as_bytes()).len()
+            + 2
+            + clamp_name(message.routing_key.as_bytes()).len()
+            + 4
+            + message.properties_encoded.len()
+            + message.body_len()
+    }
+
     /// The first field of `message`'s packed form: its exchange's length, with
     /// its top bit set when it carries the broker's dead-letter history. Public so that a store
     /// writing the layout itself writes the same field.
@@ -192,6 +202,33 @@ impl PackedMessage {
             properties_encoded,
             Body::Single(bytes.slice(layout.properties.end..)),
             guard,
+            deaths,
+        ))
+    }
+
+    /// Rebuilds the message as [`PackedMessage::unpack`] does, with its encoded properties
+    /// replaced by what `replace` makes of them (a stream delivery's `x-stream-offset`); the
+    /// body stays a slice of this buffer. `None` if the buffer is corrupt.
+    pub(crate) fn unpack_replacing_properties(
+        self,
+        replace: impl FnOnce(&[u8]) -> Bytes,
+    ) -> Option<Arc<Message>> {
+        let layout = self.layout();
+        let has_history = self.bytes.first().is_some_and(|b| b & 0x80 != 0);
+        let bytes = Bytes::from(self.bytes);
+        let properties_encoded = replace(&bytes[layout.properties.clone()]);
+        let properties = BasicProperties::decode(&properties_encoded).ok()?;
+        let deaths = match (&properties.headers, has_history) {
+            (Some(headers), true) => history_from_headers(headers),
+            _ => Vec::new(),
+        };
+        Some(Message::from_parts(
+            ShortStr::from_utf8(bytes.slice(layout.exchange))?,
+            ShortStr::from_utf8(bytes.slice(layout.routing_key))?,
+            properties,
+            properties_encoded,
+            Body::Single(bytes.slice(layout.properties.end..)),
+            None,
             deaths,
         ))
     }

@@ -8,7 +8,9 @@
 
 use dwellmq_codec::ShortStr;
 
-use crate::arguments::{DeadLetterStrategy, Overflow, QueueType, RetryKind, MAX_TTL_MS};
+use crate::arguments::{
+    parse_max_age, DeadLetterStrategy, Overflow, QueueType, RetryKind, MAX_TTL_MS,
+};
 
 /// What kinds of objects a policy applies to (`apply-to`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -22,6 +24,8 @@ pub enum ApplyTo {
     ClassicQueues,
     /// Quorum queues only.
     QuorumQueues,
+    /// Streams only (RabbitMQ 4's `streams`).
+    Streams,
     /// Exchanges only.
     Exchanges,
 }
@@ -34,11 +38,12 @@ impl ApplyTo {
             "queues" => ApplyTo::Queues,
             "classic_queues" => ApplyTo::ClassicQueues,
             "quorum_queues" => ApplyTo::QuorumQueues,
+            "streams" => ApplyTo::Streams,
             "exchanges" => ApplyTo::Exchanges,
             other => {
                 return Err(PolicyError(format!(
                     "'{other}' is not a valid apply-to value (all, queues, classic_queues, \
-                     quorum_queues, exchanges)"
+                     quorum_queues, streams, exchanges)"
                 )))
             }
         })
@@ -51,6 +56,7 @@ impl ApplyTo {
             ApplyTo::Queues => "queues",
             ApplyTo::ClassicQueues => "classic_queues",
             ApplyTo::QuorumQueues => "quorum_queues",
+            ApplyTo::Streams => "streams",
             ApplyTo::Exchanges => "exchanges",
         }
     }
@@ -61,8 +67,14 @@ impl ApplyTo {
             ApplyTo::All | ApplyTo::Queues => true,
             ApplyTo::ClassicQueues => queue_type == QueueType::Classic,
             ApplyTo::QuorumQueues => queue_type == QueueType::Quorum,
-            ApplyTo::Exchanges => false,
+            ApplyTo::Streams | ApplyTo::Exchanges => false,
         }
+    }
+
+    /// Whether streams are covered (`all`, `queues`, `streams`). A covered stream takes the
+    /// policy only if [`PolicyDefinition::applies_to_streams`] too.
+    pub fn covers_streams(self) -> bool {
+        matches!(self, ApplyTo::All | ApplyTo::Queues | ApplyTo::Streams)
     }
 
     /// Whether exchanges are covered.
@@ -114,6 +126,14 @@ pub struct PolicyDefinition {
     pub delayed_retry_max: Option<u64>,
     /// `alternate-exchange`.
     pub alternate_exchange: Option<ShortStr>,
+    /// `max-age` (streams), as given (`"7D"`); see [`PolicyDefinition::max_age_ms`].
+    pub max_age: Option<String>,
+    /// `stream-max-segment-size-bytes` (streams).
+    pub stream_max_segment_size_bytes: Option<u64>,
+    /// `initial-cluster-size` (streams; checked, no effect on one node).
+    pub initial_cluster_size: Option<u64>,
+    /// `queue-leader-locator` (checked, no effect on one node).
+    pub queue_leader_locator: Option<String>,
 }
 
 fn integer(key: &str, value: &PolicyValue) -> Result<i64, PolicyError> {
@@ -204,6 +224,14 @@ impl PolicyDefinition {
                 "delayed-retry-min" => d.delayed_retry_min = Some(positive(key, v)?),
                 "delayed-retry-max" => d.delayed_retry_max = Some(positive(key, v)?),
                 "alternate-exchange" => d.alternate_exchange = Some(short(key, v)?),
+                "max-age" => d.max_age = Some(max_age(v)?),
+                "stream-max-segment-size-bytes" => {
+                    d.stream_max_segment_size_bytes = Some(non_negative_as(key, v, "segment size")?)
+                }
+                "initial-cluster-size" => {
+                    d.initial_cluster_size = Some(non_negative_as(key, v, "cluster size")?)
+                }
+                "queue-leader-locator" => d.queue_leader_locator = Some(leader_locator(v)?),
                 other => return Err(PolicyError(format!("unknown policy key '{other}'"))),
             }
         }
@@ -269,7 +297,87 @@ impl PolicyDefinition {
         if let Some(s) = &self.alternate_exchange {
             out.push(("alternate-exchange", txt(s)));
         }
+        if let Some(s) = &self.max_age {
+            out.push(("max-age", PolicyValue::Text(s.clone())));
+        }
+        if let Some(n) = self.stream_max_segment_size_bytes {
+            out.push(("stream-max-segment-size-bytes", int(n)));
+        }
+        if let Some(n) = self.initial_cluster_size {
+            out.push(("initial-cluster-size", int(n)));
+        }
+        if let Some(s) = &self.queue_leader_locator {
+            out.push(("queue-leader-locator", PolicyValue::Text(s.clone())));
+        }
         out
+    }
+
+    /// `max-age` in ms.
+    pub fn max_age_ms(&self) -> Option<u64> {
+        self.max_age
+            .as_deref()
+            .and_then(|text| parse_max_age(text.as_bytes()))
+    }
+
+    /// Whether a stream takes this policy at all: RabbitMQ skips, for a stream, a policy that
+    /// sets any key streams do not support (`unsupported_policies` of
+    /// `rabbit_stream_queue:capabilities/0`: TTLs, `expires`, dead-lettering, `max-length`,
+    /// `overflow`, `delivery-limit`...), and a lower-priority policy may apply instead
+    /// (`rabbit_policy:matches/2`). The delayed-retry keys are quorum-only, so a stream skips
+    /// them too.
+    pub fn applies_to_streams(&self) -> bool {
+        self.message_ttl.is_none()
+            && self.expires.is_none()
+            && self.max_length.is_none()
+            && self.overflow.is_none()
+            && self.dead_letter_exchange.is_none()
+            && self.dead_letter_routing_key.is_none()
+            && self.dead_letter_strategy.is_none()
+            && self.delivery_limit.is_none()
+            && self.delayed_retry_type.is_none()
+            && self.delayed_retry_min.is_none()
+            && self.delayed_retry_max.is_none()
+    }
+}
+
+/// A `max-age` value (`rabbit_policies`: `"7X" is not a valid max age`).
+fn max_age(value: &PolicyValue) -> Result<String, PolicyError> {
+    match value {
+        PolicyValue::Text(t) if parse_max_age(t.as_bytes()).is_some() => Ok(t.clone()),
+        PolicyValue::Text(t) => Err(PolicyError(format!("\"{t}\" is not a valid max age"))),
+        PolicyValue::Integer(n) => Err(PolicyError(format!("{n} is not a valid max age"))),
+    }
+}
+
+/// A non-negative integer, refused as RabbitMQ words it (`... is not a valid segment size`).
+fn non_negative_as(key: &str, value: &PolicyValue, what: &str) -> Result<u64, PolicyError> {
+    match value {
+        PolicyValue::Integer(n) => {
+            u64::try_from(*n).map_err(|_| PolicyError(format!("{n} is not a valid {what}")))
+        }
+        PolicyValue::Text(t) => Err(PolicyError(format!(
+            "\"{t}\" is not a valid {what}: {key} takes an integer"
+        ))),
+    }
+}
+
+/// A `queue-leader-locator` value.
+fn leader_locator(value: &PolicyValue) -> Result<String, PolicyError> {
+    match value {
+        PolicyValue::Text(t)
+            if matches!(
+                t.as_str(),
+                "client-local" | "balanced" | "random" | "least-leaders"
+            ) =>
+        {
+            Ok(t.clone())
+        }
+        PolicyValue::Text(t) => Err(PolicyError(format!(
+            "\"{t}\" is not a valid queue leader locator value"
+        ))),
+        PolicyValue::Integer(n) => Err(PolicyError(format!(
+            "{n} is not a valid queue leader locator value"
+        ))),
     }
 }
 
@@ -376,6 +484,65 @@ mod tests {
         assert!(!ApplyTo::QuorumQueues.covers_queue(QueueType::Classic));
         assert!(!ApplyTo::Exchanges.covers_queue(QueueType::Classic));
         assert!(ApplyTo::All.covers_exchanges());
-        assert!(ApplyTo::from_name("streams").is_err());
+        let streams = ApplyTo::from_name("streams").unwrap();
+        assert_eq!(streams.name(), "streams");
+        assert!(streams.covers_streams() && !streams.covers_queue(QueueType::Classic));
+        assert!(ApplyTo::Queues.covers_streams() && !ApplyTo::QuorumQueues.covers_streams());
+    }
+
+    #[test]
+    fn stream_keys_parse_and_round_trip() {
+        let d = parse(&[
+            ("max-age", PolicyValue::Text("7D".into())),
+            ("max-length-bytes", PolicyValue::Integer(1 << 30)),
+            (
+                "stream-max-segment-size-bytes",
+                PolicyValue::Integer(1 << 20),
+            ),
+            ("initial-cluster-size", PolicyValue::Integer(3)),
+            ("queue-leader-locator", PolicyValue::Text("balanced".into())),
+        ])
+        .unwrap();
+        assert_eq!(d.max_age_ms(), Some(7 * 86_400_000));
+        assert_eq!(d.stream_max_segment_size_bytes, Some(1 << 20));
+        assert!(d.applies_to_streams());
+        assert_eq!(PolicyDefinition::from_entries(d.entries()).unwrap(), d);
+        for (entries, reason) in [
+            (
+                vec![("max-age", PolicyValue::Text("7X".into()))],
+                "\"7X\" is not a valid max age",
+            ),
+            (
+                vec![("max-age", PolicyValue::Integer(60))],
+                "60 is not a valid max age",
+            ),
+            (
+                vec![("stream-max-segment-size-bytes", PolicyValue::Integer(-1))],
+                "-1 is not a valid segment size",
+            ),
+            (
+                vec![("queue-leader-locator", PolicyValue::Text("nearest".into()))],
+                "\"nearest\" is not a valid queue leader locator value",
+            ),
+        ] {
+            assert_eq!(
+                PolicyDefinition::from_entries(entries).unwrap_err().0,
+                reason
+            );
+        }
+    }
+
+    #[test]
+    fn a_policy_with_a_key_streams_do_not_take_skips_streams() {
+        let with_ttl = parse(&[
+            ("max-age", PolicyValue::Text("1h".into())),
+            ("message-ttl", PolicyValue::Integer(1000)),
+        ])
+        .unwrap();
+        assert!(!with_ttl.applies_to_streams());
+        let dead_lettering =
+            parse(&[("dead-letter-exchange", PolicyValue::Text("dlx".into()))]).unwrap();
+        assert!(!dead_lettering.applies_to_streams());
+        assert!(PolicyDefinition::default().applies_to_streams());
     }
 }

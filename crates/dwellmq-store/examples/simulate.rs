@@ -49,7 +49,7 @@ fn main() {
     let f = total.faults;
     println!(
         "{ran} seeds from {first_seed} in {:.0} s: {} steps, {} commits ok, {} failed, {} power cuts \
-         ({} in a commit's fsync), {} records checked; disk: {} failed fsyncs (pages written \
+         ({} in a commit's fsync), {} records checked ({} stream records); disk: {} failed fsyncs (pages written \
          {} / lost {}), {} pages written at cuts ({} torn, {} lost), {} read errors, {} lost \
          pages read; no violation",
         started.elapsed().as_secs_f64(),
@@ -59,6 +59,7 @@ fn main() {
         total.power_cuts,
         total.cuts_in_flight,
         total.records_checked,
+        total.stream_records,
         f.failed_syncs,
         f.failed_sync_pages_written,
         f.failed_sync_pages_lost,

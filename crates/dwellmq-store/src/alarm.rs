@@ -41,7 +41,8 @@ pub(crate) fn weight(ops: &[Op]) -> u64 {
             let payload = match op {
                 Op::Persist { message, .. }
                 | Op::Hold { message, .. }
-                | Op::Spill { message, .. } => message,
+                | Op::Spill { message, .. }
+                | Op::StreamAppend { message, .. } => message,
                 _ => return OP_OVERHEAD,
             };
             OP_OVERHEAD + payload_len(payload)

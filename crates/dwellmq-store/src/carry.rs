@@ -43,17 +43,24 @@ impl Carry {
     /// hold; a dead-lettering's removal from its queue and its copies). A submission of plain
     /// writes is not retried: its submitter heard of the failure (the publisher is nacked)
     /// and nothing confirmed depends on it. Then drops what later ops make pointless.
-    pub(crate) fn keep(&mut self, batch: &[Submission]) {
-        let must_retry = |s: &Submission| s.ops.iter().any(Op::is_retried);
+    ///
+    /// `retried` is [`retry_marks`] of the batch as submitted, taken before the writer
+    /// elided pairs in it: a release elided with its hold still makes its group retried (a
+    /// delayed message moved and released in one batch must not lose the queue copy that
+    /// its release's group wrote).
+    pub(crate) fn keep(&mut self, batch: &[Submission], retried: &[bool]) {
+        let must_retry = |i: usize| retried.get(i).copied().unwrap_or(true);
         let groups: Vec<u64> = batch
             .iter()
-            .filter(|s| must_retry(s))
-            .filter_map(|s| s.group)
+            .enumerate()
+            .filter(|&(i, _)| must_retry(i))
+            .filter_map(|(_, s)| s.group)
             .collect();
         let kept = batch
             .iter()
-            .filter(|s| must_retry(s) || s.group.is_some_and(|g| groups.contains(&g)));
-        self.ops.extend(kept.flat_map(|s| &s.ops).cloned());
+            .enumerate()
+            .filter(|&(i, s)| must_retry(i) || s.group.is_some_and(|g| groups.contains(&g)));
+        self.ops.extend(kept.flat_map(|(_, s)| &s.ops).cloned());
         let dropped = compact(&mut self.ops);
         if dropped > 0 {
             tracing::debug!(dropped, carried = self.ops.len(), "carried ops superseded");
@@ -61,12 +68,22 @@ impl Carry {
     }
 }
 
+/// Which submissions of `batch` a failed commit must retry for their own sake: those holding a
+/// removal or a state write ([`Op::is_retried`]). Taken before elision.
+pub(crate) fn retry_marks(batch: &[Submission]) -> Vec<bool> {
+    batch
+        .iter()
+        .map(|s| s.ops.iter().any(Op::is_retried))
+        .collect()
+}
+
 /// Drops each op that a later op of the carry makes pointless, whatever comes between (all of
 /// it commits together, so nothing is written in part):
 /// - a state write, by a later one or a forget of its message;
 /// - a persist, by a later forget of its message (the forget stays: the persist may have
 ///   reached the disk with a commit that failed late, and then it must go);
-/// - a forget, a release, a purge, a range removal or an unspill, by the same op later.
+/// - a forget, a release, a purge, a range removal or an unspill, by the same op later;
+/// - a stream's truncation, by a later one of the same stream that cuts as far or further.
 ///
 /// Holds stay (one may be on disk already, and its release decides). Returns how many went.
 fn compact(ops: &mut Vec<Op>) -> usize {
@@ -79,6 +96,8 @@ fn compact(ops: &mut Vec<Op>) -> usize {
     let mut stated: HashSet<(u64, u64)> = HashSet::new();
     let mut released: HashSet<DeadlineId> = HashSet::new();
     let mut purged: HashSet<u64> = HashSet::new();
+    // The highest cut a later truncation of each stream makes.
+    let mut truncated: std::collections::HashMap<u64, u64> = Default::default();
     let mut ranges: HashSet<Range> = HashSet::new();
     let mut keep = vec![true; ops.len()];
     for (at, op) in ops.iter().enumerate().rev() {
@@ -100,6 +119,15 @@ fn compact(ops: &mut Vec<Op>) -> usize {
                 from_seq,
                 end_seq,
             } => ranges.insert(Range::Unspill(*spill, *from_seq, *end_seq)),
+            Op::StreamTruncate {
+                stream,
+                before_offset,
+            } => {
+                let later = truncated.entry(*stream).or_default();
+                let needed = *before_offset > *later;
+                *later = (*later).max(*before_offset);
+                needed
+            }
             _ => true,
         };
     }

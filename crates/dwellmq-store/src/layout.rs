@@ -5,7 +5,7 @@ use redb::TableDefinition;
 use crate::codec::Enc;
 
 /// The format this build writes and reads (`meta["format"]`).
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// What `meta["app"]` holds in every dwellmq store.
 pub(crate) const APP: &[u8] = b"dwellmq";
 
@@ -30,13 +30,18 @@ pub(crate) const DELAYED_EXCHANGES: Bin = TableDefinition::new("delayed_exchange
 pub(crate) const HELD_DUE: Bin = TableDefinition::new("held_due");
 pub(crate) const HELD_MESSAGES: Bin = TableDefinition::new("held_messages");
 pub(crate) const QUEUE_COUNTS: Bin = TableDefinition::new("queue_counts");
+/// Streams (format 5): one row per stream that ever appended (`streams`), its index entries
+/// (`stream_index`) and its records (`stream_log`). See `stream_records.rs` and DESIGN.md.
+pub(crate) const STREAMS: Bin = TableDefinition::new("streams");
+pub(crate) const STREAM_INDEX: Bin = TableDefinition::new("stream_index");
+pub(crate) const STREAM_LOG: Bin = TableDefinition::new("stream_log");
 /// Transient messages a queue under memory pressure left on disk: dropped whole when the
 /// store opens, so nothing of it survives a restart (not in [`ALL_TABLES`]: the opening
 /// creates it every time).
 pub(crate) const SPILLED: Bin = TableDefinition::new("spilled_messages");
 
 /// Every table, so that a fresh store has all of them and a read never meets a missing one.
-pub(crate) const ALL_TABLES: [Bin; 14] = [
+pub(crate) const ALL_TABLES: [Bin; 17] = [
     META,
     VHOSTS,
     USERS,
@@ -51,6 +56,9 @@ pub(crate) const ALL_TABLES: [Bin; 14] = [
     HELD_DUE,
     HELD_MESSAGES,
     QUEUE_COUNTS,
+    STREAMS,
+    STREAM_INDEX,
+    STREAM_LOG,
 ];
 
 pub(crate) const META_APP: &[u8] = b"app";

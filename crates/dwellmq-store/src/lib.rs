@@ -26,6 +26,7 @@ mod queue_counts;
 mod read;
 mod records;
 mod store;
+mod stream_records;
 mod writer;
 
 pub use alarm::{AlarmHook, StoreAlarm};
@@ -37,10 +38,11 @@ pub use layout::{DB_FILE, FORMAT_VERSION, LOCK_FILE};
 pub use migrate::inspect::{inspect, Inspection, Opens, PageCheck};
 pub use migrate::tally::{QueueTally, Tally};
 pub use migrate::tally_held::HeldTally;
+pub use migrate::tally_stream::StreamTally;
 pub use migrate::OLDEST_FORMAT;
 pub use open::{ForgetCache, StoreOptions, SyncDir};
 pub use ops::{Completion, Done, Op, Receipt};
-pub use read::{QueueStored, Recovery, Snapshot};
+pub use read::{QueueStored, Recovery, Snapshot, STREAM_SCAN_LIMIT};
 pub use records::{
     BindingDef, Definitions, DelayedMessage, DeliveryState, DestinationKind, ExchangeDef, Payload,
     PermissionDef, PermissionPatterns, PolicyDef, QueueDef, StoredMessage, UserDef, VhostDef,

@@ -47,7 +47,8 @@ pub enum Op {
     },
     /// Adds or replaces a durable queue.
     PutQueue(QueueDef),
-    /// Removes a queue and its messages. (Its bindings go by [`Op::DeleteBinding`].)
+    /// Removes a queue and its messages, or a stream and its log (the stream's id is its
+    /// queue's). (Its bindings go by [`Op::DeleteBinding`].)
     DeleteQueue {
         /// Its vhost.
         vhost: String,
@@ -158,6 +159,34 @@ pub enum Op {
         /// Its id.
         id: DeadlineId,
     },
+    /// A stream appended a record (core's `StreamEffect::Append`). A plain write, like a
+    /// persist: after a failed commit it is not retried (its publisher was nacked, and the
+    /// stream counts the offset as a gap). Written once: an append of an offset the stream
+    /// holds already, or below its retention cut, changes nothing.
+    StreamAppend {
+        /// The stream (the queue's store id).
+        stream: u64,
+        /// The record's offset.
+        offset: u64,
+        /// Its timestamp (ms since the epoch).
+        timestamp_ms: u64,
+        /// The first offset of its segment.
+        segment: u64,
+        /// The first offset of its index entry (chunk).
+        chunk: u64,
+        /// The message.
+        message: Payload,
+    },
+    /// Retention dropped a stream's segments before `before_offset` (core's
+    /// `StreamEffect::Truncate`): its records and index entries below it go. Retried like
+    /// every removal. `before_offset` must start an index entry (core cuts at a segment's
+    /// first offset, which starts its first chunk): an entry that began below it goes whole.
+    StreamTruncate {
+        /// The stream.
+        stream: u64,
+        /// The first offset kept.
+        before_offset: u64,
+    },
 }
 
 impl Op {
@@ -187,6 +216,7 @@ impl Op {
                 | Op::Unspill { .. }
                 | Op::Release { .. }
                 | Op::SetState { .. }
+                | Op::StreamTruncate { .. }
         )
     }
 }

@@ -1,4 +1,9 @@
-//! Reading what is committed: recovery at start, far-tier refills, bodies on demand.
+//! Reading what is committed: recovery at start, far-tier refills, bodies on demand (streams'
+//! logs in `stream`).
+
+mod stream;
+
+pub use stream::STREAM_SCAN_LIMIT;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -236,6 +236,8 @@ impl Writer {
     /// Commits `batch`; a `probe` commits even with nothing to write (redb writes its header
     /// and syncs all the same), so that its outcome says whether the disk works.
     fn commit_batch(&mut self, batch: &mut [Submission], probe: bool) -> Completion {
+        // Elision may empty a submission of the removal that makes it (and its group) retried.
+        let retried = crate::carry::retry_marks(batch);
         let elided = elide(batch);
         self.counters
             .ops_elided
@@ -256,7 +258,7 @@ impl Writer {
             Err(e) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store reopen failed");
-                self.carry.keep(batch);
+                self.carry.keep(batch, &retried);
                 self.alarms.set(StoreAlarm::WritesFailing, true);
                 return Err(e);
             }
@@ -266,7 +268,7 @@ impl Writer {
             self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("a store commit failed (injected by a test)");
             // Nothing was written, as for a real failure; the disk works, so no alarm.
-            self.carry.keep(batch);
+            self.carry.keep(batch, &retried);
             return Err(StoreError::Injected {
                 path: self.opener.path.clone(),
             });
@@ -286,7 +288,7 @@ impl Writer {
             Err(e) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "store commit failed");
-                self.carry.keep(batch);
+                self.carry.keep(batch, &retried);
                 self.alarms.set(StoreAlarm::WritesFailing, true);
                 self.verify_on_open.set(true);
                 // redb refuses every later operation on a handle that saw an I/O error: reopen
@@ -386,6 +388,9 @@ impl Writer {
                 .finish_delayed()
                 .map_err(|e| storage_error(path, e))?;
             tables
+                .finish_streams()
+                .map_err(|e| storage_error(path, e))?;
+            tables
                 .raise_counters(
                     next_delayed_seq,
                     self.counters.next_queue_id.load(Ordering::Acquire),
@@ -399,10 +404,15 @@ impl Writer {
     fn injected_failure(&self, batch: &[Submission]) -> bool {
         let to_fail = &self.counters.commits_to_fail;
         to_fail.load(Ordering::Relaxed) != 0
-            && batch
-                .iter()
-                .flat_map(|s| &s.ops)
-                .any(|op| matches!(op, Op::Persist { .. } | Op::Hold { .. } | Op::Spill { .. }))
+            && batch.iter().flat_map(|s| &s.ops).any(|op| {
+                matches!(
+                    op,
+                    Op::Persist { .. }
+                        | Op::Hold { .. }
+                        | Op::Spill { .. }
+                        | Op::StreamAppend { .. }
+                )
+            })
             && to_fail
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
                 .is_ok()

@@ -53,7 +53,7 @@ impl Drop for TempStore {
 
 /// A holder at time 0 whose durable exchanges hold on `temp`'s store, beyond the horizon on
 /// disk only.
-pub(super) fn on_disk(temp: &TempStore, memory: Arc<MemoryMonitor>) -> DelayedMessages {
+pub(super) fn on_disk(temp: &TempStore, memory: Arc<MemoryMonitor>) -> Arc<DelayedMessages> {
     let delayed = DelayedMessages::new(0, memory);
     delayed.set_store(Arc::clone(&temp.store));
     delayed.attach_disk(Arc::clone(&temp.store), 0);
@@ -135,7 +135,7 @@ fn ids_of_messages_held_on_disk_stay_bounded_in_ram_and_all_are_released_when_du
         }
     }
     assert_eq!(released, N as usize);
-    assert_eq!(queue.message_count(), N as usize);
+    assert_eq!(queue.message_count(&*vhost), N as usize);
     assert!(
         most_resident <= 4 * WINDOW_BATCH + 2 * 64,
         "{most_resident}"
@@ -169,7 +169,7 @@ fn a_durable_message_due_within_the_horizon_is_released_once_though_its_hold_is_
     }
     // A refill that read the near ones' holds from the index released each of them twice.
     assert_eq!(released, 11);
-    assert_eq!(queue.message_count(), 11);
+    assert_eq!(queue.message_count(&*vhost), 11);
     assert_eq!(delayed.len(), 0);
 }
 
@@ -195,7 +195,7 @@ fn releases_whose_commit_failed_are_forgotten_once_a_later_release_commits() {
     // The ten are released while writes fail: their removal stays to do.
     faults.fail_writes.store(true, Ordering::SeqCst);
     serve_until(10_000);
-    assert_eq!(queue.message_count(), 10);
+    assert_eq!(queue.message_count(&*vhost), 10);
     assert!(temp.store.write(Vec::new()).is_err(), "writes fail");
     // The store keeps their releases (retried, and hiding them from the index); the disk tier
     // keeps nothing of them.
@@ -211,7 +211,7 @@ fn releases_whose_commit_failed_are_forgotten_once_a_later_release_commits() {
     temp.store.write(Vec::new()).expect("writes work again");
     serve_until(20_000);
     temp.store.write(Vec::new()).expect("commit");
-    assert_eq!(queue.message_count(), 11);
+    assert_eq!(queue.message_count(&*vhost), 11);
     assert_eq!(delayed.disk_resident().expect("a disk tier"), (0, 0));
     assert_nothing_held(&temp);
 }
@@ -224,7 +224,7 @@ fn a_page_read_outside_the_lock_keeps_holds_and_releases_that_committed_during_t
     // As under the system clock: holds leave the index to the disk mover.
     delayed.hand_disk_to_mover();
     // Nothing fell due while the broker was down: the catch-up window is done with.
-    assert_eq!(delayed.next_disk_move(), None);
+    assert_eq!(delayed.next_disk_move(0), None);
     let hold = |due: u64| delayed.hold(&vhost, &exchange, message(due.to_be_bytes().to_vec()), due);
     // Ten held and committed: the window has not read them yet.
     for i in 0..10 {
@@ -263,12 +263,13 @@ fn a_page_read_outside_the_lock_keeps_holds_and_releases_that_committed_during_t
     // cancelled one is not back, and the two beyond are left to the next page.
     assert_eq!(delayed.disk_resident(), Some((12, 14)));
     // As the disk mover and the timer thread would: every deadline at its time.
-    let mut released = 0;
+    let (mut released, mut now) = (0, 0);
     loop {
-        let (move_at, wake_at) = (delayed.next_disk_move(), delayed.next_wake());
-        let Some(now) = [move_at, wake_at].into_iter().flatten().min() else {
+        let (move_at, wake_at) = (delayed.next_disk_move(now), delayed.next_wake());
+        let Some(at) = [move_at, wake_at].into_iter().flatten().min() else {
             break;
         };
+        now = at;
         if move_at.is_some_and(|at| at <= now) {
             delayed.move_in_disk(now);
         }
@@ -276,7 +277,7 @@ fn a_page_read_outside_the_lock_keeps_holds_and_releases_that_committed_during_t
         delayed.move_in(now, None);
         temp.store.write(Vec::new()).expect("commit");
     }
-    assert_eq!((released, queue.message_count()), (14, 14));
+    assert_eq!((released, queue.message_count(&*vhost)), (14, 14));
     assert_eq!(delayed.disk_resident(), Some((0, 0)));
 }
 
@@ -329,8 +330,8 @@ fn an_exchange_declared_again_while_its_deleted_namesake_is_purged_keeps_its_mes
     assert_eq!(delayed.stats("/", "d"), (5, 40));
 
     assert_eq!(serve_all(&delayed, &temp.store), 5);
-    assert_eq!(new_queue.message_count(), 5);
-    assert_eq!(old_queue.message_count(), 0);
+    assert_eq!(new_queue.message_count(&*vhost), 5);
+    assert_eq!(old_queue.message_count(&*vhost), 0);
     assert_eq!(delayed.len(), 0);
     assert_eq!(delayed.disk_resident(), Some((0, 0)));
     assert_nothing_held(&temp);
@@ -360,8 +361,8 @@ fn a_deleted_exchange_whose_namesake_already_published_loses_only_its_own_messag
     assert_eq!(delayed.stats("/", "d").0, 4);
 
     assert_eq!(serve_all(&delayed, &temp.store), 4);
-    assert_eq!(new_queue.message_count(), 4);
-    assert_eq!(old_queue.message_count(), 0);
+    assert_eq!(new_queue.message_count(&*vhost), 4);
+    assert_eq!(old_queue.message_count(&*vhost), 0);
     assert_eq!(delayed.len(), 0);
     assert_nothing_held(&temp);
 }
@@ -370,7 +371,7 @@ fn a_deleted_exchange_whose_namesake_already_published_loses_only_its_own_messag
 fn a_move_in_does_not_release_bodies_read_ahead_before_their_exchanges_deletion() {
     let temp = TempStore::new("disk-tier-read-ahead-purge");
     let (vhost, exchange, queue) = durable_setup();
-    let delayed = Arc::new(on_disk(&temp, MemoryMonitor::new(u64::MAX)));
+    let delayed = on_disk(&temp, MemoryMonitor::new(u64::MAX));
     for due in [DAY_MS, DAY_MS + 1] {
         delayed.hold(&vhost, &exchange, message(due.to_be_bytes().to_vec()), due);
     }
@@ -379,10 +380,14 @@ fn a_move_in_does_not_release_bodies_read_ahead_before_their_exchanges_deletion(
     // After the bodies are read ahead: the exchange is deleted, the first one's record
     // leaves the store (as the deletion commits), and the drop, whose page no longer shows
     // it, runs to its end. The older snapshot's body must not bring it back.
-    let (store, holder) = (Arc::clone(&temp.store), Arc::clone(&delayed));
+    let (store, holder, home) = (
+        Arc::clone(&temp.store),
+        Arc::clone(&delayed),
+        Arc::clone(&vhost),
+    );
     let id = super::id_of(gone);
     *delayed.after_read_ahead.lock() = Some(Box::new(move || {
-        vhost.delete_exchange("d", false).expect("deleted");
+        home.delete_exchange("d", false).expect("deleted");
         store
             .write(vec![dwellmq_store::Op::Release { id }])
             .expect("commit");
@@ -391,7 +396,7 @@ fn a_move_in_does_not_release_bodies_read_ahead_before_their_exchanges_deletion(
     delayed.move_in(DAY_MS - 100, None);
     assert!(delayed.after_read_ahead.lock().is_none(), "the hook ran");
     assert_eq!(delayed.release_due(DAY_MS + 1), 0);
-    assert_eq!(queue.message_count(), 0);
+    assert_eq!(queue.message_count(&*vhost), 0);
     assert_eq!(delayed.len(), 0);
     drop(exchange);
 }

@@ -11,7 +11,7 @@ use super::tests_disk::{on_disk, TempStore};
 use super::DelayedMessages;
 use crate::broker::exchange::Exchange;
 use crate::broker::memory::MemoryMonitor;
-use crate::broker::persist::recover::CATCH_UP_PER_SECOND;
+use crate::broker::persist::CATCH_UP_PER_SECOND;
 use crate::broker::queue::Queue;
 use crate::broker::vhost::VHost;
 
@@ -65,7 +65,7 @@ fn restart_keeping(
     (m, other_due): (u64, impl Fn(u64) -> u64),
     now_ms: u64,
     memory: &Arc<MemoryMonitor>,
-) -> DelayedMessages {
+) -> Arc<DelayedMessages> {
     {
         let before = on_disk(temp, MemoryMonitor::new(u64::MAX));
         for i in 0..n {
@@ -132,8 +132,8 @@ fn a_kept_exchanges_due_messages_stay_on_disk_and_are_caught_up_with_once_taken_
     // kept exchange's falls due and stays on disk, none of it in RAM.
     let (released, most_resident) = serve_until(&delayed, &temp.store, 2 * DAY_MS);
     assert_eq!(released, 100);
-    assert_eq!(x.other.2.message_count(), 100);
-    assert_eq!(x.kept.2.message_count(), 0);
+    assert_eq!(x.other.2.message_count(&*x.other.0), 100);
+    assert_eq!(x.kept.2.message_count(&*x.kept.0), 0);
     let (resident, on_disk) = delayed.disk_resident().expect("a disk tier");
     assert!(
         most_resident <= 100 && resident == 0,
@@ -255,7 +255,7 @@ fn a_page_read_while_an_exchange_is_taken_back_is_read_again_with_its_messages()
     let (released, _) = serve_until(&delayed, &temp.store, DAY_MS + 100);
     assert_eq!(released, 11);
     assert_holds_in_order(&x.kept.2, 10);
-    assert_eq!(x.other.2.message_count(), 1);
+    assert_eq!(x.other.2.message_count(&*x.other.0), 1);
     let lateness = delayed.lateness.snapshot();
     assert_eq!((lateness.count, lateness.sum_ms), (11, 0), "each on time");
 }

@@ -1,4 +1,4 @@
-//! Reads the pages of paging queues from the store, off their locks and off the runtime's
+//! Reads the pages of paging queues from the store, off their locks and off the async runtime's
 //! workers: one thread per broker, started at the first request and ended after a while
 //! without one.
 
@@ -10,6 +10,7 @@ use dwellmq_core::paging::{assemble_page, Page, PageRequest, StoredEntry};
 use dwellmq_store::{Snapshot, Store, StoreError, StoredMessage};
 use parking_lot::Mutex;
 
+use super::owner::QueueOwner;
 use super::Queue;
 
 /// The reader thread ends after this long without a request (a broker that pages nothing
@@ -26,6 +27,8 @@ const RETRY_PAUSES: [Duration; 3] = [
 
 struct Job {
     queue: Weak<Queue>,
+    /// Who carries out what the queue hands up after the job's command.
+    owner: Weak<dyn QueueOwner>,
     task: Task,
 }
 
@@ -55,9 +58,15 @@ struct ReaderInner {
 impl PageReader {
     /// Reads `request` for `queue` and hands the page to `Queue::page_in`; false if no thread
     /// could be started (the caller gives the request back).
-    pub(crate) fn request(&self, queue: &Arc<Queue>, request: PageRequest) -> bool {
+    pub(crate) fn request(
+        &self,
+        queue: &Arc<Queue>,
+        owner: &dyn QueueOwner,
+        request: PageRequest,
+    ) -> bool {
         self.send(Job {
             queue: Arc::downgrade(queue),
+            owner: owner.weak(),
             task: Task::Read(request),
         })
     }
@@ -65,7 +74,7 @@ impl PageReader {
     /// Has `queue` run its paging steps again: at once after its spills committed (what
     /// they wrote may leave memory even if no command comes, as when the memory alarm
     /// blocks its publishers), shortly after they failed (they are written again).
-    pub(crate) fn nudge(&self, queue: Weak<Queue>, failed: bool) {
+    pub(crate) fn nudge(&self, queue: Weak<Queue>, owner: Weak<dyn QueueOwner>, failed: bool) {
         let at = if failed {
             Instant::now() + NUDGE_AFTER
         } else {
@@ -73,6 +82,7 @@ impl PageReader {
         };
         let job = Job {
             queue,
+            owner,
             task: Task::Nudge(at),
         };
         if !self.send(job) {
@@ -129,7 +139,7 @@ fn serve(jobs: &mpsc::Receiver<Job>, reader: &Weak<ReaderInner>) {
                 }
             }
         };
-        let Some(queue) = job.queue.upgrade() else {
+        let (Some(queue), Some(owner)) = (job.queue.upgrade(), job.owner.upgrade()) else {
             continue;
         };
         match job.task {
@@ -137,19 +147,19 @@ fn serve(jobs: &mpsc::Receiver<Job>, reader: &Weak<ReaderInner>) {
                 // A read for deadlines waits while memory is over the watermark (what it
                 // dead-letters stays in memory until written): put off, asked again shortly.
                 if request.due && !queue.room_to_expire(Duration::ZERO) {
-                    if let Some(next) = queue.defer_read(request) {
-                        queue.read(next);
+                    if let Some(next) = queue.defer_read(&*owner, request) {
+                        queue.read(&*owner, next);
                     }
                     continue;
                 }
                 let page = queue.read_page(request, &RETRY_PAUSES);
                 // A test may hold the page here: in flight, read and not yet handed over.
-                queue.runtime.hooks.page_reads.pass();
-                queue.page_in(request, page);
+                queue.services.hooks.page_reads.pass();
+                queue.page_in(&*owner, request, page);
             }
             Task::Nudge(at) => {
                 std::thread::sleep(at.saturating_duration_since(Instant::now()));
-                queue.nudge();
+                queue.nudge(&*owner);
             }
         }
     }

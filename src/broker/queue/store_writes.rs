@@ -8,6 +8,7 @@ use std::sync::{Arc, Weak};
 use dwellmq_core::queue::StoreProgress;
 use dwellmq_store::{Completion, Op, Store};
 
+use super::owner::QueueOwner;
 use super::Queue;
 
 /// A command's store writes, not submitted yet.
@@ -28,6 +29,8 @@ pub(super) struct Reporting<'a> {
     pub(super) store: &'a Arc<Store>,
     pub(super) progress: Option<&'a Arc<StoreProgress>>,
     pub(super) queue: Weak<Queue>,
+    /// The queue's owner, for the nudge its completion may ask for.
+    pub(super) owner: &'a dyn QueueOwner,
 }
 
 impl StoreWrites {
@@ -68,7 +71,7 @@ impl StoreWrites {
             progress.rewriting(seq);
         }
         written_seqs.extend(rewritten_seqs);
-        let (progress, queue) = (Arc::clone(progress), to.queue);
+        let (progress, queue, owner) = (Arc::clone(progress), to.queue, to.owner.weak());
         to.store.submit(
             writes,
             Box::new(move |outcome: Completion| {
@@ -81,7 +84,7 @@ impl StoreWrites {
                 // What they wrote may leave memory (or what failed is written again) even if
                 // no command comes, as when the memory alarm blocks the queue's publishers.
                 if let Some(queue) = queue.upgrade() {
-                    queue.request_nudge(outcome.is_err());
+                    queue.request_nudge(owner, outcome.is_err());
                 }
             }),
         );

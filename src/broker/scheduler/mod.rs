@@ -1,87 +1,99 @@
 //! The broker's one deadline scheduler: it owns core's [`Scheduler`](CoreScheduler) and the
-//! timer's wake, and serves every deadline in due order. Its clients:
+//! timer's wake, and serves every deadline in due order. It knows its clients only by the
+//! traits in [`client`]:
 //!
-//! - queues arm a tick at their next deadline (message TTL, `x-expires`, a delayed retry):
-//!   [`Scheduler::arm_queue`];
-//! - the test double's delivery-delay fault holds a message back from its queue:
-//!   [`Scheduler::deliver_later`];
-//! - delayed exchanges hold messages until their due time and release them
-//!   ([`super::delayed::DelayedMessages`]). Their per-exchange book lives beside the core
-//!   scheduler under its one lock ([`Locked`]): a release takes a message out of the wheel
-//!   and out of its exchange's counts in one lock hold, as cheap as before the split.
+//! - a [`DeadlineClient`] arms a callback at a deadline ([`Locked::arm`]): a disk tier's next
+//!   move-in;
+//! - a [`DueOnce`] owns its work ([`Scheduler::arm_once`]): a queue's tick (message TTL,
+//!   `x-expires`, a delayed retry; it carries the queue and its owner, both weak), the test
+//!   double's delayed deliveries;
+//! - its [`Holder`] keeps items inside the entries themselves (the delayed exchanges' held
+//!   messages), with a book of them beside the core scheduler under its one lock
+//!   ([`Locked`]): a release takes a message out of the wheel and out of its exchange's
+//!   counts in one lock hold.
 //!
-//! The wake: under the system clock the timer thread (`super::timer_thread`) sleeps until the
-//! next deadline and is unparked by a client whose deadline is earlier than planned; under a
-//! manual clock there is no thread, and `BrokerHandle::advance` serves the rounds itself.
+//! Serving is one loop for every driver ([`driver`]): under the system clock the timer thread
+//! (`super::timer_thread`) sleeps until the next deadline and is unparked by a client whose
+//! deadline is earlier than planned; under a manual clock `BrokerHandle::advance` steps the
+//! clock from deadline to deadline.
 
-mod deliveries;
+mod client;
+mod driver;
 mod incarnation;
+mod round;
+mod wake;
 
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
 
-use dwellmq_core::schedule::{Due, MoveIn, Scheduler as CoreScheduler};
-use dwellmq_core::Message;
+use dwellmq_core::schedule::{DeadlineId, Due, Scheduler as CoreScheduler};
 use parking_lot::{Mutex, MutexGuard};
 
-use super::delayed::{Book, DelayedMessages, Held, ReleaseScratch};
-use super::queue::Queue;
-use super::timer_thread::TimerControl;
-pub(crate) use deliveries::DelayedDelivery;
+pub(crate) use client::{DeadlineClient, DueOnce, HeldRound, Holder};
+pub(crate) use driver::Drive;
 pub(crate) use incarnation::{next_incarnation, RETIRED};
+pub(crate) use wake::TimerControl;
 
-/// Messages moved into the wheel per lock hold: publishers wait for the lock meanwhile.
+/// Items moved into the wheel per lock hold: publishers wait for the lock meanwhile.
 pub(crate) const MOVE_IN_BATCH: usize = 64;
 
 /// What the scheduler holds.
-pub(crate) enum Entry {
-    /// A delayed exchange's message (deadline kind `DelayedRelease`).
-    Release(Held),
-    /// A queue's next deadline (kinds `MessageExpiry`, `QueueExpiry`, `RetryReady`): the queue
-    /// works out which when it ticks.
-    Tick(Weak<Queue>),
-    /// A message held back from its queue by an injected fault.
-    Deliver(DelayedDelivery),
+pub(crate) enum Entry<T> {
+    /// The holder's item (a delayed exchange's message).
+    Held(T),
+    /// A client called back when due (a queue works out which of its deadlines came).
+    Client(Weak<dyn DeadlineClient>),
+    /// A deadline owning its work.
+    Once(Box<dyn DueOnce>),
 }
 
-/// What the scheduler's lock guards: the core scheduler, and the delayed exchanges' book that
-/// must change with it in the same lock hold.
-pub(crate) struct Locked {
-    pub(crate) core: CoreScheduler<Entry>,
-    pub(crate) book: Book,
+/// What the scheduler's lock guards: the core scheduler, and the holder's book that must
+/// change with it in the same lock hold.
+pub(crate) struct Locked<H: Holder> {
+    pub(crate) core: CoreScheduler<Entry<H::Item>>,
+    pub(crate) book: H::Book,
 }
 
 /// Buffers a round reuses, so that serving deadlines allocates nothing in steady state.
-#[derive(Default)]
-struct RoundScratch {
-    due: Vec<Due<Entry>>,
-    ticked: Vec<Arc<Queue>>,
-    release: ReleaseScratch,
+struct RoundScratch<H: Holder> {
+    due: Vec<Due<Entry<H::Item>>>,
+    /// Clients called this round (each once).
+    called: Vec<Arc<dyn DeadlineClient>>,
+    holder: H::Scratch,
 }
 
-/// Every deadline of one broker.
-pub(crate) struct Scheduler {
-    state: Mutex<Locked>,
+impl<H: Holder> Default for RoundScratch<H> {
+    fn default() -> Self {
+        RoundScratch {
+            due: Vec::new(),
+            called: Vec::new(),
+            holder: H::Scratch::default(),
+        }
+    }
+}
+
+/// Every deadline of one broker; `H` is the client that keeps its items in the entries.
+pub(crate) struct Scheduler<H: Holder> {
+    state: Mutex<Locked<H>>,
     timer: Arc<TimerControl>,
     /// Taken before `state` by the one serving thread at a time.
-    scratch: Mutex<RoundScratch>,
+    scratch: Mutex<RoundScratch<H>>,
 }
 
-impl Scheduler {
+impl<H: Holder> Scheduler<H> {
     pub(crate) fn new(now_ms: u64, timer: Arc<TimerControl>) -> Self {
         Scheduler {
             state: Mutex::new(Locked {
                 core: CoreScheduler::new(now_ms),
-                book: Book::default(),
+                book: H::Book::default(),
             }),
             timer,
             scratch: Mutex::new(RoundScratch::default()),
         }
     }
 
-    /// The core scheduler and the delayed book, for the delayed-exchange client. Lock order:
-    /// a delayed exchange's disk tier before this; never a queue's lock while this is held.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Locked> {
+    /// The core scheduler and the holder's book. Lock order: a delayed exchange's disk tier
+    /// before this; never a queue's lock while this is held.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Locked<H>> {
         self.state.lock()
     }
 
@@ -90,106 +102,55 @@ impl Scheduler {
         self.timer.wake();
     }
 
-    /// Ticks `queue` at or after `at_ms`.
-    pub(crate) fn arm_queue(&self, at_ms: u64, queue: &Arc<Queue>) {
-        let entry = Entry::Tick(Arc::downgrade(queue));
+    /// Makes the timer thread alone look at its deadlines again.
+    pub(crate) fn wake_timer(&self) {
+        self.timer.wake_timer();
+    }
+
+    /// Makes the disk mover look at its work again.
+    pub(crate) fn wake_mover(&self) {
+        self.timer.wake_mover();
+    }
+
+    /// Runs `work` at or after `at_ms`.
+    pub(crate) fn arm_once(&self, at_ms: u64, work: Box<dyn DueOnce>) {
+        self.schedule(at_ms, Entry::Once(work));
+    }
+
+    fn schedule(&self, at_ms: u64, entry: Entry<H::Item>) {
         let (_, sooner) = self.state.lock().core.schedule(at_ms, entry);
         if sooner {
             self.wake();
         }
     }
 
-    /// Holds `message` back from `queue` until `due_ms` (a delivery-delay fault), counted in
-    /// `pending` while it waits.
-    pub(crate) fn deliver_later(
-        &self,
-        queue: &Arc<Queue>,
-        message: Arc<Message>,
-        due_ms: u64,
-        pending: &Arc<std::sync::atomic::AtomicUsize>,
-    ) {
-        let entry = Entry::Deliver(DelayedDelivery::new(queue, message, pending));
-        let (_, sooner) = self.state.lock().core.schedule(due_ms, entry);
-        if sooner {
-            self.wake();
-        }
-    }
-
-    /// The core scheduler's next deadline (a release, a tick, or a move-in from its far tier).
+    /// The next deadline: a release, a callback, or a move-in from the far tier.
     pub(crate) fn next_wake(&self) -> Option<u64> {
         self.state.lock().core.next_wake()
     }
+}
 
-    /// Serves everything due at `now_ms` in due order (schedule order within a millisecond):
-    /// queues are ticked (each once per round: one tick serves all its deadlines due now),
-    /// faults deliver, and `delayed` releases its messages. Returns how many messages were
-    /// released.
-    pub(crate) fn release_due(&self, now_ms: u64, delayed: &DelayedMessages) -> usize {
-        let mut scratch = self.scratch.lock();
-        let RoundScratch {
-            due,
-            ticked,
-            release,
-        } = &mut *scratch;
-        let mut stored = Vec::new();
-        {
-            let mut guard = self.state.lock();
-            let Locked { core, book } = &mut *guard;
-            core.take_due(now_ms, due);
-            for d in due.iter() {
-                if let Entry::Release(held) = &d.item {
-                    book.taken(held, d.id, d.from_far_tier, &mut stored);
-                }
-            }
-        }
-        let mut round = delayed.begin_releases(!stored.is_empty(), release);
-        for Due { id, item, .. } in due.drain(..) {
-            match item {
-                Entry::Release(held) => round.release(now_ms, id, held),
-                Entry::Tick(queue) => {
-                    if let Some(queue) = queue.upgrade() {
-                        if !ticked.iter().any(|q| Arc::ptr_eq(q, &queue)) {
-                            queue.tick();
-                            ticked.push(queue);
-                        }
-                    }
-                }
-                Entry::Deliver(delivery) => delivery.deliver(),
-            }
-        }
-        ticked.clear();
-        round.finish(stored)
+impl<H: Holder> Locked<H> {
+    /// Calls `client` back at or after `at_ms`, in this lock hold; true when the earliest
+    /// deadline moved earlier (the caller wakes the timer once the lock is released).
+    pub(crate) fn arm(&mut self, at_ms: u64, client: Weak<dyn DeadlineClient>) -> bool {
+        self.core.schedule(at_ms, Entry::Client(client)).1
     }
 
-    /// Moves the deadlines due within the horizon of `now_ms` from the far tier into the
-    /// wheel, in (due, sequence) order and in batches (held messages are touched, so that
-    /// their release finds them warm), then `delayed`'s disk-held ones. Stops early once
-    /// `budget` is spent or a moved deadline is already due; returns whether it finished.
-    pub(crate) fn move_in(
-        &self,
-        now_ms: u64,
-        budget: Option<Duration>,
-        delayed: &DelayedMessages,
-    ) -> bool {
-        let started = Instant::now();
-        loop {
-            let mut guard = self.state.lock();
-            let Locked { core, book } = &mut *guard;
-            let round = core.move_in(now_ms, MOVE_IN_BATCH, |id, entry| {
-                if let Entry::Release(held) = entry {
-                    book.moved_in(id, held);
-                }
-            });
-            if round == MoveIn::Done {
-                drop(guard);
-                return delayed.move_in_from_disk_unless_mover(now_ms, budget, started);
-            }
-            // Moved-in deadlines already due (moving in fell behind) are served first.
-            let release_due = core.wheel_due(now_ms);
-            drop(guard);
-            if release_due || budget.is_some_and(|b| started.elapsed() >= b) {
-                return false;
-            }
+    /// The holder's item `id`, wherever it is (`None` for another kind of entry).
+    pub(crate) fn held(&self, id: DeadlineId) -> Option<&H::Item> {
+        match self.core.get(id)? {
+            Entry::Held(item) => Some(item),
+            _ => None,
+        }
+    }
+
+    /// Takes the holder's item `id` out, wherever it is; `None` if it is not one of its items.
+    pub(crate) fn take_held(&mut self, id: DeadlineId) -> Option<H::Item> {
+        self.held(id)?;
+        match self.core.cancel(id)? {
+            Entry::Held(item) => Some(item),
+            _ => None,
         }
     }
 }

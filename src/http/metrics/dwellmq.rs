@@ -150,7 +150,7 @@ fn deaths(api: &Api, out: &mut Exposition) {
         DeathReason::Maxlen,
         DeathReason::DeliveryLimit,
     ];
-    let deaths = &api.state.runtime.deaths;
+    let deaths = &api.state.queue_services().deaths;
     let mut family = out.family(
         "dwellmq_dead_lettered_total",
         Kind::Counter,

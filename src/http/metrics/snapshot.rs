@@ -85,7 +85,7 @@ impl Snapshot {
             let mut vhost_queues = vhost.queues();
             vhost_queues.sort_by(|a, b| a.name.cmp(&b.name));
             for queue in vhost_queues {
-                let figures = queue.figures();
+                let figures = queue.figures(&*vhost);
                 queues.push(QueueRow {
                     vhost: vhost.name.to_string(),
                     queue,
@@ -124,7 +124,7 @@ impl Snapshot {
                 channels: c.channel_count(),
             })
             .collect();
-        let queue_totals = &state.runtime.queue_totals;
+        let queue_totals = &state.queue_services().queue_totals;
         // Deleted queues' counts, plus every live queue's own.
         let live: Vec<_> = state
             .all_vhosts()

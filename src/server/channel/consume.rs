@@ -14,6 +14,7 @@ use dwellmq_core::queue::ConsumerCredit;
 use crate::broker::persist::DefinitionWrites;
 use crate::broker::queue::consumer::{next_consumer_id, Consumer, DeliverySink};
 use crate::broker::reply_to::REPLY_QUEUE;
+use crate::broker::vhost::VHost;
 
 impl Channel {
     /// `channel.flow`. As RabbitMQ: a client may not pause the broker's deliveries (that is
@@ -47,7 +48,7 @@ impl Channel {
             self.consumer_prefetch = u32::from(m.prefetch_count);
         }
         self.reply(cx, Method::BasicQosOk);
-        self.drain_consumed_queues();
+        self.drain_consumed_queues(cx.vhost);
         Ok(())
     }
 
@@ -105,11 +106,17 @@ impl Channel {
         let channel_id = self.id();
         // consume-ok must reach the client before the first delivery, so it is queued from
         // inside the queue's lock, after the checks and before delivery starts.
-        queue.add_consumer(Arc::clone(&consumer), priority, m.exclusive, || {
-            if let Some(ok) = &consume_ok {
-                outbound.send_method(channel_id, ok);
-            }
-        })?;
+        queue.add_consumer(
+            &**cx.vhost,
+            Arc::clone(&consumer),
+            priority,
+            m.exclusive,
+            || {
+                if let Some(ok) = &consume_ok {
+                    outbound.send_method(channel_id, ok);
+                }
+            },
+        )?;
         self.consumers.insert(tag, (consumer, queue));
         Ok(())
     }
@@ -147,7 +154,7 @@ impl Channel {
     }
 
     /// The reply address requests from this channel carry (`reply_to` rewritten by
-    /// `broker::publish::resolve_reply_to`), if the channel has a reply consumer.
+    /// `broker::publish::accept`), if the channel has a reply consumer.
     pub(super) fn reply_address(&self) -> Option<&ShortStr> {
         self.reply_consumer.as_ref().map(|(_, address)| address)
     }
@@ -182,7 +189,7 @@ impl Channel {
         let Some((consumer, queue)) = self.consumers.remove(tag) else {
             return;
         };
-        let removed = queue.remove_consumer(consumer.id);
+        let removed = queue.remove_consumer(&**cx.vhost, consumer.id);
         if removed.should_auto_delete {
             cx.exclusive_queues.retain(|q| !Arc::ptr_eq(q, &queue));
             // Nobody waits for this deletion's write (cancel-ok does not, as in RabbitMQ).
@@ -197,7 +204,7 @@ impl Channel {
         let name = self.queue_name(&m.queue)?;
         self.permit(cx, Operation::Read, ResourceKind::Queue, &name)?;
         let queue = self.queue_for(cx, &name)?;
-        match queue.get(m.no_ack) {
+        match queue.get(&**cx.vhost, m.no_ack) {
             Some((entry, remaining)) => {
                 let remaining = u32::try_from(remaining).unwrap_or(u32::MAX);
                 self.delivery
@@ -208,14 +215,15 @@ impl Channel {
         Ok(())
     }
 
-    pub(super) fn drain_consumed_queues(&self) {
+    /// Delivers what the queues this channel consumes from (in `vhost`) can deliver now.
+    pub(super) fn drain_consumed_queues(&self, vhost: &VHost) {
         for (_, queue) in self.consumers.values() {
-            queue.drain();
+            queue.drain(vhost);
         }
     }
 
     /// Delivers again to every queue this channel consumes from (the socket drained).
-    pub(crate) fn on_writable(&self) {
-        self.drain_consumed_queues();
+    pub(crate) fn on_writable(&self, vhost: &VHost) {
+        self.drain_consumed_queues(vhost);
     }
 }

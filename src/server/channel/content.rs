@@ -7,6 +7,7 @@ use dwellmq_core::{Body, BrokerError, BrokerResult};
 
 use super::{unexpected_frame, Channel, ConnContext};
 use crate::broker::access::{Operation, ResourceKind};
+use crate::broker::publish;
 
 /// A `basic.publish` waiting for its content header and body.
 pub(super) struct PendingPublish {
@@ -117,13 +118,11 @@ impl Channel {
                 header.class_id
             )));
         }
+        // Refused from the header, before the body arrives.
         let max = cx.state.config.limits.max_message_size;
-        if header.body_size > max {
+        if let Err(too_large) = publish::check_size(header.body_size, max) {
             self.pending = None;
-            return Err(BrokerError::PreconditionFailed(format!(
-                "message size {} is larger than configured max size {}",
-                header.body_size, max
-            )));
+            return Err(too_large);
         }
         let done = header.body_size == 0;
         pending.header = Some(header);

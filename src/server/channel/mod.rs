@@ -170,22 +170,31 @@ impl Channel {
             Method::BasicCancel(m) => self.basic_cancel(cx, m),
             Method::BasicPublish(m) => self.basic_publish(cx, m),
             Method::BasicGet(m) => self.basic_get(cx, m),
-            Method::BasicAck(m) => self.settle_or_buffer(Settlement::Ack {
-                tag: m.delivery_tag,
-                multiple: m.multiple,
-            }),
-            Method::BasicReject(m) => self.settle_or_buffer(Settlement::Reject {
-                tag: m.delivery_tag,
-                multiple: false,
-                requeue: m.requeue,
-                failed: true,
-            }),
-            Method::BasicNack(m) => self.settle_or_buffer(Settlement::Reject {
-                tag: m.delivery_tag,
-                multiple: m.multiple,
-                requeue: m.requeue,
-                failed: false,
-            }),
+            Method::BasicAck(m) => self.settle_or_buffer(
+                cx.vhost,
+                Settlement::Ack {
+                    tag: m.delivery_tag,
+                    multiple: m.multiple,
+                },
+            ),
+            Method::BasicReject(m) => self.settle_or_buffer(
+                cx.vhost,
+                Settlement::Reject {
+                    tag: m.delivery_tag,
+                    multiple: false,
+                    requeue: m.requeue,
+                    failed: true,
+                },
+            ),
+            Method::BasicNack(m) => self.settle_or_buffer(
+                cx.vhost,
+                Settlement::Reject {
+                    tag: m.delivery_tag,
+                    multiple: m.multiple,
+                    requeue: m.requeue,
+                    failed: false,
+                },
+            ),
             Method::BasicRecover(m) => self.recover(cx, m.requeue, true),
             // The deprecated asynchronous form has no reply.
             Method::BasicRecoverAsync(m) => self.recover(cx, m.requeue, false),
@@ -210,7 +219,11 @@ impl Channel {
         cx.counts.channel_closed(self.counters.publish > 0);
         let mut unacked = std::mem::take(&mut self.settle_scratch);
         self.delivery.close(&mut unacked);
-        self.return_to_queues(&mut unacked, Return::Requeue(ReturnCause::ConsumerGone));
+        self.return_to_queues(
+            cx.vhost,
+            &mut unacked,
+            Return::Requeue(ReturnCause::ConsumerGone),
+        );
         self.settle_scratch = unacked;
         let tags: Vec<ShortStr> = self.consumers.keys().cloned().collect();
         for tag in tags {

@@ -107,10 +107,10 @@ impl Channel {
     pub(super) fn tx_commit(&mut self, cx: &mut ConnContext<'_>) -> BrokerResult<()> {
         let (publishes, settlements) = self.take_transaction()?;
         for settlement in settlements {
-            self.settle(settlement)?;
+            self.settle(cx.vhost, settlement)?;
         }
         let token = cx.commit_wait.token();
-        let ticket = cx.state.runtime.store.as_ref().map(|_| {
+        let ticket = cx.state.store().map(|_| {
             let wait = Arc::clone(cx.commit_wait);
             PublishTicket::new(move |committed, _| wait.finish(token, committed))
         });
@@ -160,23 +160,21 @@ impl Channel {
             return Ok(());
         };
         let header = pending.header.unwrap_or_default();
-        let exchange = publish::target(cx.vhost, &pending.method.exchange)?;
-        let mut properties = header.properties;
-        publish::check_properties(&properties, cx.user)?;
-        publish::resolve_reply_to(&mut properties, self.reply_address())?;
+        let submitted = publish::Submitted {
+            exchange: pending.method.exchange.clone(),
+            routing_key: pending.method.routing_key.clone(),
+            properties: header.properties,
+            body: pending.body.into_body(),
+            user: cx.user,
+            reply_address: self.reply_address(),
+        };
+        let (exchange, prepared) = publish::accept(cx.vhost, submitted)?;
         let Prepared {
             message,
             delay_ms,
             extra_keys,
             bcc,
-        } = publish::prepare(
-            &cx.state.memory,
-            &exchange,
-            pending.method.exchange.clone(),
-            pending.method.routing_key.clone(),
-            properties,
-            pending.body.into_body(),
-        )?;
+        } = prepared;
         let transactional = matches!(self.mode, PublishMode::Transactional { .. });
         let publication = Publication {
             exchange: pending.method.exchange,
@@ -295,13 +293,7 @@ impl Channel {
             mandatory: publication.mandatory,
             dead_lettered: false,
         };
-        let outcome = publish::route_and_enqueue(
-            &cx.state.runtime,
-            cx.vhost,
-            outgoing,
-            &mut routing,
-            make_ticket,
-        );
+        let outcome = publish::route_and_enqueue(cx.vhost, outgoing, &mut routing, make_ticket);
         self.routing = routing;
         self.counters.published(exchange, outcome.routed);
         outcome
@@ -318,8 +310,7 @@ impl Channel {
         // A confirm's ticket is settled here; a transaction's (no confirm tag) at `tx.commit`.
         let ticket = outcome.ticket.zip(confirm_tag);
         // An injected fault nacks confirms whatever became of the message.
-        let nack =
-            confirm_tag.is_some() && (outcome.rejected || cx.state.runtime.hooks.take_nack());
+        let nack = confirm_tag.is_some() && (outcome.rejected || cx.state.hooks().take_nack());
         if nack {
             cx.counts.nacked += 1;
         } else if confirm_tag.is_some() {

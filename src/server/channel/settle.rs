@@ -9,6 +9,7 @@ use dwellmq_core::{BrokerError, BrokerResult};
 
 use super::publish::PublishMode;
 use super::{Channel, ConnContext};
+use crate::broker::vhost::VHost;
 use crate::server::delivery::Unacked;
 
 /// Where settled messages go.
@@ -38,15 +39,20 @@ pub(super) enum Settlement {
 }
 
 impl Channel {
-    pub(super) fn settle_or_buffer(&mut self, settlement: Settlement) -> BrokerResult<()> {
+    pub(super) fn settle_or_buffer(
+        &mut self,
+        vhost: &VHost,
+        settlement: Settlement,
+    ) -> BrokerResult<()> {
         if let PublishMode::Transactional { settlements, .. } = &mut self.mode {
             settlements.push(settlement);
             return Ok(());
         }
-        self.settle(settlement)
+        self.settle(vhost, settlement)
     }
 
-    pub(super) fn settle(&mut self, settlement: Settlement) -> BrokerResult<()> {
+    /// Settles delivered messages with their queues (in `vhost`).
+    pub(super) fn settle(&mut self, vhost: &VHost, settlement: Settlement) -> BrokerResult<()> {
         let (tag, multiple, how) = match settlement {
             Settlement::Ack { tag, multiple } => (tag, multiple, Return::Ack),
             Settlement::Reject {
@@ -71,16 +77,16 @@ impl Channel {
                 "unknown delivery tag {tag}"
             )));
         }
-        self.return_to_queues(&mut settled, how);
+        self.return_to_queues(vhost, &mut settled, how);
         self.settle_scratch = settled;
         if self.delivery.credit.global_prefetch.load(Ordering::Relaxed) != 0 {
-            self.drain_consumed_queues();
+            self.drain_consumed_queues(vhost);
         }
         Ok(())
     }
 
     /// Hands settled messages back to their queues, grouped by queue.
-    pub(super) fn return_to_queues(&self, settled: &mut Vec<Unacked>, how: Return) {
+    pub(super) fn return_to_queues(&self, vhost: &VHost, settled: &mut Vec<Unacked>, how: Return) {
         for unacked in settled.iter() {
             unacked.release_credit(&self.delivery.credit);
         }
@@ -95,12 +101,12 @@ impl Channel {
             match how {
                 Return::Ack => {
                     self.counters.acked(entries.len() as u64);
-                    queue.ack(entries.iter().map(|u| &u.entry))
+                    queue.ack(vhost, entries.iter().map(|u| &u.entry))
                 }
                 Return::Requeue(cause) => {
-                    queue.requeue(entries.iter().map(|u| u.entry.clone()), cause)
+                    queue.requeue(vhost, entries.iter().map(|u| u.entry.clone()), cause)
                 }
-                Return::Reject => queue.reject(entries.iter().map(|u| u.entry.clone())),
+                Return::Reject => queue.reject(vhost, entries.iter().map(|u| u.entry.clone())),
             }
             rest = &rest[run..];
         }
@@ -122,14 +128,14 @@ impl Channel {
         if reply {
             self.reply(cx, Method::BasicRecoverOk);
         }
-        self.requeue_all_unacked();
+        self.requeue_all_unacked(cx.vhost);
         Ok(())
     }
 
-    pub(super) fn requeue_all_unacked(&mut self) {
+    pub(super) fn requeue_all_unacked(&mut self, vhost: &VHost) {
         let mut all = std::mem::take(&mut self.settle_scratch);
         self.delivery.take_all(&mut all);
-        self.return_to_queues(&mut all, Return::Requeue(ReturnCause::Nacked));
+        self.return_to_queues(vhost, &mut all, Return::Requeue(ReturnCause::Nacked));
         self.settle_scratch = all;
     }
 }

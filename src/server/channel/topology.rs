@@ -64,7 +64,7 @@ impl Channel {
         ids: (u16, u16),
         handle: impl FnOnce(&mut Self, &mut ConnContext<'_>, DefinitionWrites<'_>) -> Answer,
     ) -> BrokerResult<()> {
-        if cx.state.runtime.store.is_none() {
+        if cx.state.store().is_none() {
             if let Some(ok) = handle(self, cx, DefinitionWrites::UNAWAITED)? {
                 self.reply(cx, ok);
             }
@@ -225,7 +225,7 @@ impl Channel {
         self.last_queue = Some(queue.name.clone());
         let ok = QueueDeclareOk {
             queue: queue.name.clone(),
-            message_count: queue.message_count() as u32,
+            message_count: queue.message_count(&**cx.vhost) as u32,
             consumer_count: queue.consumer_count() as u32,
         };
         Ok(unless_no_wait(m.no_wait, Method::QueueDeclareOk(ok)))
@@ -301,7 +301,7 @@ impl Channel {
         let name = self.queue_name(&m.queue)?;
         self.permit(cx, Operation::Read, ResourceKind::Queue, &name)?;
         let queue = self.queue_for(cx, &name)?;
-        let message_count = queue.purge() as u32;
+        let message_count = queue.purge(&**cx.vhost) as u32;
         if !m.no_wait {
             self.reply(cx, Method::QueuePurgeOk(QueuePurgeOk { message_count }));
         }

@@ -213,7 +213,7 @@ impl Connection {
     pub(super) fn on_writable(&mut self) {
         for slot in self.channels.values() {
             if let ChannelSlot::Open(channel) = slot {
-                channel.on_writable();
+                channel.on_writable(&self.vhost);
             }
         }
     }

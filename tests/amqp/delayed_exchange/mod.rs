@@ -9,6 +9,7 @@ use lapin::{BasicProperties, Channel};
 mod declarations;
 mod delay_header;
 mod held_messages;
+mod moving;
 mod namesakes;
 mod release_order;
 mod routing;

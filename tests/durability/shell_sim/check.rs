@@ -152,10 +152,17 @@ impl Model {
             if !restarted || m.presence == Presence::Gone {
                 continue;
             }
+            // Seen or not, a move's outcome is settled now.
+            let restored_dues = std::mem::take(&mut m.restored_dues);
             match seen {
                 Some((place, s)) => {
                     m.presence = Presence::Must;
                     m.places = vec![(*place).clone()];
+                    if let (Place::Held(_), Some(due)) = (place, s.due) {
+                        if restored_dues.contains(&due) {
+                            m.due = Some(due);
+                        }
+                    }
                     if let Place::Kept(_) = place {
                         // Routed again on the queue's tick or a new binding, at any time.
                         m.places.push(Place::Queue("dead3".into()));
@@ -257,7 +264,8 @@ fn check_sighting(id: u64, m: &Msg, place: &Place, s: &Sighting, out: &mut Vec<V
             }
         }
         Place::Held(_) => {
-            if s.due != m.due {
+            let restored = s.due.is_some_and(|due| m.restored_dues.contains(&due));
+            if s.due != m.due && !restored {
                 out.push(violation(
                     format!(
                         "held message {id} is due at {:?}, expected {:?}",

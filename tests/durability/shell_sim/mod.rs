@@ -3,9 +3,10 @@
 //! One seed drives persistent and transient publishes with confirms (some still in flight at a
 //! crash, some with a per-message `expiration`), gets with ack, requeue or reject, bursts into
 //! a retry queue (TTL and a dead-letter exchange, nobody consuming), holds at a durable
-//! delayed exchange, cancels, queue and delayed-exchange purges, deletes and redeclares, clock
-//! advances, failed commits, failed fsyncs, clean restarts and power cuts, against the
-//! embedded broker on the store's fault backend (writes not fsynced are lost at a power cut).
+//! delayed exchange, cancels and moves of held messages, queue and delayed-exchange purges,
+//! deletes and redeclares, clock advances, failed commits, failed fsyncs, clean restarts and
+//! power cuts, against the embedded broker on the store's fault backend (writes not fsynced
+//! are lost at a power cut).
 //!
 //! The model (`model.rs`, checked in `check.rs`) is strict, while the broker runs and after
 //! every restart:
@@ -54,6 +55,7 @@ mod look;
 mod memory;
 mod messages;
 mod model;
+mod moving;
 mod queues;
 mod report;
 mod retry;
@@ -330,7 +332,8 @@ impl Sim {
             47..=50 => self.get_and_requeue().await,
             51..=53 => self.get_many_and_requeue().await,
             54..=62 => self.advance().await,
-            63..=65 => self.cancel_one(),
+            63..=64 => self.cancel_one(),
+            65 => self.move_one(),
             66..=67 => self.purge_queue().await,
             68..=69 => self.delete_and_redeclare_queue().await,
             70 => self.purge_later(),

@@ -111,6 +111,12 @@ pub struct Msg {
     /// Its `expiration` property as published.
     pub expiration: Option<String>,
     pub due: Option<u64>,
+    /// Due times an operator's move took it from, since the last known commit: after a
+    /// power cut it may be held until any of them.
+    pub moved_from: Vec<u64>,
+    /// After a power cut, until a look settles it: the due times it may be held until
+    /// besides `due`.
+    pub restored_dues: Vec<u64>,
     pub delivery: Delivery,
     /// Set once dead-lettered: the copy in a dead-letter queue carries one of these (more
     /// than one when a power cut left it uncertain which death came first).
@@ -204,6 +210,8 @@ impl Model {
             expiry,
             expiration: p.expiration.map(|e| e.to_string()),
             due: p.due,
+            moved_from: Vec::new(),
+            restored_dues: Vec::new(),
             delivery: Delivery::Never,
             deaths: Vec::new(),
             exchange: p.exchange,
@@ -335,6 +343,7 @@ impl Model {
                 m.presence = Presence::Gone;
             }
             m.fallback.clear();
+            m.moved_from.clear();
             if let Delivery::Delivered { .. } = m.delivery {
                 m.delivery = Delivery::Delivered { committed: true };
             }
@@ -360,6 +369,10 @@ impl Model {
                 m.presence = Presence::May;
             }
             let uncertain = !m.fallback.is_empty();
+            for due in std::mem::take(&mut m.moved_from) {
+                push_new(&mut m.restored_dues, due);
+            }
+            let earliest_due = m.restored_dues.iter().copied().chain(m.due).min();
             for place in std::mem::take(&mut m.fallback) {
                 if !m.places.contains(&place) {
                     m.places.push(place);
@@ -375,7 +388,7 @@ impl Model {
                 .places
                 .iter()
                 .filter_map(|p| match p {
-                    Place::Held(q) if m.due.is_some_and(|due| due <= now) => {
+                    Place::Held(q) if earliest_due.is_some_and(|due| due <= now) => {
                         Some(Place::Queue(q.clone()))
                     }
                     _ => None,
@@ -400,6 +413,17 @@ impl Model {
             }
             m.history
                 .push(format!("restart at {now}: may be in {:?}", m.places));
+        }
+    }
+
+    /// An operator moved held message `id` to be due at `due`.
+    pub fn moved(&mut self, id: u64, due: u64) {
+        if let Some(m) = self.msg(id) {
+            if let Some(old) = m.due.filter(|&old| old != due) {
+                push_new(&mut m.moved_from, old);
+            }
+            m.due = Some(due);
+            m.history.push(format!("moved to be due at {due}"));
         }
     }
 
@@ -496,9 +520,14 @@ pub(super) fn evolve(m: &mut Msg, now: u64, skip_paged_expiry: bool, when: &str)
             "expired (deadline {deadline}) by the {when} to {now}: now in {places:?}"
         ));
         let still_in_source = places.iter().any(|p| m.ttl_queue() == Some(queue_of(p)));
+        // Perhaps dead-lettered before already (a power cut left its source as a fallback),
+        // and delivered there since.
+        let dead_lettered_before = before
+            .iter()
+            .any(|p| !matches!(p, Place::Held(_)) && m.ttl_queue() != Some(queue_of(p)));
         // Tolerated in its paging queue: delivered before there perhaps, or a fresh copy
         // in the dead-letter queue.
-        m.delivery = if still_in_source {
+        m.delivery = if still_in_source || dead_lettered_before {
             Delivery::Unknown
         } else {
             Delivery::Never

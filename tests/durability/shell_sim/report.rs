@@ -40,6 +40,8 @@ pub struct Report {
     pub classic_content_max: u64,
     /// Closes (connection and channel) that completed within their bound.
     pub closes: u64,
+    /// Held messages an operator moved (released now, or due at another time).
+    pub moves: u64,
 }
 
 impl Report {
@@ -65,6 +67,7 @@ impl Report {
         self.memory_max = self.memory_max.max(r.memory_max);
         self.classic_content_max = self.classic_content_max.max(r.classic_content_max);
         self.closes += r.closes;
+        self.moves += r.moves;
     }
 
     /// Counts what a look showed that the run is meant to exercise.

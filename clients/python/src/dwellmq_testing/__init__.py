@@ -228,6 +228,29 @@ class Dwellmq:
             "GET", f"/test/exchanges/{self._path(vhost, exchange)}/held?limit={limit}"
         )
 
+    # --- held messages ---------------------------------------------------------------------
+
+    def move_held(self, exchange: str, id: str, *, due: Any = None,
+                  delay_ms: Optional[int] = None, now: bool = False, vhost: str = "/") -> dict:
+        """Gives the held message `id` (from `held()`) a new due time: `due` (ms since 1970 or
+        an RFC 3339 string), `delay_ms` from now, or `now=True` (released before this returns).
+        Its headers and body stay. Returns `{"id", "due_ms", "due"}`: its new id (an id names
+        its due time). Raises DwellmqError: 404 if it is not held, 400 for a due time in the
+        past or more than ten years away."""
+        asked = [("now", True) if now else None,
+                 ("delay_ms", delay_ms) if delay_ms is not None else None,
+                 ("due", due) if due is not None else None]
+        given = [a for a in asked if a is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of due=, delay_ms= and now=True")
+        path = f"/api/delayed/{self._path(vhost, exchange)}/messages/{self._path(id)}/move"
+        return self.request("POST", path, dict(given))
+
+    def release_now(self, exchange: str, id: str, vhost: str = "/") -> dict:
+        """Releases the held message `id` now: routed before this returns, as a clock advance
+        would route it. Returns its new id as `move_held` does."""
+        return self.move_held(exchange, id, now=True, vhost=vhost)
+
     def counters(self) -> dict:
         """published, routed, unroutable, returned, confirmed, nacked, redelivered,
         dead_lettered and dropped by reason, expired."""

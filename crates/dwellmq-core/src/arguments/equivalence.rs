@@ -3,7 +3,7 @@
 use dwellmq_codec::{FieldTable, FieldValue};
 
 use crate::arguments::erlang_term::{erl_eq, erl_exact_eq, type_class, type_name, write_ts_or_tp};
-use crate::arguments::queue_args::{type_keys, QueueType};
+use crate::arguments::queue_args::{kind_keys, QueueKind};
 use crate::error::BrokerError;
 
 /// One argument whose redeclared value differs from the current one.
@@ -94,15 +94,16 @@ fn compare(
 /// Checks the arguments of a redeclared queue against the current ones, as RabbitMQ 4 does:
 /// only the arguments its queue type knows (e.g. `x-message-ttl`, `x-expires`,
 /// `x-max-length`, `x-overflow`, `x-dead-letter-exchange`, `x-queue-type`, and
-/// `x-max-priority` for classic queues, `x-delivery-limit` for quorum queues), in
-/// RabbitMQ's order. The queue type comes from `current`.
+/// `x-max-priority` for classic queues, `x-delivery-limit` for quorum queues, `x-max-age` and
+/// `x-stream-max-segment-size-bytes` for streams), in RabbitMQ's order. The queue type comes
+/// from `current`.
 ///
 /// Integer types compare by value (`long` 1000 equals `signedint` 1000), as do float types.
 pub fn queue_arguments_equivalent(
     current: &FieldTable,
     received: &FieldTable,
 ) -> Result<(), ArgMismatch> {
-    type_keys(QueueType::of_arguments(current))
+    kind_keys(QueueKind::of_arguments(current))
         .iter()
         .try_for_each(|key| compare(key, current, received))
 }

@@ -21,7 +21,10 @@ pub use exchange_args::{
 };
 pub use expiration::{parse_expiration, MAX_TTL_MS};
 pub use queue_args::{
-    parse_delayed_retry, parse_queue_arguments, DeadLetterStrategy, DelayedRetry, Overflow,
-    QueueArguments, QueueType, RetryKind, DEFAULT_DELIVERY_LIMIT, MAX_PRIORITY,
+    check_consumer_arguments, check_stream_consume, parse_delayed_retry, parse_max_age,
+    parse_queue_arguments, parse_stream_arguments, parse_stream_offset, server_named_refused,
+    stream_get_refused, stream_purge_refused, DeadLetterStrategy, DelayedRetry, OffsetSpec,
+    Overflow, QueueArguments, QueueKind, QueueType, RetryKind, StreamArguments, StreamConsume,
+    DEFAULT_DELIVERY_LIMIT, MAX_PRIORITY, MAX_STREAM_SEGMENT_SIZE_BYTES,
 };
 pub use x_delay::{parse_x_delay, released_x_delay, MAX_DELAY_MS};

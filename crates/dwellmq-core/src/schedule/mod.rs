@@ -1,5 +1,7 @@
 //! The one deadline scheduler: every deadline of the broker (a delayed message's release, a
-//! queue's next message expiry, `x-expires`, a retry coming due) is an item here.
+//! queue's next message expiry, `x-expires`, a retry coming due) is an item here. What an item
+//! is for is the caller's business: `T` carries it (the broker's scheduler keeps held messages
+//! inside their items and calls its other clients back through them).
 //!
 //! Two tiers keep it fast however many items wait. Items due within [`HORIZON_MS`] sit in a
 //! hierarchical timer wheel (O(1) insert and cancel); later ones wait in a [`FarTier`] ordered by
@@ -23,19 +25,6 @@ pub use far_tier::{FarTier, MemoryFarTier};
 
 /// How far ahead of now the wheel holds items; later ones wait in the far tier.
 pub const HORIZON_MS: u64 = 1_000;
-
-/// What a deadline is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeadlineKind {
-    /// A message held by a delayed exchange is due.
-    DelayedRelease,
-    /// A queue's next message expiry (per-message or per-queue TTL).
-    MessageExpiry,
-    /// A queue unused for its `x-expires` period.
-    QueueExpiry,
-    /// A message held for a delayed retry is ready again.
-    RetryReady,
-}
 
 /// An item's identity: its due time and a sequence number that orders items due in the same
 /// millisecond. Unique, and enough to find the item in either tier.

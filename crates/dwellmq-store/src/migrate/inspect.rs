@@ -151,6 +151,9 @@ fn opens(read: &ReadTransaction, format: u32, path: &Path) -> Result<Opens> {
     if !exists(redb::TableHandle::name(&QUEUE_COUNTS))? {
         steps.push("`queue_counts` counted from `messages`");
     }
+    if format <= 4 {
+        steps.push("the stream tables created (format 5)");
+    }
     Ok(if steps.is_empty() {
         Opens::AsIs
     } else {

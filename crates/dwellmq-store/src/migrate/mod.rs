@@ -18,8 +18,10 @@ mod held_first_layout;
 mod held_v2;
 pub(crate) mod inspect;
 pub(crate) mod overlay;
+mod streams_v5;
 pub(crate) mod tally;
 pub(crate) mod tally_held;
+pub(crate) mod tally_stream;
 
 use std::path::Path;
 
@@ -83,10 +85,12 @@ struct Upgraded {
     holds_split: u64,
     due_entries: u64,
     queues_counted: u64,
+    stream_tables: u64,
 }
 
-/// Whether a store of `format` needs an upgrade: an older format, or a format-4 store written
-/// before `queue_counts` existed (the first builds of format 4 lacked it).
+/// Whether a store of `format` needs an upgrade: an older format, or a store of this format
+/// that lacks `queue_counts` (the first builds of format 4 lacked it; an older store upgrades
+/// anyway).
 pub(crate) fn needed(db: &Database, format: u32) -> Result<bool> {
     if format != FORMAT_VERSION {
         return Ok(true);
@@ -131,6 +135,7 @@ pub(crate) fn upgrade(db: &Database, path: &Path, format: u32, quick_repair: boo
         holds_split = done.holds_split,
         due_entries = done.due_entries,
         queues_counted = done.queues_counted,
+        stream_tables = done.stream_tables,
         ms = started.elapsed().as_millis() as u64,
         "upgraded the store"
     );
@@ -149,6 +154,9 @@ fn steps(tx: &WriteTransaction, format: u32, now_ms: u64) -> StepResult<Upgraded
     }
     if !table_exists(tx, QUEUE_COUNTS)? {
         done.queues_counted = counts::count_queues(tx)?;
+    }
+    if format <= 4 {
+        done.stream_tables = streams_v5::to_format5(tx)?;
     }
     // Tables a format lacked (`permissions` in the first format-2 stores): a read never meets
     // a missing table.

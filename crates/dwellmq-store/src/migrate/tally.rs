@@ -9,6 +9,7 @@ use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableError};
 
 use super::inspect::damaged;
 use super::tally_held::{self, HeldTally};
+use super::tally_stream::{self, StreamTally};
 use crate::codec::hex;
 use crate::error::Result;
 use crate::layout::{
@@ -37,6 +38,8 @@ pub struct Tally {
     pub held: Vec<HeldTally>,
     /// Transient messages spilled before the last stop (the next open drops them).
     pub spilled: u64,
+    /// Each stream's log (format 5).
+    pub streams: Vec<StreamTally>,
 }
 
 /// One durable queue's stored messages.
@@ -87,6 +90,7 @@ pub(crate) fn tally(
     decode.queue_counts(&counted)?;
     let spilled = decode.len(SPILLED)?;
     let held = tally_held::tally(read, format, path, decode.problems)?;
+    let streams = tally_stream::tally(read, path, decode.problems)?;
     let mut queues: Vec<QueueTally> = definitions
         .queues
         .iter()
@@ -112,6 +116,7 @@ pub(crate) fn tally(
         queues,
         held,
         spilled,
+        streams,
     })
 }
 

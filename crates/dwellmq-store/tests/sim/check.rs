@@ -7,7 +7,8 @@ use super::{Expect, Key, Sim, QUEUES};
 impl Sim {
     /// Checks what the disk held against the model, then settles the model on it.
     pub(super) fn check(&mut self) {
-        let on_disk = self.read_all();
+        let mut on_disk = self.read_all();
+        self.check_streams(&mut on_disk);
         let cut = format!("seed {} power cut {}", self.seed, self.report.power_cuts);
         for (key, expect) in self.records.clone() {
             if self.in_pair(key) {
@@ -112,7 +113,7 @@ impl Sim {
     }
 }
 
-fn body_of(message: &dwellmq_core::PackedMessage) -> Vec<u8> {
+pub(super) fn body_of(message: &dwellmq_core::PackedMessage) -> Vec<u8> {
     let bytes = message.as_slice();
     bytes[bytes.len() - message.body_len()..].to_vec()
 }

@@ -67,11 +67,13 @@ impl Sim {
     /// the image, some of it torn. The commit counts as not acknowledged.
     pub(super) fn cut_in_flight(&mut self) {
         self.cut_at_sync = Some(self.rng.below(3));
-        match self.rng.below(5) {
+        match self.rng.below(7) {
             0 => self.persist(),
             1 => self.forget(),
             2 => self.release(),
             3 => self.dead_letter_to_delayed(),
+            4 => self.stream_append(),
+            5 => self.stream_truncate(),
             _ => self.hold(),
         }
         // Nothing to commit (nothing to pick): an ordinary cut.

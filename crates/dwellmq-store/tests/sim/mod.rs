@@ -3,9 +3,9 @@
 //! at a 512-octet sector; a failed fsync wrote some of its pages first; single reads fail).
 //! One seed drives persists, forgets, delayed holds, releases (a queue copy and the hold's
 //! removal in one group), dead-letterings (a removal and a copy in one submission, into a
-//! queue or a delayed exchange), failing writes, fsyncs (all of them for a while, or one at a
-//! chosen point of a commit), reads and a full disk, and power cuts, between commits or in the
-//! middle of one. Odd seeds commit in one phase (redb's recovery of a torn commit runs), even
+//! queue or a delayed exchange), stream appends and retention truncations (`streams.rs`),
+//! failing writes, fsyncs (all of them for a while, or one at a chosen point of a commit),
+//! reads and a full disk, and power cuts, between commits or in the middle of one. Odd seeds commit in one phase (redb's recovery of a torn commit runs), even
 //! ones in two (quick repair). After every power cut the store is opened on what the disk held
 //! and checked against a model of what was acknowledged:
 //! - every acknowledged message or hold not acknowledged gone is there, once, with its body;
@@ -13,6 +13,9 @@
 //! - what was not acknowledged (a failed commit, or one in flight at the cut) is there whole
 //!   or not at all: a release or dead-lettering never as the removal without the copy, or both;
 //! - each delayed exchange's stored count and octets match what its index holds;
+//! - each stream's index counts what its log holds, a truncation is there whole or not at
+//!   all, and the offset a restart appends at is above every acknowledged one: no confirmed
+//!   offset is lost (unless acknowledged truncated) and none is given again;
 //! - the file opens and verifies, and the store never read a page the disk did not hold.
 //!
 //! Used by `tests/store/simulate.rs` (fixed seeds) and `examples/simulate.rs` (long runs).
@@ -21,6 +24,7 @@
 
 mod check;
 mod cut;
+mod streams;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -66,11 +70,13 @@ enum Expect {
     May(Vec<u8>),
 }
 
-/// A record: a message in a queue (queue, seq), or a held delayed message (seq).
+/// A record: a message in a queue (queue, seq), a held delayed message (seq), or a record of
+/// a stream's log (stream, offset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {
     Message(u64, u64),
     Held(u64),
+    Stream(u64, u64),
 }
 
 /// Two records of which exactly one must be there: a group whose commit was not acknowledged
@@ -93,6 +99,8 @@ pub struct Report {
     /// Power cuts taken while a commit was in its fsync.
     pub cuts_in_flight: u64,
     pub records_checked: u64,
+    /// Stream records found on disk at the restarts' checks.
+    pub stream_records: u64,
     /// What the disk model did, over every generation of the run.
     pub faults: FaultStats,
 }
@@ -106,6 +114,7 @@ impl Report {
         self.power_cuts += other.power_cuts;
         self.cuts_in_flight += other.cuts_in_flight;
         self.records_checked += other.records_checked;
+        self.stream_records += other.stream_records;
         add_faults(&mut self.faults, &other.faults);
     }
 }
@@ -138,6 +147,8 @@ pub struct Sim {
     cut_at_sync: Option<u64>,
     /// The image of the disk a cut in flight took.
     cut_image: Option<PathBuf>,
+    /// The streams' model (see `streams.rs`).
+    streams: streams::Streams,
 }
 
 const QUEUES: u64 = 3;
@@ -164,6 +175,7 @@ impl Sim {
             report: Report::default(),
             cut_at_sync: None,
             cut_image: None,
+            streams: streams::Streams::default(),
         };
         sim.generation = 1;
         sim.dir = sim.root.join("gen-1");
@@ -211,7 +223,7 @@ impl Sim {
 
     fn step(&mut self) {
         self.report.steps += 1;
-        match self.rng.below(100) {
+        match self.rng.below(112) {
             0..=25 => self.persist(),
             26..=39 => self.forget(),
             40..=52 => self.hold(),
@@ -220,7 +232,9 @@ impl Sim {
             70..=74 => self.dead_letter_to_delayed(),
             75..=88 => self.toggle_fault(),
             89..=94 => self.cut_in_flight(),
-            _ => self.power_cut(),
+            95..=99 => self.power_cut(),
+            100..=108 => self.stream_append(),
+            _ => self.stream_truncate(),
         }
     }
 

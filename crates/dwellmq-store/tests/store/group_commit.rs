@@ -371,3 +371,60 @@ fn a_group_larger_than_the_batch_limits_still_commits_whole() {
         "the 50 after the group commit apart: {commits:?}"
     );
 }
+
+fn hold(id: DeadlineId) -> Op {
+    Op::Hold {
+        held_at_ms: 0,
+        id,
+        vhost: "/".into(),
+        exchange: "d".into(),
+        message: crate::common::packed("k", b"held"),
+    }
+}
+
+/// A held message moved to now and released before the writer's next commit: the move's new
+/// hold and the release's removal of it meet in one batch and are elided, and that commit
+/// fails. The release's group (its removal, and the copy it put in a queue) is still retried:
+/// the next commit writes the queue's copy.
+#[test]
+fn a_release_elided_with_its_hold_in_a_failed_commit_still_retries_its_queue_copy() {
+    let dir = Scratch::new("elide-fail");
+    let (options, faults) = faulty_options();
+    let store = Store::open_with(dir.path(), options).expect("open");
+    let old = DeadlineId {
+        due_ms: 9_000,
+        seq: 1,
+    };
+    store.write(vec![hold(old)]).expect("commit");
+    let first = hold_writer_in_a_commit(&store, &faults);
+    store.fail_next_commits(1);
+    let new = DeadlineId {
+        due_ms: 5_000,
+        seq: 2,
+    };
+    let (tx, rx) = mpsc::channel();
+    // The move: the old hold's removal and the new hold, in one submission.
+    store.submit(vec![Op::Release { id: old }, hold(new)], sending_to(&tx));
+    // The release: the new hold's removal and the queue's copy, in one group.
+    {
+        let _group = store.group();
+        store.submit(vec![Op::Release { id: new }], sending_to(&tx));
+        store.submit(vec![persist(2, 1)], sending_to(&tx));
+    }
+    faults.resume();
+    first.recv().expect("first").expect("the first commit");
+    for _ in 0..3 {
+        let outcome = rx.recv_timeout(Duration::from_secs(10)).expect("completed");
+        assert!(outcome.is_err(), "the batch's commit failed");
+    }
+    store.write(Vec::new()).expect("the next commit");
+    let snap = store.snapshot().expect("snapshot");
+    let seqs: Vec<u64> = snap
+        .queue_messages(2, 0, 10)
+        .expect("read")
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(seqs, [1], "the released message's queue copy");
+    assert_eq!(snap.delayed_count().expect("count"), 0, "no hold left");
+}

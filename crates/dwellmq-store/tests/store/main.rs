@@ -18,3 +18,4 @@ mod open;
 mod sim;
 mod simulate;
 mod spilled;
+mod streams;

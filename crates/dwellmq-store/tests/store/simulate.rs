@@ -16,6 +16,7 @@ fn fixed_seeds_keep_every_acknowledged_record_through_faults_and_power_cuts() {
     assert!(total.cuts_in_flight >= 5, "{total:?}");
     assert!(total.commits_failed >= 20, "{total:?}");
     assert!(total.records_checked >= 500, "{total:?}");
+    assert!(total.stream_records >= 100, "{total:?}");
     let disk = total.faults;
     assert!(
         disk.torn_pages > 0 && disk.cut_pages_written > 0,

@@ -13,3 +13,4 @@ mod fixtures;
 mod inspect;
 mod opening;
 mod records;
+mod streams;

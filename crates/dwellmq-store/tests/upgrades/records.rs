@@ -142,8 +142,8 @@ fn a_format_4_store_without_queue_counts_opens_with_every_record() {
 }
 
 #[test]
-fn a_format_4_store_opens_with_every_record_and_is_not_upgraded() {
-    opens_with_every_record(ALL[4], false);
+fn a_format_4_store_opens_with_every_record() {
+    opens_with_every_record(ALL[4], true);
 }
 
 /// The fixture's one hold that is not in `data`: held after the upgrade.

@@ -3,7 +3,7 @@
 
 use dwellmq_codec::{FieldTable, FieldValue};
 
-use super::types::QueueType;
+use super::types::{QueueKind, QueueType};
 use crate::error::BrokerError;
 
 /// Errors for one queue, with RabbitMQ's wording.
@@ -21,12 +21,14 @@ impl QueueErrors<'_> {
         ))
     }
 
-    pub(super) fn foreign_arg(&self, key: &str, t: QueueType) -> BrokerError {
+    /// `invalid arg 'K' for queue 'Q' in vhost 'V' of queue type rabbit_stream_queue`: an
+    /// argument (of the declare, or of a consumer) that another queue kind takes.
+    pub(super) fn foreign_arg(&self, key: &str, kind: impl Into<QueueKind>) -> BrokerError {
         BrokerError::PreconditionFailed(format!(
             "invalid arg '{key}' for queue '{}' in vhost '{}' of queue type {}",
             self.queue,
             self.vhost,
-            t.module_name()
+            kind.into().module_name()
         ))
     }
 

@@ -199,7 +199,7 @@ pub(super) fn foreign_keys(d: &Declared<'_>) -> Result<(), BrokerError> {
     match d
         .args
         .iter()
-        .find(|(key, _)| is_foreign_key(d.queue_type, key))
+        .find(|(key, _)| is_foreign_key(d.queue_type.into(), key))
     {
         Some((key, _)) => Err(d.errors.foreign_arg(key, d.queue_type)),
         None => Ok(()),

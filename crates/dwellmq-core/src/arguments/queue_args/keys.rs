@@ -1,7 +1,7 @@
 //! The argument keys each queue type knows, as RabbitMQ 4 lists them: what a redeclare
 //! compares, and what another type's queue refuses.
 
-use super::types::QueueType;
+use super::types::QueueKind;
 
 /// Argument keys RabbitMQ 4 knows per queue type (`capabilities/0` of each queue type module).
 const CLASSIC_KEYS: &[&str] = &[
@@ -54,17 +54,41 @@ const STREAM_KEYS: &[&str] = &[
     "x-stream-filter-size-bytes",
 ];
 
-/// The arguments RabbitMQ checks on redeclare for a queue of this type, in its order.
-pub(crate) fn type_keys(t: QueueType) -> &'static [&'static str] {
-    match t {
-        QueueType::Classic => CLASSIC_KEYS,
-        QueueType::Quorum => QUORUM_KEYS,
+/// The consumer argument keys RabbitMQ 4 knows per queue type (`consumer_arguments` of
+/// `capabilities/0`): a consumer of another type's queue is refused one of them.
+const CLASSIC_CONSUMER_KEYS: &[&str] = &["x-priority"];
+const STREAM_CONSUMER_KEYS: &[&str] = &[
+    "x-stream-offset",
+    "x-stream-filter",
+    "x-stream-match-unfiltered",
+];
+
+/// The arguments a queue of `kind` takes (and compares on redeclare), in RabbitMQ's order.
+pub(crate) fn kind_keys(kind: QueueKind) -> &'static [&'static str] {
+    match kind {
+        QueueKind::Classic => CLASSIC_KEYS,
+        QueueKind::Quorum => QUORUM_KEYS,
+        QueueKind::Stream => STREAM_KEYS,
     }
 }
 
-/// Whether `key` belongs to another queue type and not to `t` (RabbitMQ refuses those).
-pub(super) fn is_foreign_key(t: QueueType, key: &str) -> bool {
-    let own = type_keys(t);
+/// Whether `key` belongs to another queue kind and not to `kind` (RabbitMQ refuses those).
+pub(super) fn is_foreign_key(kind: QueueKind, key: &str) -> bool {
+    let own = kind_keys(kind);
     !own.contains(&key)
         && (CLASSIC_KEYS.contains(&key) || QUORUM_KEYS.contains(&key) || STREAM_KEYS.contains(&key))
+}
+
+/// The consumer arguments a consumer of a queue of `kind` takes.
+pub(super) fn consumer_keys(kind: QueueKind) -> &'static [&'static str] {
+    match kind {
+        QueueKind::Classic | QueueKind::Quorum => CLASSIC_CONSUMER_KEYS,
+        QueueKind::Stream => STREAM_CONSUMER_KEYS,
+    }
+}
+
+/// Whether `key` is a consumer argument of another queue kind and not of `kind`.
+pub(super) fn is_foreign_consumer_key(kind: QueueKind, key: &str) -> bool {
+    !consumer_keys(kind).contains(&key)
+        && (CLASSIC_CONSUMER_KEYS.contains(&key) || STREAM_CONSUMER_KEYS.contains(&key))
 }

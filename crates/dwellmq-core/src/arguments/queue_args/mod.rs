@@ -1,13 +1,20 @@
-//! `queue.declare` arguments: validated as RabbitMQ 4 does, then parsed into [`QueueArguments`].
+//! `queue.declare` arguments: validated as RabbitMQ 4 does, then parsed into [`QueueArguments`]
+//! (classic and quorum queues) or [`StreamArguments`] (streams).
 //!
 //! `types` holds what they become, `keys` which belong to which queue type, `values` how one
 //! value is read, `declared` the arguments of one declare with RabbitMQ's error texts, and
-//! `families` the validators, one per family of arguments.
+//! `families` the validators, one per family of arguments. A stream's declare is `stream`,
+//! its consumers' arguments and refusals `stream_consume`, `x-stream-offset` `stream_offset`,
+//! and durations (`x-max-age`) `max_age`.
 
 mod declared;
 mod delayed_retry;
 mod families;
 mod keys;
+mod max_age;
+mod stream;
+mod stream_consume;
+mod stream_offset;
 mod types;
 mod values;
 
@@ -17,10 +24,17 @@ use crate::error::BrokerError;
 use declared::{Declared, QueueErrors};
 
 pub use delayed_retry::parse_delayed_retry;
-pub(crate) use keys::type_keys;
+pub(crate) use keys::kind_keys;
+pub use max_age::parse_max_age;
+pub use stream::{parse_stream_arguments, StreamArguments, MAX_STREAM_SEGMENT_SIZE_BYTES};
+pub use stream_consume::{
+    check_consumer_arguments, check_stream_consume, stream_get_refused, stream_purge_refused,
+    StreamConsume,
+};
+pub use stream_offset::{parse_stream_offset, OffsetSpec};
 pub use types::{
-    DeadLetterStrategy, DelayedRetry, Overflow, QueueArguments, QueueType, RetryKind,
-    DEFAULT_DELIVERY_LIMIT, MAX_PRIORITY,
+    server_named_refused, DeadLetterStrategy, DelayedRetry, Overflow, QueueArguments, QueueKind,
+    QueueType, RetryKind, DEFAULT_DELIVERY_LIMIT, MAX_PRIORITY,
 };
 pub(crate) use values::int_arg;
 
@@ -30,7 +44,8 @@ pub(crate) use values::int_arg;
 /// PRECONDITION_FAILED):
 /// 1. `x-dead-letter-exchange` must be a long string (the channel's check):
 ///    `invalid type 'long' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'`;
-/// 2. `x-queue-type` must be `classic` or `quorum`: `... "unsupported queue type 'stream'"`;
+/// 2. `x-queue-type` must be `classic` or `quorum`: `... "unsupported queue type 'stream'"`
+///    (a stream's declare goes to [`parse_stream_arguments`]: see [`QueueKind`]);
 /// 3. each known argument of the queue's type, e.g.
 ///    `invalid arg 'x-message-ttl' for queue 'q' in vhost '/': {value_negative,-1}`,
 ///    `... "expected integer, got longstr"` (RabbitMQ 3.9+ wording), `{value_zero,0}` for
@@ -80,5 +95,7 @@ pub fn parse_queue_arguments(
     Ok(parsed)
 }
 
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;

@@ -108,6 +108,68 @@ impl QueueType {
     }
 }
 
+/// The kind of queue a declare asks for (`x-queue-type`), streams included.
+///
+/// [`QueueType`] names the kinds the queue state machine runs (classic and quorum); a stream
+/// is another machine ([`crate::stream::StreamState`]). A shell dispatches a declare on this:
+/// [`super::parse_stream_arguments`] for a stream, [`super::parse_queue_arguments`] otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QueueKind {
+    /// A classic queue (also when `x-queue-type` is absent or not a known name).
+    Classic,
+    /// A quorum queue.
+    Quorum,
+    /// A stream (`x-queue-type: stream`, RabbitMQ 3.9+).
+    Stream,
+}
+
+impl QueueKind {
+    /// The kind `x-queue-type` names in `args`. Anything but `quorum` or `stream` reads as
+    /// classic here; [`super::parse_queue_arguments`] refuses unknown names.
+    pub fn of_arguments(args: &FieldTable) -> QueueKind {
+        match args.get("x-queue-type") {
+            Some(FieldValue::LongStr(b)) if b.as_ref() == b"quorum" => QueueKind::Quorum,
+            Some(FieldValue::LongStr(b)) if b.as_ref() == b"stream" => QueueKind::Stream,
+            _ => QueueKind::Classic,
+        }
+    }
+
+    /// The Erlang module RabbitMQ names in errors about this kind.
+    pub fn module_name(self) -> &'static str {
+        match self {
+            QueueKind::Classic => "rabbit_classic_queue",
+            QueueKind::Quorum => "rabbit_quorum_queue",
+            QueueKind::Stream => "rabbit_stream_queue",
+        }
+    }
+
+    /// Whether a queue of this kind may be server-named (`capabilities/0`'s `server_named`):
+    /// only classic queues. A declare of another kind with an empty name is refused with
+    /// [`server_named_refused`].
+    pub fn allows_server_named(self) -> bool {
+        self == QueueKind::Classic
+    }
+}
+
+impl From<QueueType> for QueueKind {
+    fn from(t: QueueType) -> Self {
+        match t {
+            QueueType::Classic => QueueKind::Classic,
+            QueueType::Quorum => QueueKind::Quorum,
+        }
+    }
+}
+
+/// RabbitMQ's refusal of a declare with an empty name for a queue kind that cannot be
+/// server-named (`rabbit_channel`'s `queue.declare`): 406
+/// `Cannot declare a server-named queue for type rabbit_stream_queue`.
+pub fn server_named_refused(kind: QueueKind) -> crate::error::BrokerError {
+    crate::error::BrokerError::PreconditionFailed(format!(
+        "Cannot declare a server-named queue for type {}",
+        kind.module_name()
+    ))
+}
+
 /// Which returns of a message to its queue are delayed (`x-delayed-retry-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RetryKind {
