@@ -25,6 +25,19 @@ impl<C: Clone> QueueState<C> {
         }
     }
 
+    /// Whether a consumer could take a message now (the active one, with a single active
+    /// consumer).
+    pub(super) fn a_consumer_can_take(&self) -> bool {
+        if self.settings.single_active_consumer {
+            return self
+                .consumers
+                .iter()
+                .min_by_key(|c| c.since)
+                .is_some_and(|active| active.slot.credit.can_take());
+        }
+        self.consumers.iter().any(|c| c.slot.credit.can_take())
+    }
+
     /// The consumer that gets the next message: the highest priority group with a consumer that
     /// has credit, round-robin within the group.
     pub(super) fn pick_consumer(&mut self) -> Option<usize> {

@@ -13,6 +13,7 @@ impl<C: Clone> QueueState<C> {
     pub fn enable_paging(&mut self, window: Paging) {
         if self.settings.max_priority == 0 {
             self.paging = Some(window);
+            self.messages.set_paged();
         }
     }
 
@@ -86,7 +87,7 @@ impl<C: Clone> QueueState<C> {
     /// the window in the store (the messages `progress` says are committed there), and asks
     /// for a read of the run, at most one at a time: a page for the head when the messages
     /// in memory in front of the consumers run low (half the window) and someone waits for
-    /// them (a consumer, a `basic.get` that found none, a drop-head limit); else, when a
+    /// them (a consumer with credit, a `basic.get` that found none, a drop-head limit); else, when a
     /// deadline in the run has come at `now_ms`, the stretch holding it (on-time expiry), or
     /// the run's first page once nothing is in memory in front of it (head-only expiry).
     /// The owner reads it off the queue's lock and hands it back with
@@ -110,8 +111,11 @@ impl<C: Clone> QueueState<C> {
             return None;
         }
         // A drop-head limit the messages in memory cannot bring the queue under is enforced
-        // as pages come back.
-        let waited_for = !self.consumers.is_empty()
+        // as pages come back. Only a consumer with credit waits: a page read for one that
+        // cannot take it would only be paged out again beyond the window (and, under memory
+        // pressure, spilled again), read again, and so on for as long as it holds its
+        // prefetch; its ack is a command, after which the page is asked for.
+        let waited_for = self.a_consumer_can_take()
             || self.wants_page
             || (self.settings.overflow == Overflow::DropHead && self.over_length());
         if waited_for {

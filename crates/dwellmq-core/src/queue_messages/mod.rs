@@ -80,6 +80,12 @@ pub struct QueueMessages {
     /// [`QueueMessages::take_removals_mark`]), and whether any was asked for under it.
     removal_mark: u64,
     marked: bool,
+    /// Messages that left while no run was paged out, whose records may still be in the
+    /// store until their removal (numbered by mark) commits: a run started meanwhile may
+    /// span their positions, and its pages must skip them (they become its holes).
+    loose_holes: std::collections::BTreeMap<u64, u64>,
+    /// The owner pages this queue (and reports its removals' commits, which prune the holes).
+    pages: bool,
 }
 
 impl Default for QueueMessages {
@@ -111,7 +117,16 @@ impl QueueMessages {
             spilled_any: false,
             removal_mark: 1,
             marked: false,
+            loose_holes: std::collections::BTreeMap::new(),
+            pages: false,
         }
+    }
+
+    /// The owner pages this queue: it reports the commits of the removals it numbers
+    /// ([`QueueMessages::removals_committed`]), so that positions left while no run was paged
+    /// out can be kept as holes for a run to come.
+    pub fn set_paged(&mut self) {
+        self.pages = true;
     }
 
     /// Tells whether the owner stores persistent messages at publish (a durable queue's), so
@@ -229,6 +244,22 @@ impl QueueMessages {
     }
 
     fn take(&mut self, waiting: Waiting) -> QueueEntry {
+        if waiting.written {
+            // Its record may outlive it in a page read before its removal commits: in the
+            // tail behind the run, in front of the run's end (a message that came back from
+            // a consumer waits at its place, inside the run's range), or in a run that
+            // starts later and spans its position.
+            let holes = match self.paged.as_mut() {
+                Some(paged) if waiting.seq >= paged.run.first_seq => Some(&mut paged.holes),
+                Some(_) => None,
+                None if self.pages => Some(&mut self.loose_holes),
+                None => None,
+            };
+            if let Some(holes) = holes {
+                holes.insert(waiting.seq, self.removal_mark);
+                self.marked = true;
+            }
+        }
         if waiting.spilled {
             self.unspill(waiting.seq, waiting.seq + 1);
         }
@@ -268,11 +299,6 @@ impl QueueMessages {
         let at = find_in(&paged.tail, seq)?;
         let waiting = paged.tail.remove(at)?;
         paged.tail_bytes -= waiting.body_len() as u64;
-        if waiting.written {
-            // Its record may outlive it in a page read before its removal commits.
-            paged.holes.insert(seq, self.removal_mark);
-            self.marked = true;
-        }
         give_back_slots(&mut paged.tail);
         Some(self.take(waiting))
     }

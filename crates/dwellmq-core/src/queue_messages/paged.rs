@@ -112,7 +112,9 @@ impl QueueMessages {
                 count: 0,
                 bytes: 0,
             };
-            self.paged = Some(Paged::new(run, tail, tail_bytes));
+            let mut paged = Paged::new(run, tail, tail_bytes);
+            paged.holes = std::mem::take(&mut self.loose_holes).split_off(&first_seq);
+            self.paged = Some(paged);
         }
         let Some(paged) = self.paged.as_mut() else {
             return;
@@ -343,6 +345,8 @@ impl QueueMessages {
     /// head, and a run the store held fewer messages of than it counted leaves the counts.
     fn end_run(&mut self) {
         if let Some(paged) = self.paged.take() {
+            // Removals not known committed: a later run may span them.
+            self.loose_holes.extend(paged.holes);
             self.len -= paged.run.count as usize;
             self.ready_bytes -= paged.run.bytes;
             self.levels[0].extend(paged.tail);
@@ -367,6 +371,7 @@ impl QueueMessages {
         if let Some(paged) = self.paged.as_mut() {
             paged.holes.retain(|_, &mut hole| hole > mark);
         }
+        self.loose_holes.retain(|_, &mut hole| hole > mark);
     }
 
     /// The stretch of the run due first: (its earliest deadline, its first position, the
@@ -414,5 +419,7 @@ fn beyond_window(window: Paging, len: usize, bytes: u64) -> Option<usize> {
         let share = len as u128 * u128::from(window.window_bytes) / u128::from(bytes);
         keep = keep.min(share as usize);
     }
-    Some(keep)
+    // The head stays, however large: a window too small for one message would page out what
+    // a page read just brought back for a reader, and read it again, without end.
+    Some(keep.max(1).min(len))
 }

@@ -177,3 +177,138 @@ fn the_queue_keeps_every_promise_of_the_reference() {
         panic!("{e}");
     }
 }
+
+/// Found by CI: under memory pressure, a consumer holding its prefetch and one failed commit,
+/// the queue kept writing (it never settled).
+#[test]
+fn a_failed_spill_under_pressure_beside_a_full_consumer_settles() {
+    let config = Config {
+        paging: true,
+        stores_persistent: false,
+        window: dwellmq_core::paging::Paging {
+            window_messages: 4,
+            window_bytes: 68,
+        },
+        expiry_mode: ExpiryMode::OnTime,
+        message_ttl: None,
+        max_length: None,
+        max_length_bytes: None,
+        overflow: dwellmq_core::arguments::Overflow::DropHead,
+        due_reads_at_once: false,
+        write_budget: 1,
+    };
+    let publish = |body_len| Cmd::Publish {
+        persistent: false,
+        ttl: None,
+        body_len,
+    };
+    let cmds = vec![
+        Cmd::Pressure { on: true },
+        publish(1),
+        publish(1),
+        Cmd::Consume {
+            prefetch: 3,
+            no_ack: false,
+        },
+        publish(1),
+        publish(33),
+        publish(36),
+        Cmd::Commit { n: 1, ok: false },
+    ];
+    if let Err(e) = case(config, cmds) {
+        panic!("{e}");
+    }
+}
+
+/// Found by a long run: a transient message with a TTL, spilled under memory pressure and
+/// read back, expired twice.
+#[test]
+fn a_spilled_message_read_back_expires_once() {
+    let config = Config {
+        paging: true,
+        stores_persistent: true,
+        window: dwellmq_core::paging::Paging {
+            window_messages: 2,
+            window_bytes: 1_048_576,
+        },
+        expiry_mode: ExpiryMode::OnTime,
+        message_ttl: None,
+        max_length: None,
+        max_length_bytes: None,
+        overflow: dwellmq_core::arguments::Overflow::DropHead,
+        due_reads_at_once: false,
+        write_budget: 5,
+    };
+    let publish = |persistent, ttl| Cmd::Publish {
+        persistent,
+        ttl,
+        body_len: 1,
+    };
+    let consume = Cmd::Consume {
+        prefetch: 0,
+        no_ack: false,
+    };
+    let read_back = Cmd::ReadBack { which: 0, ok: true };
+    let cmds = vec![
+        publish(false, None),
+        publish(true, None),
+        Cmd::Get { no_ack: false },
+        publish(false, None),
+        publish(true, None),
+        publish(false, None),
+        publish(false, None),
+        Cmd::Commit { n: 2, ok: true },
+        Cmd::Pressure { on: true },
+        publish(false, Some(63)),
+        consume.clone(),
+        publish(false, None),
+        Cmd::Cancel { which: 0 },
+        read_back.clone(),
+        publish(false, Some(1)),
+        publish(true, Some(2)),
+        publish(true, None),
+        Cmd::Advance { ms: 63 },
+        Cmd::Advance { ms: 1 },
+        Cmd::Commit { n: 4, ok: true },
+        consume,
+        read_back,
+        Cmd::Advance { ms: 1 },
+        Cmd::Snapshot { which: 0 },
+    ];
+    if let Err(e) = case(config, cmds) {
+        panic!("{e}");
+    }
+}
+
+/// Found by a long run: a message larger than the whole window, read back for a `basic.get`
+/// that found none, was paged out again and read again, without end.
+#[test]
+fn a_message_larger_than_the_window_read_back_stays() {
+    let config = Config {
+        paging: true,
+        stores_persistent: true,
+        window: dwellmq_core::paging::Paging {
+            window_messages: 1,
+            window_bytes: 40,
+        },
+        expiry_mode: ExpiryMode::OnTime,
+        message_ttl: None,
+        max_length: None,
+        max_length_bytes: None,
+        overflow: dwellmq_core::arguments::Overflow::DropHead,
+        due_reads_at_once: false,
+        write_budget: 1,
+    };
+    let cmds = vec![
+        Cmd::Publish {
+            persistent: true,
+            ttl: None,
+            body_len: 41,
+        },
+        Cmd::Commit { n: 1, ok: true },
+        Cmd::Get { no_ack: false },
+    ];
+    if let Err(e) = case(config, cmds) {
+        panic!("{e}");
+    }
+}
