@@ -8,7 +8,8 @@
 //! - `message_count` is what the reference holds committed past the retention cut.
 //!
 //! At the end everything commits and every consumer settles what it has until nothing moves:
-//! each one has then seen the log up to its last committed record.
+//! each one has then seen the log up to its last committed record (of those retention kept:
+//! a record can commit, even, after retention dropped its segment).
 
 use std::collections::BTreeMap;
 
@@ -305,11 +306,29 @@ impl Run {
                 break;
             }
         }
+        // What retention dropped is owed to no one (as during the run, where a skip is fine
+        // below the cut): a consumer can only catch up with what the log still holds.
+        let first = self.h.truncated_before;
         for e in self.consumers.iter().filter(|e| e.attached) {
-            let missing = (e.next..self.h.history.len() as u64).find(|&o| self.committed(o));
+            let missing =
+                (e.next.max(first)..self.h.history.len() as u64).find(|&o| self.committed(o));
             assert_eq!(missing, None, "consumer {} did not catch up", e.id);
         }
     }
+}
+
+/// Runs `ops` against the reference, then lets everything commit and settle.
+fn replay(settings: StreamSettings, ops: &[Op]) -> Run {
+    let mut run = Run {
+        h: Harness::new(settings),
+        consumers: Vec::new(),
+        next_id: 1,
+    };
+    for op in ops {
+        run.apply(op);
+    }
+    run.quiesce();
+    run
 }
 
 proptest! {
@@ -320,19 +339,97 @@ proptest! {
         settings in settings(),
         ops in prop::collection::vec(op(), 1..250),
     ) {
-        let mut run = Run {
-            h: Harness::new(settings),
-            consumers: Vec::new(),
-            next_id: 1,
-        };
-        for op in &ops {
-            run.apply(op);
-        }
-        run.quiesce();
+        let run = replay(settings, &ops);
         // No offset was given twice (the harness checks each append), and every append
         // settled the way it completed.
         let settled = run.h.history.values().filter(|a| a.outcome.is_some()).count();
         prop_assert_eq!(settled, run.h.history.len());
         let _: &BTreeMap<u64, _> = &run.h.history;
     }
+}
+
+fn publish(len: usize) -> Op {
+    Op::Publish { len, advance: 0 }
+}
+
+fn complete(n: usize, ok: bool) -> Op {
+    Op::Complete { n, ok }
+}
+
+/// Retention drops the committed head while a consumer's read of it is out, and the one record
+/// left in the log fails: the consumer has nothing to catch up with.
+#[test]
+fn a_consumer_owes_nothing_retention_dropped_when_the_tail_failed() {
+    let settings = StreamSettings {
+        max_length_bytes: Some(100),
+        max_age_ms: None,
+        max_segment_bytes: 100,
+        read_bytes: u64::MAX,
+    };
+    let consume = Op::Consume {
+        prefetch: 1,
+        spec: Spec::First,
+    };
+    let run = replay(
+        settings,
+        &[
+            publish(1),
+            publish(1),
+            publish(1),
+            complete(3, true),
+            consume,
+            // Starts a segment: the first one goes, with the three committed records.
+            publish(1),
+            complete(1, false),
+        ],
+    );
+    assert_eq!(run.h.truncated_before, 3);
+    assert!(run.h.offsets_seen(1).is_empty());
+}
+
+/// CI's shrunk case (proptest-regressions/stream/proptests.txt, cc 5c533a3e): the consumer
+/// starts at offset 10 while 10..15 are appended and not committed; retention drops their
+/// segment, 10 and 11 commit after that, and 12..16 fail.
+#[test]
+fn the_ci_case_of_appends_committing_after_retention_dropped_them() {
+    let settings = StreamSettings {
+        max_length_bytes: Some(200),
+        max_age_ms: None,
+        max_segment_bytes: 289,
+        read_bytes: u64::MAX,
+    };
+    let consume = Op::Consume {
+        prefetch: 1,
+        spec: Spec::Timestamp(0),
+    };
+    let run = replay(
+        settings,
+        &[
+            publish(15),
+            publish(36),
+            publish(55),
+            publish(7),
+            publish(11),
+            publish(55),
+            complete(3, false),
+            publish(13),
+            publish(8),
+            publish(43),
+            publish(5),
+            complete(4, true),
+            complete(2, true),
+            publish(34),
+            publish(8),
+            publish(59),
+            publish(7),
+            consume,
+            publish(16),
+            publish(1),
+            complete(3, true),
+            complete(4, false),
+        ],
+    );
+    assert_eq!(run.h.truncated_before, 15);
+    assert!(run.h.offsets_seen(1).is_empty());
+    assert_eq!(run.h.state.consumer_position(1), Some((16, 0)));
 }

@@ -333,3 +333,34 @@ fn a_deleted_stream_refuses_consumers_and_returns_its_own() {
         Err(StreamConsumeRefused::Deleted)
     );
 }
+
+#[test]
+fn appends_retention_dropped_before_they_committed_reach_no_consumer_and_it_reads_on() {
+    // 34-octet records (one-octet bodies): three fill a segment.
+    let mut h = Harness::new(StreamSettings {
+        max_length_bytes: Some(100),
+        max_segment_bytes: 100,
+        ..StreamSettings::default()
+    });
+    for i in 0..3u8 {
+        h.publish(&[i]);
+    }
+    h.consume(1, 1, OffsetSpec::Timestamp { ms: h.now });
+    assert_eq!(h.state.consumer_position(1), Some((0, 0)));
+    // Starts a segment: retention drops the first, its three appends still in flight.
+    assert_eq!(h.publish(b"d"), 3);
+    assert_eq!((h.truncated_before, h.state.first_offset()), (3, 3));
+    h.complete(2, true);
+    h.complete(2, false);
+    h.serve_reads();
+    // 0 and 1 committed (their publishers are confirmed) after their segment went: no one
+    // sees them; 2 and 3 failed; the log holds nothing committed.
+    assert!(h.offsets_seen(1).is_empty());
+    assert_eq!(h.state.message_count(), 0);
+    assert_eq!(h.state.committed_end(), h.state.next_offset());
+    // The consumer, below the first offset, goes on from there.
+    assert_eq!(h.publish(b"e"), 4);
+    h.commit_all();
+    h.serve_reads();
+    assert_eq!(h.offsets_seen(1), [4]);
+}
