@@ -88,8 +88,8 @@ pub(crate) enum DeclaredBy {
     /// A user: over AMQP the connection's, over HTTP (a declare or a definitions import) the
     /// authenticated one.
     User(Arc<str>),
-    /// Not known (RabbitMQ's `unknown`): a durable exchange restored at start, whose stored
-    /// record has no field for it.
+    /// Not known (RabbitMQ's `unknown`): a durable exchange restored from a record written
+    /// before store format 5, which had no field for it.
     Unrecorded,
 }
 
@@ -97,6 +97,23 @@ impl DeclaredBy {
     /// A user by name.
     pub(crate) fn user(name: &str) -> Self {
         DeclaredBy::User(Arc::from(name))
+    }
+
+    /// What the store keeps of it: a name, the broker's included (`None`: not known).
+    pub(crate) fn stored_name(&self) -> Option<String> {
+        match self {
+            DeclaredBy::Unrecorded => None,
+            known => Some(known.name().to_string()),
+        }
+    }
+
+    /// Who a stored name says declared it.
+    pub(crate) fn from_stored(name: Option<&str>) -> Self {
+        match name {
+            None => DeclaredBy::Unrecorded,
+            Some("rmq-internal") => DeclaredBy::Broker,
+            Some(user) => DeclaredBy::user(user),
+        }
     }
 
     /// The name the management API shows.

@@ -308,8 +308,8 @@ fn restore_exchange(state: &BrokerState, x: &ExchangeDef) -> Result<(), String> 
         auto_delete: x.auto_delete,
         internal: x.internal,
         arguments,
-        // The stored record has no field for it (store format 4).
-        declared_by: DeclaredBy::Unrecorded,
+        // Unrecorded in a record written before store format 5.
+        declared_by: DeclaredBy::from_stored(x.declared_by.as_deref()),
     };
     vhost
         .declare_exchange_reporting(spec, DefinitionWrites::UNAWAITED)

@@ -163,11 +163,11 @@ async fn a_definitions_import_declares_as_the_importing_user_a_file_at_start_as_
     broker.shutdown().await;
 }
 
-/// The store's exchange record (format 4) has no field for the declarer, so a durable
-/// exchange restored at start shows RabbitMQ's `unknown`; RabbitMQ, which keeps it in the
-/// exchange's record, would still show the user.
+/// The store's exchange record keeps the declarer (store format 5), as RabbitMQ's does: a
+/// durable exchange restored at start still shows its user (one restored from a record of an
+/// earlier format shows RabbitMQ's `unknown`).
 #[tokio::test]
-async fn a_restored_exchange_has_no_recorded_declarer() {
+async fn a_restored_exchange_keeps_its_declarer() {
     let dir = DataDir::new("exchange-declarer-restart");
     let mut config = config();
     config.data_dir = Some(dir.path().to_path_buf());
@@ -178,7 +178,7 @@ async fn a_restored_exchange_has_no_recorded_declarer() {
         .await
         .expect("restarts");
     let addr = broker.http_addr().expect("HTTP on");
-    assert_eq!(declared_by(addr, "durable-one").await, "unknown");
+    assert_eq!(declared_by(addr, "durable-one").await, "alice");
     assert_eq!(declared_by(addr, "amq.topic").await, "rmq-internal");
     broker.shutdown().await;
 }

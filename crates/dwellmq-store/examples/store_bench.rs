@@ -142,6 +142,7 @@ fn held(dir: &Path, count: u64) {
                 auto_delete: false,
                 internal: false,
                 arguments: vec![],
+                declared_by: None,
             }),
         ])
         .expect("definitions");

@@ -48,6 +48,7 @@ impl VHost {
             auto_delete: exchange.auto_delete,
             internal: exchange.internal,
             arguments: exchange.arguments.to_encoded(),
+            declared_by: exchange.declared_by.stored_name(),
         };
         let (home, exchange) = (self.me.clone(), Arc::clone(exchange));
         definitions.exchange_declared(def, writes, move |committed| {

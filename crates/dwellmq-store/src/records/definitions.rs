@@ -63,6 +63,9 @@ pub struct ExchangeDef {
     pub internal: bool,
     /// Its arguments, an encoded AMQP field table.
     pub arguments: Vec<u8>,
+    /// Who declared it (the management API's `user_who_performed_action`): `None` in a
+    /// record written before format 5, which had no field for it.
+    pub declared_by: Option<String>,
 }
 
 /// A durable queue. `id` names it in the message tables (a queue deleted and declared again
@@ -232,12 +235,18 @@ impl ExchangeDef {
         name_key(&[&self.vhost, &self.name])
     }
     pub(crate) fn value(&self) -> Vec<u8> {
-        let flags = u8::from(self.auto_delete) | (u8::from(self.internal) << 1);
-        Enc::new()
+        let flags = u8::from(self.auto_delete)
+            | (u8::from(self.internal) << 1)
+            | (u8::from(self.declared_by.is_some()) << 2);
+        let enc = Enc::new()
             .str16(&self.kind)
             .u8(flags)
-            .bytes32(&self.arguments)
-            .done()
+            .bytes32(&self.arguments);
+        match &self.declared_by {
+            // Format 5: flag 4 says the declarer follows.
+            Some(user) => enc.str16(user).done(),
+            None => enc.done(),
+        }
     }
     pub(crate) fn decode(key: &[u8], value: &[u8]) -> Option<Self> {
         let mut k = Dec::new(key);
@@ -247,6 +256,11 @@ impl ExchangeDef {
         let kind = v.str16()?;
         let flags = v.u8()?;
         let arguments = v.bytes32()?;
+        let declared_by = if flags & 4 != 0 {
+            Some(v.str16()?)
+        } else {
+            None
+        };
         v.end()?;
         Some(ExchangeDef {
             vhost,
@@ -255,6 +269,7 @@ impl ExchangeDef {
             auto_delete: flags & 1 != 0,
             internal: flags & 2 != 0,
             arguments,
+            declared_by,
         })
     }
 }

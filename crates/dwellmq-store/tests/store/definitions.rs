@@ -22,6 +22,8 @@ fn exchange(vhost: &str, name: &str, kind: &str) -> ExchangeDef {
         internal: true,
         // An encoded field table: the store keeps it as it is.
         arguments: b"\x00\x00\x00\x05x-del".to_vec(),
+        // One with its declarer, one without (as a record written before format 5).
+        declared_by: (name == "in").then(|| "guest".to_string()),
     }
 }
 

@@ -49,6 +49,8 @@ pub fn definitions() -> Definitions {
                 auto_delete: x.auto_delete,
                 internal: x.internal,
                 arguments: encoded(x.arguments),
+                // Formats before 5 had no field for it.
+                declared_by: None,
             })
             .collect(),
         queues: data::QUEUES
