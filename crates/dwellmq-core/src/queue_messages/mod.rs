@@ -243,16 +243,19 @@ impl QueueMessages {
         }
     }
 
-    fn take(&mut self, waiting: Waiting) -> QueueEntry {
+    /// Takes `waiting` out of the queue's count; `from_front`: it was the head.
+    fn take(&mut self, waiting: Waiting, from_front: bool) -> QueueEntry {
         if waiting.written {
             // Its record may outlive it in a page read before its removal commits: in the
             // tail behind the run, in front of the run's end (a message that came back from
             // a consumer waits at its place, inside the run's range), or in a run that
-            // starts later and spans its position.
+            // starts later and spans its position. Not the head's, when no run is paged out:
+            // a run starts above every message handed out and behind the head (the hot
+            // path, a consumer keeping up, takes no hole).
             let holes = match self.paged.as_mut() {
                 Some(paged) if waiting.seq >= paged.run.first_seq => Some(&mut paged.holes),
                 Some(_) => None,
-                None if self.pages => Some(&mut self.loose_holes),
+                None if self.pages && !from_front => Some(&mut self.loose_holes),
                 None => None,
             };
             if let Some(holes) = holes {
@@ -284,7 +287,7 @@ impl QueueMessages {
             .find(|level| !level.is_empty())?;
         let waiting = level.pop_front()?;
         give_back_slots(level);
-        Some(self.take(waiting))
+        Some(self.take(waiting, true))
     }
 
     /// Takes the message at position `seq` of priority level `level`, wherever it is.
@@ -293,14 +296,14 @@ impl QueueMessages {
         if let Ok(at) = head.binary_search_by_key(&seq, |e| e.seq) {
             let waiting = head.remove(at)?;
             give_back_slots(head);
-            return Some(self.take(waiting));
+            return Some(self.take(waiting, at == 0));
         }
         let paged = self.paged.as_mut()?;
         let at = find_in(&paged.tail, seq)?;
         let waiting = paged.tail.remove(at)?;
         paged.tail_bytes -= waiting.body_len() as u64;
         give_back_slots(&mut paged.tail);
-        Some(self.take(waiting))
+        Some(self.take(waiting, false))
     }
 
     /// The message at the head.
