@@ -87,9 +87,10 @@ impl<C: Clone> QueueState<C> {
     /// the window in the store (the messages `progress` says are committed there), and asks
     /// for a read of the run, at most one at a time: a page for the head when the messages
     /// in memory in front of the consumers run low (half the window) and someone waits for
-    /// them (a consumer with credit, a `basic.get` that found none, a drop-head limit); else, when a
-    /// deadline in the run has come at `now_ms`, the stretch holding it (on-time expiry), or
-    /// the run's first page once nothing is in memory in front of it (head-only expiry).
+    /// them (a consumer with credit, a `basic.get` that found none, a drop-head limit); else,
+    /// when a deadline in the run has come at `now_ms`, the stretch holding it (on-time
+    /// expiry), or the run's first page once nothing is in memory in front of it (head-only
+    /// expiry).
     /// The owner reads it off the queue's lock and hands it back with
     /// [`QueueState::page_in`].
     pub fn page(&mut self, progress: &impl WriteProgress, now_ms: u64) -> Option<PageRequest> {
