@@ -186,9 +186,11 @@ impl PageCache {
         let dirty: Vec<u64> = self.dirty_pages();
         for page in dirty {
             if self.reaches(&reach, page * PAGE) {
-                let cached = self.pages.remove(&page).expect("listed");
-                put_page(&mut disk, len, page, &cached.data)?;
-                self.counts.failed_sync_pages_written += 1;
+                // Listed by `dirty_pages` just now: always there.
+                if let Some(cached) = self.pages.remove(&page) {
+                    put_page(&mut disk, len, page, &cached.data)?;
+                    self.counts.failed_sync_pages_written += 1;
+                }
             } else if let Some(cached) = self.pages.get_mut(&page) {
                 cached.lost = true;
                 self.counts.failed_sync_pages_lost += 1;
