@@ -178,16 +178,21 @@ fn the_queue_keeps_every_promise_of_the_reference() {
     }
 }
 
-/// Found by CI: under memory pressure, a consumer holding its prefetch and one failed commit,
-/// the queue kept writing (it never settled).
-#[test]
-fn a_failed_spill_under_pressure_beside_a_full_consumer_settles() {
-    let config = Config {
+/// A paging queue's configuration for the regression cases below: on-time expiry, no limits,
+/// reads waiting like any other; a durable queue's (`stores_persistent`) or a transient one's,
+/// with its window and write budget.
+fn paging_config(
+    stores_persistent: bool,
+    window_messages: usize,
+    window_bytes: u64,
+    write_budget: usize,
+) -> Config {
+    Config {
         paging: true,
-        stores_persistent: false,
+        stores_persistent,
         window: dwellmq_core::paging::Paging {
-            window_messages: 4,
-            window_bytes: 68,
+            window_messages,
+            window_bytes,
         },
         expiry_mode: ExpiryMode::OnTime,
         message_ttl: None,
@@ -195,8 +200,15 @@ fn a_failed_spill_under_pressure_beside_a_full_consumer_settles() {
         max_length_bytes: None,
         overflow: dwellmq_core::arguments::Overflow::DropHead,
         due_reads_at_once: false,
-        write_budget: 1,
-    };
+        write_budget,
+    }
+}
+
+/// Found by CI: under memory pressure, a consumer holding its prefetch and one failed commit,
+/// the queue kept writing (it never settled).
+#[test]
+fn a_failed_spill_under_pressure_beside_a_full_consumer_settles() {
+    let config = paging_config(false, 4, 68, 1);
     let publish = |body_len| Cmd::Publish {
         persistent: false,
         ttl: None,
@@ -224,21 +236,7 @@ fn a_failed_spill_under_pressure_beside_a_full_consumer_settles() {
 /// read back, expired twice.
 #[test]
 fn a_spilled_message_read_back_expires_once() {
-    let config = Config {
-        paging: true,
-        stores_persistent: true,
-        window: dwellmq_core::paging::Paging {
-            window_messages: 2,
-            window_bytes: 1_048_576,
-        },
-        expiry_mode: ExpiryMode::OnTime,
-        message_ttl: None,
-        max_length: None,
-        max_length_bytes: None,
-        overflow: dwellmq_core::arguments::Overflow::DropHead,
-        due_reads_at_once: false,
-        write_budget: 5,
-    };
+    let config = paging_config(true, 2, 1_048_576, 5);
     let publish = |persistent, ttl| Cmd::Publish {
         persistent,
         ttl,
@@ -284,21 +282,7 @@ fn a_spilled_message_read_back_expires_once() {
 /// that found none, was paged out again and read again, without end.
 #[test]
 fn a_message_larger_than_the_window_read_back_stays() {
-    let config = Config {
-        paging: true,
-        stores_persistent: true,
-        window: dwellmq_core::paging::Paging {
-            window_messages: 1,
-            window_bytes: 40,
-        },
-        expiry_mode: ExpiryMode::OnTime,
-        message_ttl: None,
-        max_length: None,
-        max_length_bytes: None,
-        overflow: dwellmq_core::arguments::Overflow::DropHead,
-        due_reads_at_once: false,
-        write_budget: 1,
-    };
+    let config = paging_config(true, 1, 40, 1);
     let cmds = vec![
         Cmd::Publish {
             persistent: true,
